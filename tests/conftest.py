@@ -1,0 +1,45 @@
+"""CPU test suite: every kernel runs through Triton's interpreter on CPU tensors.
+
+GPU tests (marker ``gpu``) run their kernels in subprocesses without the interpreter and are skipped
+when no GPU is present.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # must precede the first `import triton`
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _isolated_storage(tmp_path, monkeypatch):
+    """Each test gets its own storage root and a clean environment."""
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(tmp_path / "storage"))
+    for name in (
+        "TRITON_DEJAVU_FORCE_FALLBACK",
+        "TRITON_DEJAVU_USE_ONLY_RESTORED",
+        "TRITON_DEJAVU_USE_ISOLATED_PROCESS",
+        "TRITON_DEJAVU_TAG",
+        "TRITON_PRINT_AUTOTUNING",
+        "_TRITON_DEJAVU_DETERMINED_CUDA_VERSION",
+        "_TRITON_DEJAVU_DETERMINED_ROCM_VERSION",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    yield
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except Exception:  # pragma: no cover
+        has_gpu = False
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA or ROCm GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,39 @@
+"""A drop-in replacement for ``triton.autotune`` that tunes once and restores from disk forever after.
+
+import triton_dejavu_like as tdl
+
+@tdl.autotune(key=["M", "N", "K"], config_space=tdl.ConfigSpace({...}, num_warps=[4, 8]))
+@triton.jit
+def kernel(...): ...
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import _env
+
+__version__ = "0.1.0"
+
+from ._compat import Config
+from .autotuner import Autotuner, AutotuningError, autotune
+from .config_space import ConfigSpace
+from .search import MissingExtraError
+
+_logger = logging.getLogger(__name__)
+_logger.addHandler(logging.NullHandler())
+if _env.debug():
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("[%(name)s] %(levelname)s %(message)s"))
+    _logger.addHandler(_handler)
+    _logger.setLevel(logging.DEBUG)
+
+__all__ = [
+    "Autotuner",
+    "AutotuningError",
+    "Config",
+    "ConfigSpace",
+    "MissingExtraError",
+    "__version__",
+    "autotune",
+]

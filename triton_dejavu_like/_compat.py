@@ -1,0 +1,231 @@
+"""Every difference between the supported Triton releases (3.2 to 3.9) lives here.
+
+The rest of the package asks this module instead of testing ``triton.__version__`` itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from typing import Any
+
+import triton
+from triton.runtime import autotuner as _upstream_autotuner
+from triton.runtime import errors as _runtime_errors
+from triton.runtime.jit import JITFunction
+
+try:  # 3.4+: the environment is read through ``triton.knobs``
+    from triton import knobs as _knobs
+except ImportError:  # 3.2 / 3.3
+    _knobs = None
+
+
+def _parse_version(text: str) -> tuple[int, int, int]:
+    parts: list[int] = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    while len(parts) < 3:
+        parts.append(0)
+    return parts[0], parts[1], parts[2]
+
+
+TRITON_VERSION_STR: str = triton.__version__
+TRITON_VERSION: tuple[int, int, int] = _parse_version(TRITON_VERSION_STR)
+
+UpstreamAutotuner = _upstream_autotuner.Autotuner
+Config = triton.Config
+
+#: ``cache_results`` (upstream's own disk cache) exists from 3.4 on.
+AUTOTUNER_HAS_CACHE_RESULTS: bool = (
+    "cache_results" in inspect.signature(UpstreamAutotuner.__init__).parameters
+)
+
+#: The typed fields of ``triton.Config`` in the installed release, with their defaults, in order.
+CONFIG_FIELDS: dict[str, Any] = {
+    name: param.default
+    for name, param in inspect.signature(Config.__init__).parameters.items()
+    if name not in ("self", "kwargs", "pre_hook")
+}
+
+#: Every Config field that some Triton release 2.x-3.9 knows. A ConfigSpace list for a field in this
+#: set but not in :data:`CONFIG_FIELDS` is dropped with a warning; any other name is an error.
+CONFIG_FIELDS_ANY_RELEASE: frozenset[str] = frozenset(
+    {
+        "num_warps",
+        "num_stages",
+        "num_ctas",
+        "maxnreg",
+        "ir_override",
+        "num_buffers_warp_spec",
+        "num_consumer_groups",
+        "reg_dec_producer",
+        "reg_inc_consumer",
+        "enable_warp_specialization",
+        "enable_persistent",
+    }
+)
+
+
+def _error_classes() -> tuple[type[BaseException], ...]:
+    from triton.compiler import errors as compiler_errors
+
+    names = ("OutOfResources", "PTXASError")  # PTXASError: 3.3+
+    found: list[type[BaseException]] = [
+        getattr(_runtime_errors, n) for n in names if hasattr(_runtime_errors, n)
+    ]
+    for name in ("CompilationError", "CompileTimeAssertionFailure"):
+        cls = getattr(compiler_errors, name, None)
+        if cls is not None:
+            found.append(cls)
+    return tuple(found)
+
+
+#: Exceptions upstream turns into an infinite timing: a candidate that raises one is ruled out.
+CANDIDATE_ERRORS: tuple[type[BaseException], ...] = _error_classes()
+
+#: Base class for our tuning errors: upstream's ``AutotunerError`` where it exists (3.6+).
+AutotunerErrorBase: type[Exception] = getattr(_runtime_errors, "AutotunerError", RuntimeError)
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def print_autotuning() -> bool:
+    """``TRITON_PRINT_AUTOTUNING``, read the way the installed Triton reads it."""
+    if _knobs is not None:
+        return bool(_knobs.autotuning.print)
+    return _env_flag("TRITON_PRINT_AUTOTUNING")
+
+
+def interpreter_env() -> bool:
+    if _knobs is not None:
+        return bool(_knobs.runtime.interpret)
+    return _env_flag("TRITON_INTERPRET")
+
+
+def autotuning_listener() -> Callable[..., Any] | None:
+    """3.8+: ``knobs.autotuning.listener``, called after each tuning."""
+    if _knobs is None:
+        return None
+    return getattr(_knobs.autotuning, "listener", None)
+
+
+def python_function(fn: Any) -> Callable[..., Any]:
+    """The plain Python function under a JITFunction / InterpretedFunction / Heuristics stack."""
+    base = fn
+    while not inspect.isfunction(base):
+        base = base.fn
+    return base
+
+
+def jit_function(fn: Any) -> JITFunction | None:
+    """The JITFunction under a stack of wrappers, or None (interpreter mode)."""
+    current = fn
+    while current is not None and not inspect.isfunction(current):
+        if isinstance(current, JITFunction):
+            return current
+        current = getattr(current, "fn", None)
+    return None
+
+
+def is_interpreted(fn: Any) -> bool:
+    """True when the kernel runs through the interpreter (``TRITON_INTERPRET=1`` at jit time)."""
+    current = fn
+    while current is not None and not inspect.isfunction(current):
+        if type(current).__name__ == "InterpretedFunction":
+            return True
+        if isinstance(current, JITFunction):
+            return False
+        current = getattr(current, "fn", None)
+    return interpreter_env()
+
+
+def is_jit_callable(obj: Any) -> bool:
+    """Something a kernel can call that has Triton source of its own (a @jit helper)."""
+    if isinstance(obj, JITFunction):
+        return True
+    jit_callable = getattr(triton.runtime.jit, "JITCallable", None)  # 3.5+: constexpr_function too
+    if jit_callable is not None and isinstance(obj, jit_callable):
+        return True
+    return type(obj).__name__ == "InterpretedFunction" and inspect.isfunction(getattr(obj, "fn", None))
+
+
+def is_constexpr(obj: Any) -> bool:
+    return isinstance(obj, triton.language.constexpr)
+
+
+def constexpr_value(obj: Any) -> Any:
+    return obj.value if is_constexpr(obj) else obj
+
+
+def upstream_init_kwargs(
+    *,
+    do_bench: Callable[..., Any],
+) -> dict[str, Any]:
+    """Keyword arguments for ``triton.runtime.autotuner.Autotuner.__init__`` that differ by release.
+
+    ``warmup``/``rep``/``use_cuda_graph`` are never forwarded (3.3+ warn about them, and our own
+    benchmarker honours them), ``do_bench`` is always given (3.2/3.3 otherwise ask the driver for a
+    benchmarker at init, which fails on a machine without a GPU), and upstream's own disk cache is
+    off where it exists (3.4+), or ``TRITON_CACHE_AUTOTUNING=1`` would cache twice.
+    """
+    kwargs: dict[str, Any] = {"warmup": None, "rep": None, "use_cuda_graph": False, "do_bench": do_bench}
+    if AUTOTUNER_HAS_CACHE_RESULTS:
+        kwargs["cache_results"] = False
+    return kwargs
+
+
+def disable_upstream_disk_cache(tuner: Any) -> None:
+    if hasattr(tuner, "cache_results"):
+        tuner.cache_results = False
+
+
+def gpu_do_bench() -> Callable[..., Any]:
+    from triton.testing import do_bench
+
+    return do_bench
+
+
+def gpu_do_bench_cudagraph() -> Callable[..., Any]:
+    from triton.testing import do_bench_cudagraph
+
+    return do_bench_cudagraph
+
+
+def current_target() -> Any | None:
+    """``GPUTarget(backend, arch, warp_size)`` of the active driver, or None without a GPU."""
+    try:
+        from triton.runtime.driver import driver
+
+        return driver.active.get_current_target()
+    except Exception:  # no active driver: CPU-only machine
+        return None
+
+
+def backend_hash() -> str | None:
+    """Version of the device toolchain (ptxas or the ROCm compiler) plus the arch, or None."""
+    target = current_target()
+    if target is None:
+        return None
+    try:
+        from triton.compiler.compiler import make_backend
+
+        return str(make_backend(target).hash())
+    except Exception:
+        return None
+
+
+__all__ = [
+    "AUTOTUNER_HAS_CACHE_RESULTS",
+    "CANDIDATE_ERRORS",
+    "CONFIG_FIELDS",
+    "CONFIG_FIELDS_ANY_RELEASE",
+    "TRITON_VERSION",
+    "TRITON_VERSION_STR",
+    "AutotunerErrorBase",
+    "Config",
+    "UpstreamAutotuner",
+]

@@ -1,0 +1,716 @@
+"""The decorator and the Autotuner: key, miss policy, hooks, launch.
+
+``Autotuner`` subclasses ``triton.runtime.autotuner.Autotuner``, so tools that inspect upstream
+autotuners keep working (``.cache``, ``.best_config``, ``.configs_timings``, ``.bench_time``,
+``.configs``). A call computes the tuning key as upstream does and looks it up in memory; only a
+miss reaches storage, the miss policy and the search.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import _compat, _env, identity
+from ._compat import Config
+from .bench import QUANTILES, Benchmarker, make_benchmarker
+from .codec import (
+    EncodingError,
+    config_id,
+    decode_config,
+    describe_config,
+    encode_config,
+    encode_key,
+    key_id,
+)
+from .config_space import ConfigSpace, platform_check_for
+from .evaluate import Evaluator, InProcessEvaluator, LaunchContext
+from .search import Budget, SearchRun, SearchSpace, drive, make_strategy, require_smac
+from .storage import CACHE_FILE_NAME, CacheFile, KernelIdentity, default_root, default_tag, warn_once
+
+log = logging.getLogger(__name__)
+
+#: How many of the best candidates an entry keeps with their timings.
+TOP_K = 5
+#: How many ruled-out candidates an entry lists with their reasons.
+MAX_RULED_OUT = 64
+
+
+class AutotuningError(_compat.AutotunerErrorBase):
+    """Tuning could not produce a config (every candidate failed, or a bad heuristic)."""
+
+
+@dataclass
+class _Decision:
+    config: Config
+    source: str  # "tuned" | "restored" | "heuristic" | "single"
+    timings: list[float] | None = None
+    configs_timings: dict[Config, list[float]] = field(default_factory=dict)
+    duration_s: float = 0.0
+    entry: dict[str, Any] | None = None
+
+
+@dataclass
+class _ProcessState:
+    """What a tuner learns once per process, at its first miss."""
+
+    interpreted: bool
+    platform: identity.Platform
+    benchmarker: Benchmarker
+    cache_file: CacheFile | None
+    restored: dict[str, dict[str, Any]]
+
+
+class Autotuner(_compat.UpstreamAutotuner):
+    """An upstream-compatible autotuner that stores its results and restores them in later processes."""
+
+    def __init__(
+        self,
+        fn: Any,
+        arg_names: Sequence[str],
+        configs: Sequence[Config] | None,
+        key: Sequence[str],
+        reset_to_zero: Sequence[str] | None = None,
+        restore_value: Sequence[str] | None = None,
+        pre_hook: Callable[..., Any] | None = None,
+        post_hook: Callable[..., Any] | None = None,
+        prune_configs_by: dict[str, Any] | None = None,
+        warmup: float | None = None,
+        rep: float | None = None,
+        use_cuda_graph: bool = False,
+        do_bench: Callable[..., Any] | None = None,
+        *,
+        config_space: ConfigSpace | None = None,
+        fallback_heuristic: Callable[[tuple[Any, ...]], Config] | None = None,
+        use_bo: bool = False,
+        use_random_search: bool = False,
+        search_max_search_t: float = 180,
+        search_max_share: float = 1.0,
+        search_max_repeat: int = 1,
+        search_seed: int = 0,
+        custom_data_storage: str | Path | None = None,
+        ignore_dtypes: bool = False,
+        tag: str | None = None,
+    ) -> None:
+        arg_names = list(arg_names)
+        key = list(key)
+        _check_names(arg_names, key=key, reset_to_zero=reset_to_zero, restore_value=restore_value)
+        if configs and config_space is not None:
+            raise ValueError("give either configs or config_space, not both")
+        if config_space is not None and not isinstance(config_space, ConfigSpace):
+            raise TypeError(f"config_space must be a ConfigSpace, got {type(config_space).__name__}")
+        if use_bo and use_random_search:
+            raise ValueError("use_bo and use_random_search exclude each other")
+        if use_bo:
+            require_smac()
+        if fallback_heuristic is not None and not callable(fallback_heuristic):
+            raise TypeError("fallback_heuristic must be a callable taking the tuning key")
+        self._config_space = config_space
+        self._configs_list: list[Config] | None = None
+        super().__init__(
+            fn,
+            arg_names,
+            None if config_space is not None else (list(configs) if configs else None),
+            key,
+            reset_to_zero,
+            restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            prune_configs_by=prune_configs_by,
+            **_compat.upstream_init_kwargs(do_bench=self._bench_dispatch),
+        )
+        _compat.disable_upstream_disk_cache(self)
+        if config_space is not None:
+            self._configs_list = None  # listed on the machine that runs it, at first use
+        if not pre_hook and (self.reset_to_zero or self.restore_value):
+            self.pre_hook = self._default_pre_hook
+        if not post_hook and self.restore_value:
+            self.post_hook = self._default_post_hook
+        self.restore_copies: dict[str, Any] = {}
+        self.num_warmups = warmup
+        self.num_reps = rep
+        self.use_cuda_graph = use_cuda_graph
+        self.user_do_bench = do_bench
+        self.fallback_heuristic = fallback_heuristic
+        self.ignore_dtypes = bool(ignore_dtypes)
+        self.custom_data_storage = Path(custom_data_storage) if custom_data_storage is not None else None
+        self.tag = tag
+        self.strategy_name = "bayesian" if use_bo else ("random" if use_random_search else "exhaustive")
+        self.budget = (
+            Budget()
+            if self.strategy_name == "exhaustive"
+            else Budget(
+                max_time_s=float(search_max_search_t),
+                max_share=float(search_max_share),
+                max_repeat=int(search_max_repeat),
+                seed=int(search_seed),
+            )
+        )
+        self.bench_time = 0.0
+        self.configs_timings: dict[Config, list[float]] = {}
+        self.best_config: Config | None = None
+        self.last_decision: str | None = None
+        self.nargs: dict[str, Any] | None = None
+        self._state: _ProcessState | None = None
+        self._lock = threading.RLock()
+        # hot path
+        self._launch: dict[tuple[Any, ...], tuple[Config, dict[str, Any]]] = {}
+        self._arg_set = frozenset(arg_names)
+        self._key_plan = tuple((name, arg_names.index(name)) for name in key)
+        self._meta_names = self._tuned_names()
+
+    # --- the config list ----------------------------------------------------------------------
+
+    @property
+    def configs(self) -> list[Config]:
+        if self._configs_list is None and self._config_space is not None:
+            space = self._config_space
+            interpreted = _compat.is_interpreted(self.fn)
+            platform = identity.detect_platform(interpreted)
+            space.bind_platform(platform_check_for(platform.backend, platform.capability))
+            listed = space.configs()
+            if not listed:
+                raise ValueError(f"{self._name}: the ConfigSpace has no valid config on this platform")
+            self._configs_list = listed
+        return self._configs_list if self._configs_list is not None else []
+
+    @configs.setter
+    def configs(self, value: Sequence[Config] | None) -> None:
+        self._configs_list = list(value) if value is not None else None
+
+    @property
+    def config_space(self) -> ConfigSpace | None:
+        return self._config_space
+
+    def _tuned_names(self) -> frozenset[str]:
+        if self._config_space is not None:
+            return frozenset(self._config_space.kwargs_with_lists)
+        names: set[str] = set()
+        for config in self._configs_list or ():
+            names.update(config.kwargs)
+        return frozenset(names)
+
+    @property
+    def _name(self) -> str:
+        return self.base_fn.__name__
+
+    # --- hooks (upstream semantics, the same on every Triton release) ------------------------------
+
+    def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
+        for name in self.reset_to_zero:
+            if kwargs.get(name) is not None:
+                kwargs[name].zero_()
+        if not reset_only:
+            self.restore_copies = {
+                name: kwargs[name].clone() for name in self.restore_value if kwargs.get(name) is not None
+            }
+
+    def _default_post_hook(self, kwargs: dict[str, Any], exception: BaseException | None) -> None:
+        for name, value in self.restore_copies.items():
+            kwargs[name].copy_(value)
+        self.restore_copies = {}
+
+    # --- the hot path ------------------------------------------------------------------------------
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        if self._meta_names and not self._meta_names.isdisjoint(kwargs):
+            return self._passthrough(args, kwargs)
+        key = self._tuning_key(args, kwargs)
+        try:
+            config, launch_kwargs = self._launch[key]
+        except KeyError:
+            config, launch_kwargs = self._on_miss(key, args, kwargs)
+        self.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **launch_kwargs})
+        return self.fn.run(*args, **kwargs, **launch_kwargs)
+
+    def _tuning_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Upstream's key: values of the key arguments passed, then str(dtype) of every argument."""
+        n = len(args)
+        key = []
+        for name, pos in self._key_plan:
+            if pos < n:
+                key.append(args[pos])
+            elif name in kwargs:
+                key.append(kwargs[name])
+        if not self.ignore_dtypes:
+            for arg in args[: len(self.arg_names)]:
+                if hasattr(arg, "dtype"):
+                    key.append(str(arg.dtype))
+            for name, arg in kwargs.items():
+                if name in self._arg_set and hasattr(arg, "dtype"):
+                    key.append(str(arg.dtype))
+        return tuple(key)
+
+    def _passthrough(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        missing = sorted(self._meta_names.difference(kwargs))
+        if missing:
+            given = sorted(self._meta_names.intersection(kwargs))
+            raise ValueError(
+                f"{self._name}: the call passes tuned meta-parameters {given} but not {missing}; pass all "
+                "of them to launch with your own config, or none to let the autotuner choose"
+            )
+        self.last_decision = "passthrough"
+        return self.fn.run(*args, **kwargs)
+
+    # --- a miss ---------------------------------------------------------------------------------------
+
+    def _on_miss(
+        self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Config, dict[str, Any]]:
+        with self._lock:
+            hit = self._launch.get(key)
+            if hit is not None:
+                return hit
+            state = self._process_state()
+            nargs = dict(zip(self.arg_names, args))
+            decision = self._decide(state, key, args, kwargs, nargs)
+            config = decision.config
+            launch = (config, config.all_kwargs())
+            self.cache[key] = config
+            self._launch[key] = launch
+            self.last_decision = decision.source
+            if decision.source == "tuned":
+                self.configs_timings = decision.configs_timings
+                self.bench_time = decision.duration_s
+            self._report(key, decision, state)
+            return launch
+
+    def _process_state(self) -> _ProcessState:
+        if self._state is None:
+            interpreted = _compat.is_interpreted(self.fn)
+            platform = identity.detect_platform(interpreted)
+            benchmarker = make_benchmarker(
+                do_bench=self.user_do_bench,
+                warmup=self.num_warmups,
+                rep=self.num_reps,
+                use_cuda_graph=self.use_cuda_graph,
+                interpreted=interpreted,
+            )
+            cache_file = self._open_storage(platform)
+            restored = cache_file.load() if cache_file is not None else {}
+            if restored:
+                log.debug("%s: restored %d tuned keys from %s", self._name, len(restored), cache_file.path)
+            self._state = _ProcessState(interpreted, platform, benchmarker, cache_file, restored)
+        return self._state
+
+    def settings(self) -> dict[str, Any]:
+        """The tuner settings that change its decisions (hashed into the storage path)."""
+        settings: dict[str, Any] = {
+            "warmup": self.num_warmups,
+            "rep": self.num_reps,
+            "use_cuda_graph": bool(self.use_cuda_graph),
+            "quantiles": list(QUANTILES),
+            "do_bench": identity.callable_name(self.user_do_bench),
+            "strategy": self.strategy_name,
+        }
+        if self.strategy_name != "exhaustive":
+            settings["budget"] = self.budget.as_dict()
+        return settings
+
+    def kernel_identity(self, platform: identity.Platform) -> KernelIdentity:
+        return KernelIdentity(
+            platform=platform,
+            kernel=self._name,
+            autotune_config=identity.stable_hash(self.settings()),
+            code_version=identity.code_version(self.fn),
+            tune_features=identity.stable_hash({"key": list(self.keys), "ignore_dtypes": self.ignore_dtypes}),
+            kernel_configs=identity.stable_hash(sorted(config_id(c) for c in self.configs)),
+            tag=self.tag or default_tag(),
+        )
+
+    def cache_path(self) -> Path:
+        """The ``cache.json`` this kernel reads and writes on this machine."""
+        platform = identity.detect_platform(_compat.is_interpreted(self.fn))
+        root = self.custom_data_storage or default_root()
+        return root / self.kernel_identity(platform).relative_dir() / CACHE_FILE_NAME
+
+    def _open_storage(self, platform: identity.Platform) -> CacheFile | None:
+        try:
+            ident = self.kernel_identity(platform)
+        except (OSError, ValueError, TypeError, EncodingError) as exc:
+            warn_once(
+                "identity",
+                self._name,
+                "%s: cannot compute its storage identity (%s); results stay in memory",
+                self._name,
+                exc,
+            )
+            return None
+        root = self.custom_data_storage or default_root()
+        return CacheFile(root / ident.relative_dir() / CACHE_FILE_NAME, ident.as_dict())
+
+    def _decide(
+        self,
+        state: _ProcessState,
+        key: tuple[Any, ...],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        nargs: dict[str, Any],
+    ) -> _Decision:
+        candidates = self.prune_configs(kwargs, nargs)
+        if len(candidates) == 1:
+            return _Decision(candidates[0], "single")
+        try:
+            kid: str | None = key_id(key)
+        except EncodingError as exc:
+            warn_once(
+                "key",
+                self._name,
+                "%s: tuning key %r cannot be stored (%s); results for it stay in memory",
+                self._name,
+                key,
+                exc,
+            )
+            kid = None
+        candidates_hash = identity.stable_hash(sorted(config_id(c) for c in candidates))
+        entry = state.restored.get(kid) if kid is not None else None
+        if entry is not None:
+            config = self._restore(entry, candidates, candidates_hash)
+            if config is not None:
+                timings = [float(t) for t in entry["timings_ms"]]
+                return _Decision(config, "restored", timings, entry=entry)
+        if _env.force_fallback():
+            if self.fallback_heuristic is not None:
+                return _Decision(self._heuristic(key), "heuristic")
+            warn_once(
+                "fallback",
+                self._name,
+                "%s: %s=1 but no fallback_heuristic was given; tuning instead",
+                self._name,
+                _env.FORCE_FALLBACK,
+            )
+        if _env.use_only_restored():
+            winners = {config_id_of_entry(e) for e in state.restored.values()}
+            restricted = [c for c in candidates if config_id(c) in winners]
+            if restricted:
+                candidates = restricted
+        decision = self._tune(state, key, args, kwargs, nargs, candidates, candidates_hash)
+        if kid is not None and decision.entry is not None:
+            state.restored[kid] = decision.entry
+            if state.cache_file is not None:
+                state.cache_file.record({kid: decision.entry})
+        return decision
+
+    def _restore(
+        self, entry: dict[str, Any], candidates: list[Config], candidates_hash: str
+    ) -> Config | None:
+        pruning = bool(self.early_config_prune or self.perf_model)
+        if pruning and entry.get("candidates") != candidates_hash:
+            log.debug("%s: pruning gives another candidate set than the stored one; re-tuning", self._name)
+            return None
+        wanted = config_id_of_entry(entry)
+        for config in candidates:
+            if config_id(config) == wanted:
+                return config
+        warn_once(
+            "unmatched",
+            self._name + wanted,
+            "%s: stored config %s is not among the current candidates; ignoring it",
+            self._name,
+            wanted[:200],
+        )
+        return None
+
+    def _heuristic(self, key: tuple[Any, ...]) -> Config:
+        assert self.fallback_heuristic is not None
+        config = self.fallback_heuristic(key)
+        if not isinstance(config, Config):
+            raise AutotuningError(
+                f"{self._name}: fallback_heuristic returned {type(config).__name__}, not a triton.Config"
+            )
+        return config
+
+    def prune_configs(self, kwargs: dict[str, Any], nargs: dict[str, Any] | None = None) -> list[Config]:
+        """Upstream's pruning (early_config_prune, then perf_model top-k), on explicit arguments."""
+        if nargs is None:
+            nargs = self.nargs or {}
+        configs = list(self.configs)
+        if self.early_config_prune:
+            configs = list(self.early_config_prune(configs, nargs, **kwargs))
+            if not configs:
+                raise AutotuningError(f"{self._name}: early_config_prune returned no config")
+        if self.perf_model:
+            top_k = self.configs_top_k
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = max(1, int(len(configs) * top_k))
+            elif not isinstance(top_k, int):
+                raise TypeError("prune_configs_by['top_k'] must be a float <= 1.0 or an int")
+            if len(configs) > top_k:
+                estimates = [self.perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in configs]
+                order = sorted(range(len(configs)), key=estimates.__getitem__)
+                configs = [configs[i] for i in order[:top_k]]
+        return configs
+
+    # --- tuning ----------------------------------------------------------------------------------------
+
+    def _bench_dispatch(self, kernel_call: Callable[[], Any], quantiles: Sequence[float] = QUANTILES) -> Any:
+        """The ``do_bench`` upstream code paths see: our benchmarker for this process."""
+        return self._process_state().benchmarker(kernel_call, quantiles)
+
+    def _evaluator(
+        self, state: _ProcessState, args: tuple[Any, ...], kwargs: dict[str, Any], nargs: dict[str, Any]
+    ) -> Evaluator:
+        ctx = LaunchContext(
+            fn=self.fn,
+            args=args,
+            kwargs=kwargs,
+            nargs=nargs,
+            pre_hook=self.pre_hook,
+            post_hook=self.post_hook,
+            benchmarker=state.benchmarker,
+            kernel_name=self._name,
+        )
+        return InProcessEvaluator(ctx)
+
+    def _tune(
+        self,
+        state: _ProcessState,
+        key: tuple[Any, ...],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        nargs: dict[str, Any],
+        candidates: list[Config],
+        candidates_hash: str,
+    ) -> _Decision:
+        space = SearchSpace.from_configs(candidates)
+        strategy = make_strategy(self.strategy_name)
+        timings: dict[Config, list[float]] = {}
+        failures: dict[Config, str] = {}
+
+        def rule_out(config: Config, reason: str) -> float:
+            failures[config] = reason[:500]
+            timings[config] = [math.inf] * len(QUANTILES)
+            log.debug("%s: ruled out %s: %s", self._name, describe_config(config), reason[:300])
+            return math.inf
+
+        def objective(index: int) -> float:
+            config = candidates[index]
+            if config in failures:
+                return math.inf
+            try:
+                result = evaluator.measure(config)
+            except Exception as exc:  # the candidate is ruled out, tuning goes on
+                return rule_out(config, f"{type(exc).__name__}: {exc}".strip())
+            timings[config] = result
+            return result[0]
+
+        warm = self._warm_start(state, candidates)
+        start = time.perf_counter()
+        self.nargs = nargs
+        try:
+            with self._evaluator(state, args, kwargs, nargs) as evaluator:
+                for config, reason in evaluator.prepare(candidates).items():
+                    rule_out(config, reason)
+                run = drive(strategy, SearchRun(space, objective, self.budget), warm)
+        finally:
+            self.nargs = None
+        duration = time.perf_counter() - start
+        best_index = run.best()
+        if best_index is None:
+            details = "; ".join(f"[{describe_config(c)}] {r}" for c, r in list(failures.items())[:5])
+            raise AutotuningError(
+                f"{self._name}: all {len(run.results)} candidate configs failed for key {key!r}"
+                + (f": {details}" if details else "")
+            )
+        best = candidates[best_index]
+        self.pre_hook({**nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
+        entry = self._entry(key, best, timings, failures, run, duration, candidates_hash)
+        return _Decision(best, "tuned", timings[best], timings, duration, entry)
+
+    def _warm_start(self, state: _ProcessState, candidates: list[Config]) -> list[int]:
+        """Indices of candidates that won other stored keys: good first guesses for a new key."""
+        if self.strategy_name == "exhaustive" or not state.restored:
+            return []
+        index = {config_id(c): i for i, c in enumerate(candidates)}
+        seeds = []
+        for entry in state.restored.values():
+            i = index.get(config_id_of_entry(entry))
+            if i is not None and i not in seeds:
+                seeds.append(i)
+        return seeds
+
+    def _entry(
+        self,
+        key: tuple[Any, ...],
+        best: Config,
+        timings: dict[Config, list[float]],
+        failures: dict[Config, str],
+        run: SearchRun,
+        duration: float,
+        candidates_hash: str,
+    ) -> dict[str, Any] | None:
+        try:
+            ranked = sorted((t[0], i) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
+            listed = list(timings.items())
+            return {
+                "key": encode_key(key),
+                "config": encode_config(best),
+                "timings_ms": [float(t) for t in timings[best]],
+                "evaluated": len(run.results),
+                "space_size": len(run.space),
+                "strategy": self.strategy_name,
+                "budget": self.budget.as_dict() if self.strategy_name != "exhaustive" else None,
+                "tuning_time_s": round(duration, 6),
+                "tuned_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "candidates": candidates_hash,
+                "top": [
+                    {"config": encode_config(listed[i][0]), "timings_ms": [float(t) for t in listed[i][1]]}
+                    for _, i in ranked[:TOP_K]
+                ],
+                "ruled_out": [
+                    {"config": encode_config(c), "reason": r}
+                    for c, r in list(failures.items())[:MAX_RULED_OUT]
+                ],
+            }
+        except EncodingError as exc:
+            warn_once(
+                "config",
+                self._name,
+                "%s: a config cannot be stored (%s); results stay in memory",
+                self._name,
+                exc,
+            )
+            return None
+
+    # --- reporting ------------------------------------------------------------------------------------
+
+    def _report(self, key: tuple[Any, ...], decision: _Decision, state: _ProcessState) -> None:
+        if decision.source == "single":
+            return
+        if _compat.print_autotuning():
+            how = {
+                "tuned": lambda: (
+                    f"tuned ({self.strategy_name}, {len(decision.configs_timings)} configs benchmarked)"
+                ),
+                "restored": lambda: (
+                    f"restored from {state.cache_file.path if state.cache_file else 'storage'}"
+                ),
+                "heuristic": lambda: "fallback heuristic, no tuning",
+            }[decision.source]()
+            best = describe_config(decision.config)
+            sys.stdout.write(
+                f"Triton autotuning for function {self._name}, with key as {key}, finished after "
+                f"{decision.duration_s:.2f}s, {how}, best config selected: {best};\n"
+            )
+            sys.stdout.flush()
+        log.debug("%s: key %r -> %s (%s)", self._name, key, describe_config(decision.config), decision.source)
+        listener = _compat.autotuning_listener()
+        if listener is not None and decision.source in ("tuned", "restored"):
+            listener(
+                fn=_compat.jit_function(self.fn) or self.fn,
+                key=key,
+                best_config=decision.config,
+                configs_timings=decision.configs_timings,
+                duration=decision.duration_s if decision.source == "tuned" else None,
+                cache_hit=decision.source == "restored",
+            )
+
+
+def config_id_of_entry(entry: dict[str, Any]) -> str:
+    config, _ = decode_config(entry["config"])
+    return config_id(config)
+
+
+def _check_names(arg_names: list[str], **lists: Sequence[str] | None) -> None:
+    for what, names in lists.items():
+        if names is None:
+            continue
+        if isinstance(names, str):
+            raise TypeError(f"{what} must be a list of argument names, not the string {names!r}")
+        unknown = [n for n in names if n not in arg_names]
+        if unknown:
+            raise ValueError(
+                f"{what} names {', '.join(map(repr, unknown))}, which are not kernel arguments "
+                f"(the kernel's arguments are: {', '.join(arg_names)})"
+            )
+
+
+def autotune(
+    key: Sequence[str],
+    configs: Sequence[Config] | None = None,
+    config_space: ConfigSpace | None = None,
+    reset_to_zero: Sequence[str] | None = None,
+    restore_value: Sequence[str] | None = None,
+    pre_hook: Callable[..., Any] | None = None,
+    post_hook: Callable[..., Any] | None = None,
+    prune_configs_by: dict[str, Any] | None = None,
+    warmup: float | None = None,
+    rep: float | None = None,
+    use_cuda_graph: bool = False,
+    do_bench: Callable[..., Any] | None = None,
+    fallback_heuristic: Callable[[tuple[Any, ...]], Config] | None = None,
+    use_bo: bool = False,
+    use_random_search: bool = False,
+    search_max_search_t: float = 180,
+    search_max_share: float = 1.0,
+    search_max_repeat: int = 1,
+    custom_data_storage: str | Path | None = None,
+    ignore_dtypes: bool = False,
+    *,
+    search_seed: int = 0,
+    tag: str | None = None,
+) -> Callable[[Any], Autotuner]:
+    """Tune a ``@triton.jit`` kernel once per identity and restore the result in every later process.
+
+    A drop-in for ``triton.autotune`` (same arguments and hooks) and for triton-dejavu's ``autotune``.
+    Give the candidates as ``configs`` (a list of ``triton.Config``) or as ``config_space`` (a
+    :class:`ConfigSpace`); with neither, upstream's single default config is used.
+
+    ``use_random_search=True`` or ``use_bo=True`` (extra ``bo``) search within ``search_max_search_t``
+    seconds and ``search_max_share`` of the space, restarting up to ``search_max_repeat`` times when
+    nothing valid was found, seeded by ``search_seed``. ``fallback_heuristic(key) -> triton.Config``
+    answers a miss when ``TRITON_DEJAVU_FORCE_FALLBACK=1``. ``custom_data_storage`` stores this
+    kernel's results under another root; ``tag`` (default ``$TRITON_DEJAVU_TAG`` or "default") names
+    the deployment. ``ignore_dtypes=True`` leaves argument dtypes out of the tuning key.
+    """
+    if _looks_like_configs(key) and (configs is None or _looks_like_names(configs)):
+        # upstream order: triton.autotune(configs, key)
+        key, configs = (configs or []), key  # type: ignore[assignment]
+
+    def decorator(fn: Any) -> Autotuner:
+        return Autotuner(
+            fn,
+            fn.arg_names,
+            configs,
+            key,
+            reset_to_zero,
+            restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            prune_configs_by=prune_configs_by,
+            warmup=warmup,
+            rep=rep,
+            use_cuda_graph=use_cuda_graph,
+            do_bench=do_bench,
+            config_space=config_space,
+            fallback_heuristic=fallback_heuristic,
+            use_bo=use_bo,
+            use_random_search=use_random_search,
+            search_max_search_t=search_max_search_t,
+            search_max_share=search_max_share,
+            search_max_repeat=search_max_repeat,
+            search_seed=search_seed,
+            custom_data_storage=custom_data_storage,
+            ignore_dtypes=ignore_dtypes,
+            tag=tag,
+        )
+
+    return decorator
+
+
+def _looks_like_configs(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, Config) for v in value)
+
+
+def _looks_like_names(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)

@@ -1,0 +1,223 @@
+"""``ConfigSpace``: a cross product of parameter lists, filtered by conditions and by the platform."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from . import _compat
+from ._compat import Config
+
+log = logging.getLogger(__name__)
+
+KwargCondition = Callable[[dict[str, Any]], bool]
+ConfigCondition = Callable[[Config], bool]
+
+#: A platform check: given a Config, the reason it cannot run here, or None.
+PlatformCheck = Callable[[Config], "str | None"]
+
+
+class ConfigSpace:
+    """All combinations of the given lists that pass every condition and run on this platform.
+
+    ``kwargs_with_lists`` maps each meta-parameter to its candidate values; the keyword lists
+    (``num_warps=[4, 8]``, ``num_stages=[2, 3, 4]``, ``num_ctas=[1, 2]``, ``maxnreg=[None, 128]``, ...)
+    give the candidates of ``triton.Config``'s own fields. A field the installed Triton does not have
+    but another release does (``num_buffers_warp_spec``, ``enable_warp_specialization``, ...) is
+    dropped with a warning, so one kernel file serves several Triton releases; a name no release
+    knows is a ``TypeError``.
+
+    ``kwarg_conditions`` are functions of the kwargs dict, ``conditions`` functions of the whole
+    Config; a point is kept when every one returns true. Options the platform cannot run
+    (``num_ctas > 1`` before compute capability 9.0, ``maxnreg`` off CUDA) are filtered when the
+    space is first listed on the machine that runs it.
+
+    The space knows its raw size (the product of the list lengths) without enumerating anything,
+    and its exact size by counting; it lists, samples, and encodes points as tuples of indices.
+    """
+
+    def __init__(
+        self,
+        kwargs_with_lists: Mapping[str, Sequence[Any]],
+        kwarg_conditions: Sequence[KwargCondition] | None = None,
+        conditions: Sequence[ConfigCondition] | None = None,
+        pre_hook: Callable[..., Any] | None = None,
+        **option_lists: Sequence[Any] | None,
+    ) -> None:
+        if not isinstance(kwargs_with_lists, Mapping):
+            raise TypeError("kwargs_with_lists must be a dict of parameter name -> list of values")
+        self.kwargs_with_lists: dict[str, tuple[Any, ...]] = {}
+        for name, values in kwargs_with_lists.items():
+            self.kwargs_with_lists[name] = self._as_values(name, values)
+        self.options: dict[str, tuple[Any, ...]] = {}
+        self.dropped_options: list[str] = []
+        for name, values in option_lists.items():
+            if values is None:
+                continue
+            if name not in _compat.CONFIG_FIELDS:
+                if name in _compat.CONFIG_FIELDS_ANY_RELEASE:
+                    log.warning(
+                        "ConfigSpace: triton %s has no Config field %r; its list is ignored",
+                        _compat.TRITON_VERSION_STR,
+                        name,
+                    )
+                    self.dropped_options.append(name)
+                    continue
+                known = ", ".join(sorted(_compat.CONFIG_FIELDS_ANY_RELEASE))
+                raise TypeError(
+                    f"ConfigSpace got an unknown Config field {name!r}; Config fields are: {known}"
+                )
+            self.options[name] = self._as_values(name, values)
+        self.kwarg_conditions: list[KwargCondition] = list(kwarg_conditions or [])
+        self.conditions: list[ConfigCondition] = list(conditions or [])
+        for cond in (*self.kwarg_conditions, *self.conditions):
+            if not callable(cond):
+                raise TypeError(f"conditions must be callables, got {cond!r}")
+        self.pre_hook = pre_hook
+        self.platform_check: PlatformCheck | None = None
+        self._size: int | None = None
+        self._listed: list[Config] | None = None
+
+    @staticmethod
+    def _as_values(name: str, values: Any) -> tuple[Any, ...]:
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise TypeError(f"ConfigSpace: {name} must be a list of values, got {values!r}")
+        if len(values) == 0:
+            raise ValueError(f"ConfigSpace: {name} has an empty list of values")
+        return tuple(values)
+
+    # --- structure ------------------------------------------------------------------------------
+
+    @property
+    def parameters(self) -> dict[str, tuple[Any, ...]]:
+        """Every dimension in order: the kwargs first, then the Config fields."""
+        return {**self.kwargs_with_lists, **self.options}
+
+    @property
+    def raw_size(self) -> int:
+        """Size of the cross product, before any condition."""
+        return math.prod(len(v) for v in self.parameters.values())
+
+    def point_to_config(self, point: Sequence[int]) -> Config:
+        """The Config at a tuple of indices (one per dimension), whether or not it is valid."""
+        dims = self.parameters
+        if len(point) != len(dims):
+            raise ValueError(f"a point has {len(dims)} indices, got {len(point)}")
+        values = [vals[i] for vals, i in zip(dims.values(), point)]
+        n_kwargs = len(self.kwargs_with_lists)
+        kwargs = dict(zip(self.kwargs_with_lists, values[:n_kwargs]))
+        options = dict(zip(self.options, values[n_kwargs:]))
+        return Config(kwargs, pre_hook=self.pre_hook, **options)
+
+    def config_to_point(self, config: Config) -> tuple[int, ...] | None:
+        """The indices of a Config's values, or None if some value is not in the lists."""
+        point: list[int] = []
+        for name, values in self.parameters.items():
+            value = config.kwargs.get(name) if name in self.kwargs_with_lists else getattr(config, name, None)
+            try:
+                point.append(values.index(value))
+            except ValueError:
+                return None
+        return tuple(point)
+
+    def rejection(self, config: Config) -> str | None:
+        """Why a Config is not part of the space (a condition or the platform), or None."""
+        for cond in self.kwarg_conditions:
+            if not cond(dict(config.kwargs)):
+                return f"kwarg condition {getattr(cond, '__name__', cond)!s}"
+        for cond in self.conditions:
+            if not cond(config):
+                return f"condition {getattr(cond, '__name__', cond)!s}"
+        if self.platform_check is not None:
+            return self.platform_check(config)
+        return None
+
+    def is_valid(self, config: Config) -> bool:
+        return self.rejection(config) is None
+
+    def decode(self, point: Sequence[int]) -> Config | None:
+        """The Config at a point, or None when conditions or the platform exclude it."""
+        config = self.point_to_config(point)
+        return config if self.is_valid(config) else None
+
+    # --- listing ------------------------------------------------------------------------------------
+
+    def _points(self) -> Iterator[tuple[int, ...]]:
+        return itertools.product(*(range(len(v)) for v in self.parameters.values()))
+
+    def __iter__(self) -> Iterator[Config]:
+        for point in self._points():
+            config = self.decode(point)
+            if config is not None:
+                yield config
+
+    def __len__(self) -> int:
+        """The number of valid points (counted once, without keeping them)."""
+        if self._size is None:
+            self._size = sum(1 for _ in self)
+        return self._size
+
+    def configs(self) -> list[Config]:
+        """All valid Configs, in cross-product order (listed once, then kept)."""
+        if self._listed is None:
+            self._listed = list(self)
+            self._size = len(self._listed)
+        return self._listed
+
+    def generate_config_list(self) -> list[Config]:
+        """Alias of :meth:`configs` under the name triton-dejavu uses."""
+        return self.configs()
+
+    def sample(self, n: int, seed: int | None = 0, *, max_tries: int | None = None) -> list[Config]:
+        """Up to ``n`` distinct valid Configs drawn uniformly, without listing the space."""
+        rng = random.Random(seed)
+        sizes = [len(v) for v in self.parameters.values()]
+        raw = self.raw_size
+        if n >= raw or (self._listed is not None):
+            pool = list(self.configs())
+            rng.shuffle(pool)
+            return pool[:n]
+        tries = max_tries if max_tries is not None else max(1000, 50 * n)
+        seen: set[tuple[int, ...]] = set()
+        out: list[Config] = []
+        while len(out) < n and tries > 0 and len(seen) < raw:
+            tries -= 1
+            point = tuple(rng.randrange(s) for s in sizes)
+            if point in seen:
+                continue
+            seen.add(point)
+            config = self.decode(point)
+            if config is not None:
+                out.append(config)
+        return out
+
+    def bind_platform(self, check: PlatformCheck | None) -> None:
+        """Set the platform filter (done by the autotuner on the machine that runs the kernel)."""
+        if check is not self.platform_check:
+            self.platform_check = check
+            self._size = None
+            self._listed = None
+
+    def __repr__(self) -> str:
+        dims = ", ".join(f"{k}={list(v)}" for k, v in self.parameters.items())
+        return f"ConfigSpace({dims}; {len(self.kwarg_conditions) + len(self.conditions)} conditions)"
+
+
+def platform_check_for(backend: str, capability: tuple[int, int] | None) -> PlatformCheck:
+    """Reject Config options the platform cannot run."""
+
+    def check(config: Config) -> str | None:
+        if backend == "interpreter":
+            return None  # the interpreter ignores launch options
+        num_ctas = getattr(config, "num_ctas", 1) or 1
+        if num_ctas > 1 and not (backend == "cuda" and capability is not None and capability >= (9, 0)):
+            return "num_ctas > 1 needs an NVIDIA GPU of compute capability 9.0 or newer"
+        if getattr(config, "maxnreg", None) is not None and backend != "cuda":
+            return "maxnreg is only supported on NVIDIA GPUs"
+        return None
+
+    return check

@@ -1,0 +1,244 @@
+"""Who we are: package, Triton, CUDA/ROCm and GPU identity, and stable hashes of kernels and settings.
+
+Every hash here is stable across processes and machines: it is computed from source text, typed
+JSON and names, never from ``repr()`` of an object with an address or from ``id()``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import inspect
+import logging
+import os
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from . import _compat
+from .codec import EncodingError, canonical_json, encode_value
+
+log = logging.getLogger(__name__)
+
+HASH_LENGTH = 16
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_LENGTH]
+
+
+def stable_hash(data: Any) -> str:
+    """Hash of JSON-able data through its canonical form."""
+    return short_hash(canonical_json(data))
+
+
+def sanitize(name: str, *, max_length: int = 80) -> str:
+    """A readable single path component: no separators, no '..', no spaces, never empty."""
+    cleaned = _SAFE.sub("_", name.strip()).strip("._")
+    if not cleaned:
+        cleaned = "unnamed"
+    if len(cleaned) > max_length:
+        cleaned = f"{cleaned[: max_length - HASH_LENGTH - 1]}-{short_hash(name)}"
+    return cleaned
+
+
+def package_major_minor() -> str:
+    from . import __version__
+
+    return ".".join(__version__.split(".")[:2])
+
+
+@dataclass(frozen=True)
+class Platform:
+    """The machine a result was tuned on: the part of the storage path above the kernel."""
+
+    triton: str
+    toolchain: str  # "cuda_12.8" | "rocm_6.2.1" | "cpu"
+    gpu: str  # sanitised device name, or "interpreter"
+    backend: str  # "cuda" | "hip" | "interpreter" | "unknown"
+    capability: tuple[int, int] | None  # CUDA compute capability
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dejavu": package_major_minor(),
+            "triton": self.triton,
+            "toolchain": self.toolchain,
+            "gpu": self.gpu,
+        }
+
+
+@functools.lru_cache(maxsize=2)
+def detect_platform(interpreted: bool) -> Platform:
+    """The platform; under the interpreter it is ``cpu``/``interpreter`` whatever GPU is present."""
+    if interpreted:
+        return Platform(_compat.TRITON_VERSION_STR, "cpu", "interpreter", "interpreter", None)
+    import torch
+
+    rocm_override = os.environ.get("_TRITON_DEJAVU_DETERMINED_ROCM_VERSION")
+    cuda_override = os.environ.get("_TRITON_DEJAVU_DETERMINED_CUDA_VERSION")
+    hip = getattr(torch.version, "hip", None)
+    backend = "hip" if (hip or rocm_override) else "cuda"
+    if backend == "hip":
+        version = rocm_override or ".".join(str(hip).split("-")[0].split(".")[:3])
+        toolchain = f"rocm_{version}"
+    else:
+        version = cuda_override or str(torch.version.cuda or "unknown")
+        toolchain = f"cuda_{'.'.join(version.split('.')[:2])}"
+    name = "unknown"
+    capability = None
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        name = torch.cuda.get_device_name(index)
+        capability = tuple(torch.cuda.get_device_capability(index))
+    else:
+        backend = "unknown"
+    return Platform(_compat.TRITON_VERSION_STR, sanitize(toolchain), sanitize(name), backend, capability)
+
+
+# --- kernel identity ---------------------------------------------------------------------------------
+
+_SKIPPED_FIELDS = frozenset({"ctx", "type_comment", "decorator_list", "type_params", "kind"})
+
+
+def _canonical_ast(node: Any) -> str:
+    """A Python-version-stable text of an AST: no positions, decorators or load/store contexts."""
+    if isinstance(node, ast.AST):
+        parts = [type(node).__name__]
+        for field in node._fields:
+            if field in _SKIPPED_FIELDS:
+                continue
+            value = getattr(node, field, None)
+            if value is None or value == []:
+                continue
+            parts.append(f"{field}={_canonical_ast(value)}")
+        return "(" + " ".join(parts) + ")"
+    if isinstance(node, list):
+        return "[" + " ".join(_canonical_ast(v) for v in node) + "]"
+    return repr(node)
+
+
+def _function_node(fn: Any) -> ast.FunctionDef:
+    source = textwrap.dedent(inspect.getsource(fn))
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == fn.__name__:
+            body = node.body
+            first = body[0].value if body and isinstance(body[0], ast.Expr) else None
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and len(body) > 1:
+                node.body = body[1:]  # the docstring is not code
+            return node  # type: ignore[return-value]
+    raise ValueError(f"cannot find the source of {fn.__qualname__}")
+
+
+def _referenced_names(node: ast.AST) -> list[tuple[str, ...]]:
+    """Dotted names read by the function body, e.g. ('helper',), ('mod', 'CONST'), ('tl', 'sum')."""
+    chains: list[tuple[str, ...]] = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute):
+            parts: list[str] = [sub.attr]
+            base: ast.AST = sub.value
+            while isinstance(base, ast.Attribute):
+                parts.append(base.attr)
+                base = base.value
+            if isinstance(base, ast.Name):
+                chains.append((base.id, *reversed(parts)))
+        elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+            chains.append((sub.id,))
+    return chains
+
+
+def _scope(fn: Any) -> dict[str, Any]:
+    scope = dict(fn.__globals__)
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                scope[name] = cell.cell_contents
+            except ValueError:  # empty cell
+                continue
+    return scope
+
+
+def _resolve(chain: tuple[str, ...], scope: dict[str, Any]) -> Any:
+    if chain[0] not in scope:
+        return None
+    value = scope[chain[0]]
+    for attr in chain[1:]:
+        if inspect.ismodule(value) and value.__name__.split(".")[0] == "triton":
+            return None  # triton.language builtins are covered by the Triton version
+        value = getattr(value, attr, None)
+        if value is None:
+            return None
+    return value
+
+
+def _is_module_or_builtin(value: Any) -> bool:
+    return inspect.ismodule(value) or inspect.isbuiltin(value) or inspect.isclass(value)
+
+
+def _plain_value(value: Any) -> Any:
+    """The JSON-able form of a global constant a kernel may read, or None if it is not one."""
+    value = _compat.constexpr_value(value)
+    if value is None or isinstance(value, (bool, int, float, str, tuple)):
+        try:
+            return encode_value(value)
+        except EncodingError:
+            return None
+    return None
+
+
+def code_version(kernel: Any) -> str:
+    """Hash of the kernel's code and of everything its compiled code depends on in Python.
+
+    It covers the function's source as an AST (so line numbers, decorators, comments, docstrings
+    and formatting do not matter), the @jit functions it calls (recursively) and the constexpr or
+    scalar globals and closure values it reads. Names that resolve to triton itself are covered by
+    the Triton version in the storage path.
+    """
+    return stable_hash(_describe_function(_compat.python_function(kernel), {}))
+
+
+def _describe_function(fn: Any, seen: dict[Any, str]) -> Any:
+    if fn in seen:
+        return {"recursive": fn.__qualname__}
+    seen[fn] = fn.__qualname__
+    node = _function_node(fn)
+    scope = _scope(fn)
+    local_names = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+    local_names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    dependencies: dict[str, Any] = {}
+    for chain in _referenced_names(node):
+        if chain[0] in local_names:
+            continue
+        dotted = ".".join(chain)
+        if dotted in dependencies:
+            continue
+        value = _resolve(chain, scope)
+        if value is None:
+            continue
+        if _compat.is_jit_callable(value):
+            dependencies[dotted] = {"jit": _describe_function(_compat.python_function(value), seen)}
+            continue
+        if _is_module_or_builtin(value) or callable(value):
+            continue
+        plain = _plain_value(value)
+        if plain is not None or value is None:
+            dependencies[dotted] = {"value": plain}
+    return {"name": fn.__name__, "ast": short_hash(_canonical_ast(node)), "deps": dependencies}
+
+
+def describe_settings(settings: dict[str, Any]) -> str:
+    """Hash of tuner settings (already JSON-able, callables replaced by their qualified names)."""
+    return stable_hash(settings)
+
+
+def callable_name(fn: Any) -> str | None:
+    """A stable name for a user callable: ``module.qualname`` (never its repr or id)."""
+    if fn is None:
+        return None
+    target = getattr(fn, "__func__", fn)
+    module = getattr(target, "__module__", None) or type(target).__module__
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{module}.{qualname}"
