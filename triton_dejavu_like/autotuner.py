@@ -392,6 +392,8 @@ class Autotuner(_compat.UpstreamAutotuner):
         if _env.use_only_restored():
             winners = {config_id_of_entry(e) for e in state.restored.values()}
             restricted = [c for c in candidates if config_id(c) in winners]
+            if len(restricted) == 1:
+                return _Decision(restricted[0], "single")
             if restricted:
                 candidates = restricted
         decision = self._tune(state, key, args, kwargs, nargs, candidates, candidates_hash)

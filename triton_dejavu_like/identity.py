@@ -180,13 +180,10 @@ def _is_module_or_builtin(value: Any) -> bool:
 
 def _plain_value(value: Any) -> Any:
     """The JSON-able form of a global constant a kernel may read, or None if it is not one."""
-    value = _compat.constexpr_value(value)
-    if value is None or isinstance(value, (bool, int, float, str, tuple)):
-        try:
-            return encode_value(value)
-        except EncodingError:
-            return None
-    return None
+    try:
+        return encode_value(_compat.constexpr_value(value))
+    except EncodingError:
+        return None
 
 
 def code_version(kernel: Any) -> str:
@@ -221,10 +218,10 @@ def _describe_function(fn: Any, seen: dict[Any, str]) -> Any:
         if _compat.is_jit_callable(value):
             dependencies[dotted] = {"jit": _describe_function(_compat.python_function(value), seen)}
             continue
-        if _is_module_or_builtin(value) or callable(value):
+        if not _compat.is_constexpr(value) and (_is_module_or_builtin(value) or callable(value)):
             continue
         plain = _plain_value(value)
-        if plain is not None or value is None:
+        if plain is not None:
             dependencies[dotted] = {"value": plain}
     return {"name": fn.__name__, "ast": short_hash(_canonical_ast(node)), "deps": dependencies}
 

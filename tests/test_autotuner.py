@@ -1,0 +1,476 @@
+"""The decorator as a user meets it: tuning, keys, hooks, pruning, passthrough, miss policies."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import triton
+from kernels import (
+    FakeBench,
+    accumulate_kernel,
+    add_kernel,
+    block_configs,
+    noop_kernel,
+    grid,
+    observe_block,
+    run_add,
+    scale_kernel,
+    tuned_add,
+)
+from triton.runtime.autotuner import Autotuner as UpstreamAutotuner
+
+import triton_dejavu_like as tdl
+
+
+def test_is_an_upstream_autotuner_and_picks_the_fastest():
+    bench = FakeBench({16: 5.0, 32: 2.0, 64: 3.0, 128: 4.0})
+    tuner = tuned_add(bench)
+    assert isinstance(tuner, UpstreamAutotuner)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert tuner.last_decision == "tuned"
+    assert bench.calls == 4
+    assert sorted(c.kwargs["BLOCK"] for c in tuner.configs_timings) == [16, 32, 64, 128]
+    assert tuner.configs_timings[tuner.best_config][0] == 2.0
+    assert tuner.bench_time > 0
+    assert list(tuner.cache.values()) == [tuner.best_config]
+
+
+def test_in_memory_hit_does_not_benchmark_again():
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    run_add(tuner)
+    calls = bench.calls
+    for _ in range(3):
+        run_add(tuner)
+    assert bench.calls == calls
+
+
+def test_new_key_value_tunes_again_and_each_key_is_stored():
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    run_add(tuner, n=100)
+    run_add(tuner, n=200)
+    assert bench.calls == 8
+    doc = json.loads(tuner.cache_path().read_text())
+    assert {tuple(e["key"]) for e in doc["entries"].values()} == {
+        (100, "torch.float32", "torch.float32", "torch.float32"),
+        (200, "torch.float32", "torch.float32", "torch.float32"),
+    }
+
+
+def _record_keys(tuner_factory, calls):
+    keys = []
+    for args, kwargs in calls:
+        tuner = tuner_factory()
+        tuner[lambda meta: (1,)](*args, **kwargs)
+        keys.append(next(iter(tuner.cache)))
+    return keys
+
+
+@pytest.mark.parametrize("ignore_dtypes", [False, True])
+def test_tuning_key_matches_upstream(ignore_dtypes):
+    """Key argument values (in key order, skipped when left at their default), then str(dtype) of
+    every argument that has a dtype, positional or keyword."""
+    configs = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+    a16 = torch.zeros(4, dtype=torch.float16)
+    b32 = torch.zeros(4, dtype=torch.int32)
+    calls = [
+        ((a16, b32, 8, 3, 1.5), {}),
+        ((a16,), {"b_ptr": b32, "n": 9, "m": 2, "alpha": 0.5}),
+        ((a16, b32), {"m": 7, "n": 5, "alpha": 1.0, "flag": 1}),
+    ]
+    fake = FakeBench()
+    key = ["m", "n", "flag"]
+
+    def ours():
+        return tdl.autotune(key=key, configs=configs, do_bench=fake, ignore_dtypes=ignore_dtypes)(noop_kernel)
+
+    def upstream():
+        return triton.autotune(configs=configs, key=key, do_bench=fake)(noop_kernel)
+
+    got = _record_keys(ours, calls)
+    expected = _record_keys(upstream, calls)
+    assert expected[0] == (3, 8, "torch.float16", "torch.int32")
+    assert expected[2] == (7, 5, 1, "torch.float16", "torch.int32")
+    if ignore_dtypes:
+        expected = [tuple(v for v in k if not str(v).startswith("torch.")) for k in expected]
+    assert got == expected
+
+
+def test_upstream_positional_order_is_accepted():
+    bench = FakeBench({16: 1.0, 32: 9.0, 64: 9.0, 128: 9.0})
+    tuner = tdl.autotune(block_configs(), ["n"], do_bench=bench, pre_hook=observe_block(bench))(add_kernel)
+    run_add(tuner)
+    assert tuner.keys == ["n"]
+    assert tuner.best_config.kwargs == {"BLOCK": 16}
+
+
+def test_bad_key_names_and_argument_combinations_fail_at_decoration():
+    with pytest.raises(ValueError, match="not kernel arguments"):
+        tdl.autotune(key=["size"], configs=block_configs())(add_kernel)
+    with pytest.raises(ValueError, match="not kernel arguments"):
+        tdl.autotune(key=["n"], configs=block_configs(), reset_to_zero=["acc"])(add_kernel)
+    with pytest.raises(ValueError, match="either configs or config_space"):
+        tdl.autotune(key=["n"], configs=block_configs(), config_space=tdl.ConfigSpace({"BLOCK": [16]}))(
+            add_kernel
+        )
+    with pytest.raises(ValueError, match="exclude each other"):
+        tdl.autotune(key=["n"], configs=block_configs(), use_bo=True, use_random_search=True)(add_kernel)
+    with pytest.raises(ValueError, match="search_max_share"):
+        tdl.autotune(key=["n"], configs=block_configs(), use_random_search=True, search_max_share=0)(
+            add_kernel
+        )
+
+
+def test_no_configs_uses_the_single_default_config_without_benchmarking():
+    bench = FakeBench()
+
+    @triton.jit
+    def copy(x_ptr, out_ptr, n):
+        offs = triton.language.arange(0, 128)
+        mask = offs < n
+        triton.language.store(out_ptr + offs, triton.language.load(x_ptr + offs, mask=mask), mask=mask)
+
+    tuner = tdl.autotune(key=["n"], do_bench=bench)(copy)
+    x = torch.arange(100, dtype=torch.float32)
+    out = torch.empty_like(x)
+    tuner[(1,)](x, out, 100)
+    assert torch.equal(out, x)
+    assert bench.calls == 0
+    assert len(tuner.configs) == 1
+
+
+def test_config_space_is_tuned_over_its_valid_points():
+    bench = FakeBench({16: 4.0, 32: 3.0, 64: 1.0, 128: 2.0})
+    space = tdl.ConfigSpace(
+        {"BLOCK": [16, 32, 64, 128]},
+        num_warps=[1, 2],
+        kwarg_conditions=[lambda kw: kw["BLOCK"] != 64],
+    )
+    tuner = tuned_add(bench, config_space=space)
+    run_add(tuner)
+    assert len(tuner.configs) == 6
+    assert bench.calls == 6
+    assert tuner.best_config.kwargs == {"BLOCK": 128}
+
+
+def test_do_bench_is_honoured_and_warmup_rep_reach_the_cpu_timer(monkeypatch):
+    import triton_dejavu_like.bench as bench_mod
+
+    seen = {}
+    real = bench_mod.cpu_do_bench
+
+    def spy(call, quantiles, *, warmup=None, rep=None, **kw):
+        seen["warmup"], seen["rep"] = warmup, rep
+        return real(call, quantiles, warmup=warmup, rep=rep, **kw)
+
+    monkeypatch.setattr(bench_mod, "cpu_do_bench", spy)
+    tuner = tdl.autotune(key=["n"], configs=block_configs((32, 64)), warmup=3, rep=7)(add_kernel)
+    run_add(tuner)
+    assert seen == {"warmup": 3, "rep": 7}
+    assert tuner.last_decision == "tuned"
+
+
+def test_reset_to_zero_and_restore_value_protect_in_place_kernels():
+    acc = torch.full((64,), 5.0)
+    x = torch.ones(64)
+    bench = FakeBench()
+    tuner = tdl.autotune(
+        key=["n"], configs=block_configs((16, 32, 64)), restore_value=["acc_ptr"], do_bench=bench
+    )(accumulate_kernel)
+    tuner[grid(64)](acc, x, 64)
+    assert bench.calls == 3
+    assert torch.equal(acc, torch.full((64,), 6.0)), "tuning runs must not leak into the result"
+
+    zeroed = torch.full((64,), 5.0)
+    tuner2 = tdl.autotune(
+        key=["n"], configs=block_configs((16, 32)), reset_to_zero=["acc_ptr"], do_bench=FakeBench()
+    )(accumulate_kernel)
+    tuner2[grid(64)](zeroed, x, 64)
+    assert torch.equal(zeroed, torch.ones(64)), "reset before the real launch"
+
+
+def test_user_hooks_see_every_benchmark_and_the_exception_argument():
+    events = []
+
+    def pre_hook(nargs, reset_only=False):
+        events.append(("pre", nargs["BLOCK"], reset_only))
+
+    def post_hook(nargs, exception):
+        events.append(("post", nargs["BLOCK"], exception))
+
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=block_configs((16, 32)),
+        pre_hook=pre_hook,
+        post_hook=post_hook,
+        do_bench=lambda call, quantiles: (call(), [1.0, 1.0, 1.0])[1],
+    )(add_kernel)
+    run_add(tuner)
+    assert ("pre", 16, False) in events and ("post", 16, None) in events
+    assert ("pre", 32, False) in events and ("post", 32, None) in events
+    assert events[-1][0] == "pre" and events[-1][2] is True, "reset_only call after tuning"
+
+
+def test_per_config_pre_hook_runs_for_benchmarks_and_launches():
+    calls = []
+    configs = [
+        triton.Config({"BLOCK": 16}, pre_hook=lambda nargs: calls.append(16)),
+        triton.Config({"BLOCK": 64}, pre_hook=lambda nargs: calls.append(64)),
+    ]
+    bench = FakeBench({16: 2.0, 64: 1.0})
+    tuner = tuned_add(bench, configs=configs)
+    run_add(tuner)
+    assert calls.count(16) == 1 and calls.count(64) == 2, "one benchmark each, then the launch of the winner"
+    run_add(tuner)
+    assert calls.count(64) == 3
+
+
+def test_prune_configs_by_early_prune_and_perf_model():
+    bench = FakeBench({16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0})
+
+    def early(configs, named_args, **kwargs):
+        assert named_args["n"] == 100
+        return [c for c in configs if c.kwargs["BLOCK"] >= 32]
+
+    def perf_model(**kwargs):
+        return -kwargs["BLOCK"]  # predicts larger blocks are faster
+
+    tuner = tuned_add(
+        bench, prune_configs_by={"early_config_prune": early, "perf_model": perf_model, "top_k": 2}
+    )
+    run_add(tuner)
+    assert sorted(bench.blocks) == [64, 128]
+    assert tuner.best_config.kwargs == {"BLOCK": 64}
+
+
+def test_pruning_to_one_config_skips_benchmarking():
+    bench = FakeBench()
+    tuner = tuned_add(bench, prune_configs_by={"early_config_prune": lambda cs, a, **k: cs[:1]})
+    run_add(tuner)
+    assert bench.calls == 0
+    assert tuner.best_config.kwargs == {"BLOCK": 16}
+    assert tuner.last_decision == "single"
+
+
+def test_passthrough_launches_given_meta_parameters_without_tuning():
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    x, y, out = torch.arange(50.0), torch.ones(50), torch.empty(50)
+    tuner[(4,)](x, y, out, 50, BLOCK=16)
+    assert torch.equal(out, x + y)
+    assert bench.calls == 0
+    assert tuner.last_decision == "passthrough"
+    assert not tuner.cache
+
+
+def test_partial_passthrough_is_a_clear_error():
+    configs = [triton.Config({"BLOCK": 16, "OTHER": 1})]
+    tuner = tdl.autotune(key=["n"], configs=configs)(add_kernel)
+    with pytest.raises(ValueError, match="OTHER"):
+        tuner[(1,)](torch.zeros(4), torch.zeros(4), torch.zeros(4), 4, BLOCK=16)
+
+
+def test_failing_candidates_are_ruled_out_and_recorded():
+    bench = FakeBench({16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0})
+
+    def broken_for_small_blocks(nargs):
+        raise triton.runtime.errors.OutOfResources(999999, 1000, "shared memory")
+
+    configs = [triton.Config({"BLOCK": 16}, pre_hook=broken_for_small_blocks)] + block_configs((32, 64))
+    tuner = tuned_add(bench, configs=configs)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert math.isinf(tuner.configs_timings[configs[0]][0])
+    entry = next(iter(json.loads(tuner.cache_path().read_text())["entries"].values()))
+    assert len(entry["ruled_out"]) == 1
+    assert "OutOfResources" in entry["ruled_out"][0]["reason"]
+    assert entry["ruled_out"][0]["config"]["kwargs"] == {"BLOCK": 16}
+
+
+def test_all_candidates_failing_names_the_kernel():
+    def boom(nargs):
+        raise RuntimeError("does not compile")
+
+    configs = [triton.Config({"BLOCK": b}, pre_hook=boom) for b in (16, 32)]
+    tuner = tuned_add(FakeBench(), configs=configs)
+    with pytest.raises(
+        tdl.AutotuningError, match=r"add_kernel: all 2 candidate configs failed.*does not compile"
+    ):
+        run_add(tuner)
+
+
+def test_fallback_heuristic_answers_a_miss_without_tuning(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    bench = FakeBench()
+    seen_keys = []
+
+    def heuristic(key):
+        seen_keys.append(key)
+        return triton.Config({"BLOCK": 64}, num_warps=1)
+
+    tuner = tuned_add(bench, fallback_heuristic=heuristic)
+    run_add(tuner)
+    assert bench.calls == 0
+    assert tuner.best_config.kwargs == {"BLOCK": 64}
+    assert tuner.last_decision == "heuristic"
+    assert seen_keys == [(100, "torch.float32", "torch.float32", "torch.float32")]
+    assert not tuner.cache_path().exists(), "heuristic answers are not stored as tuned results"
+
+
+def test_force_fallback_without_heuristic_tunes_and_says_so(monkeypatch, caplog):
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        run_add(tuner)
+    assert bench.calls == 4
+    assert "no fallback_heuristic" in caplog.text
+
+
+def test_bad_heuristic_result_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    tuner = tuned_add(FakeBench(), fallback_heuristic=lambda key: {"BLOCK": 64})
+    with pytest.raises(tdl.AutotuningError, match="not a triton.Config"):
+        run_add(tuner)
+
+
+def test_use_only_restored_limits_tuning_to_restored_winners(monkeypatch):
+    first = FakeBench({16: 9.0, 32: 9.0, 64: 1.0, 128: 9.0})
+    run_add(tuned_add(first), n=100)
+    monkeypatch.setenv("TRITON_DEJAVU_USE_ONLY_RESTORED", "1")
+    second = FakeBench({16: 1.0, 32: 9.0, 64: 2.0, 128: 9.0})
+    tuner = tuned_add(second)
+    run_add(tuner, n=300)  # a new key: only the winner of n=100 is a candidate
+    assert tuner.best_config.kwargs == {"BLOCK": 64}
+    assert tuner.last_decision == "single"
+    assert second.calls == 0
+
+
+def test_use_only_restored_with_nothing_restored_tunes_everything(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_USE_ONLY_RESTORED", "1")
+    bench = FakeBench()
+    run_add(tuned_add(bench))
+    assert bench.calls == 4
+
+
+def test_random_search_respects_share_and_is_reproducible(tmp_path):
+    def tune(seed, root):
+        bench = FakeBench()
+        tuner = tuned_add(
+            bench,
+            configs=block_configs((16, 32, 64, 128), warps=(1, 2, 4, 8)),
+            use_random_search=True,
+            search_max_share=0.25,
+            search_seed=seed,
+            custom_data_storage=tmp_path / root,
+        )
+        run_add(tuner)
+        return bench.calls, [c for c in tuner.configs_timings]
+
+    calls_a, order_a = tune(1, "a")
+    calls_b, order_b = tune(1, "b")
+    _, order_c = tune(2, "c")
+    assert calls_a == calls_b == 4  # 25 % of 16 candidates
+    assert [str(c) for c in order_a] == [str(c) for c in order_b]
+    assert [str(c) for c in order_a] != [str(c) for c in order_c]
+
+
+def test_random_search_respects_time_budget():
+    import time as _time
+
+    def slow_bench(call, quantiles):
+        call()
+        _time.sleep(0.05)
+        return [1.0, 1.0, 1.0]
+
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=block_configs((16, 32, 64, 128), warps=(1, 2, 4, 8)),
+        do_bench=slow_bench,
+        use_random_search=True,
+        search_max_search_t=0.12,
+    )(add_kernel)
+    run_add(tuner)
+    assert 1 <= len(tuner.configs_timings) < 16
+
+
+def test_random_search_repeats_when_nothing_valid_was_found(tmp_path):
+    def fail_small(nargs):
+        if nargs["BLOCK"] < 128:
+            raise RuntimeError("nope")
+
+    configs = [triton.Config({"BLOCK": b}, pre_hook=fail_small) for b in (16, 32, 64, 128)]
+
+    def tune(seed, repeat):
+        tuner = tuned_add(
+            FakeBench(),
+            configs=configs,
+            use_random_search=True,
+            search_max_share=0.25,  # one candidate per attempt
+            search_max_repeat=repeat,
+            search_seed=seed,
+            custom_data_storage=tmp_path / f"{seed}-{repeat}",
+        )
+        try:
+            run_add(tuner)
+        except tdl.AutotuningError:
+            return None
+        return tuner
+
+    single_attempts = [tune(seed, 1) for seed in range(6)]
+    assert any(t is None for t in single_attempts), "one draw of four often hits a failing candidate"
+    for seed in range(6):  # four attempts evaluate four distinct candidates: the valid one is found
+        tuner = tune(seed, 4)
+        assert tuner is not None and tuner.best_config.kwargs == {"BLOCK": 128}
+
+
+def test_ignore_dtypes_shares_one_result_across_dtypes():
+    bench = FakeBench()
+    tuner = tuned_add(bench, ignore_dtypes=True)
+    run_add(tuner, dtype=torch.float32)
+    run_add(tuner, dtype=torch.float64)
+    assert bench.calls == 4
+    assert list(tuner.cache) == [(100,)]
+
+
+def test_dtype_changes_the_key_by_default():
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    run_add(tuner, dtype=torch.float32)
+    run_add(tuner, dtype=torch.float64)
+    assert bench.calls == 8
+
+
+def test_scalar_kernel_argument_with_key_on_float():
+    bench = FakeBench()
+    tuner = tdl.autotune(key=["alpha"], configs=block_configs((16, 32)), do_bench=bench)(scale_kernel)
+    x = torch.arange(40.0)
+    out = torch.empty(40)
+    tuner[grid(40)](x, out, 40, 2.5)
+    assert torch.equal(out, x * 2.5)
+    assert list(tuner.cache) == [(2.5, "torch.float32", "torch.float32")]
+
+
+def test_print_autotuning_summary(monkeypatch, capsys):
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    run_add(tuned_add(FakeBench()))
+    out = capsys.readouterr().out
+    assert "Triton autotuning for function add_kernel" in out
+    assert "tuned (exhaustive, 4 configs benchmarked)" in out
+    run_add(tuned_add(FakeBench()))
+    assert "restored from" in capsys.readouterr().out
+
+
+def test_listener_is_called_where_triton_has_one(monkeypatch):
+    knobs = pytest.importorskip("triton.knobs")
+    if not hasattr(knobs.autotuning, "listener"):
+        pytest.skip("this Triton has no autotuning listener")
+    seen = []
+    monkeypatch.setattr(knobs.autotuning, "listener", lambda **kw: seen.append(kw))
+    run_add(tuned_add(FakeBench()))
+    assert seen and seen[0]["cache_hit"] is False and seen[0]["best_config"].kwargs == {"BLOCK": 128}

@@ -1,0 +1,303 @@
+"""Tune once, restore in later processes; re-tune exactly when the identity changes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+from kernels import FakeBench, accumulate_kernel, block_configs, grid, run_add, tuned_add
+
+import triton_dejavu_like as tdl
+from triton_dejavu_like.storage import SCHEMA_VERSION
+
+SCRIPT = """
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+{above}
+import torch
+import triton
+import triton.language as tl
+import triton_dejavu_like as tdl
+import triton_dejavu_like.bench as bench
+
+benchmarks = []
+_cpu_timer = bench.cpu_do_bench
+
+
+def counting_cpu_timer(*args, **kwargs):
+    benchmarks.append(1)
+    return _cpu_timer(*args, **kwargs)
+
+
+bench.cpu_do_bench = counting_cpu_timer
+
+OFFSET: tl.constexpr = tl.constexpr({offset})
+
+
+@tdl.autotune(key=["n"], configs=[triton.Config({{"BLOCK": b}}) for b in {blocks}], rep={rep})
+@triton.jit
+def shift(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + OFFSET, mask=mask)
+
+
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+x = torch.arange(n, dtype=torch.float32)
+out = torch.empty_like(x)
+shift[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+assert torch.equal(out, x + {offset}), "wrong result"
+print(json.dumps({{
+    "decision": shift.last_decision,
+    "benchmarks": len(benchmarks),
+    "best": shift.best_config.kwargs,
+    "path": str(shift.cache_path()),
+}}))
+"""
+
+
+def write_script(path: Path, *, above: str = "", offset: int = 1, blocks=(16, 32, 64), rep: int = 1) -> Path:
+    path.write_text(SCRIPT.format(above=above, offset=offset, blocks=tuple(blocks), rep=rep))
+    return path
+
+
+def run_script(path: Path, storage: Path, *args: str, env: dict | None = None) -> dict:
+    full_env = {**os.environ, "TRITON_DEJAVU_STORAGE": str(storage), **(env or {})}
+    result = subprocess.run(
+        [sys.executable, str(path), *args], capture_output=True, text=True, env=full_env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_restores_with_zero_benchmarks(tmp_path):
+    script = write_script(tmp_path / "kernel.py")
+    first = run_script(script, tmp_path / "store")
+    assert first["decision"] == "tuned" and first["benchmarks"] == 3
+    second = run_script(script, tmp_path / "store")
+    assert second["decision"] == "restored"
+    assert second["benchmarks"] == 0
+    assert second["best"] == first["best"]
+    assert second["path"] == first["path"]
+    third = run_script(script, tmp_path / "store", "100")  # a new key still tunes
+    assert third["decision"] == "tuned" and third["benchmarks"] == 3
+
+
+def test_lines_above_the_kernel_do_not_change_its_identity(tmp_path):
+    first = run_script(write_script(tmp_path / "a.py"), tmp_path / "store")
+    above = "\n".join(f"# comment line {i}" for i in range(25)) + "\nUNRELATED = 3\n\n\n"
+    second = run_script(write_script(tmp_path / "b.py", above=above), tmp_path / "store")
+    assert first["decision"] == "tuned"
+    assert second["decision"] == "restored" and second["benchmarks"] == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "kwargs"),
+    [
+        ("a constexpr global the kernel reads", {"offset": 2}),
+        ("the config list", {"blocks": (16, 32, 128)}),
+        ("the tuner settings", {"rep": 2}),
+    ],
+)
+def test_identity_changes_force_a_new_tuning(tmp_path, change, kwargs):
+    first = run_script(write_script(tmp_path / "a.py"), tmp_path / "store")
+    second = run_script(write_script(tmp_path / "b.py", **kwargs), tmp_path / "store")
+    assert first["decision"] == "tuned"
+    assert second["decision"] == "tuned", change
+    assert second["path"] != first["path"]
+
+
+def load_module(path: Path, source: str):
+    path.write_text(textwrap.dedent(source))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+KERNEL_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def helper(x):
+    return x {helper_op} 1
+
+
+@triton.jit
+def kern(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # a comment
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, {body}, mask=mask)
+"""
+
+
+def _code_version(tmp_path, name, helper_op="+", body="helper(tl.load(x_ptr + offs, mask=mask))"):
+    from triton_dejavu_like.identity import code_version
+
+    module = load_module(tmp_path / f"{name}.py", KERNEL_MODULE.format(helper_op=helper_op, body=body))
+    return code_version(module.kern)
+
+
+def test_code_version_covers_called_jit_functions_and_ignores_formatting(tmp_path):
+    base = _code_version(tmp_path, "k0")
+    assert _code_version(tmp_path, "k1") == base
+    assert _code_version(tmp_path, "k2", body="helper(tl.load(x_ptr + offs,\n        mask=mask))") == base
+    assert _code_version(tmp_path, "k3", helper_op="-") != base
+    assert _code_version(tmp_path, "k4", body="tl.load(x_ptr + offs, mask=mask)") != base
+
+
+def test_changing_the_key_or_ignore_dtypes_moves_the_storage():
+    a = tuned_add(FakeBench(), key=["n"]).cache_path()
+    b = tuned_add(FakeBench(), key=["n", "x_ptr"]).cache_path()
+    c = tuned_add(FakeBench(), key=["n"], ignore_dtypes=True).cache_path()
+    assert len({a.parent, b.parent, c.parent}) == 3
+    assert "tune_features-" in str(a)
+
+
+def test_config_order_does_not_matter():
+    a = tuned_add(FakeBench(), configs=block_configs((16, 32, 64))).cache_path()
+    b = tuned_add(FakeBench(), configs=block_configs((64, 16, 32))).cache_path()
+    assert a == b
+
+
+def test_storage_layout_and_schema(tmp_path):
+    tuner = tuned_add(FakeBench({16: 4.0, 32: 3.0, 64: 1.0, 128: 2.0}))
+    run_add(tuner)
+    path = tuner.cache_path()
+    rel = path.relative_to(tmp_path / "storage").parts
+    assert rel[0] == f"dejavu_{'.'.join(tdl.__version__.split('.')[:2])}"
+    assert rel[1] == f"triton_{triton.__version__}"
+    assert rel[2] == "cpu" and rel[3] == "gpu_interpreter"
+    assert rel[4] == "add_kernel"
+    assert [p.split("-")[0] for p in rel[5:9]] == [
+        "autotune_config",
+        "code_version",
+        "tune_features",
+        "kernel_configs",
+    ]
+    assert rel[9:] == ("default", "cache.json")
+
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == SCHEMA_VERSION
+    assert doc["identity"]["kernel"] == "add_kernel"
+    assert doc["identity"]["triton"] == triton.__version__
+    (entry,) = doc["entries"].values()
+    assert entry["key"] == [100, "torch.float32", "torch.float32", "torch.float32"]
+    assert entry["config"]["kwargs"] == {"BLOCK": 64}
+    assert entry["config"]["num_warps"] == 1
+    assert entry["timings_ms"] == [1.0, 0.9, 1.1]
+    assert entry["evaluated"] == 4 and entry["space_size"] == 4
+    assert entry["strategy"] == "exhaustive"
+    assert [t["timings_ms"][0] for t in entry["top"]] == [1.0, 2.0, 3.0, 4.0]
+    assert entry["tuning_time_s"] >= 0 and entry["tuned_at"].endswith("+00:00")
+
+
+def test_tag_and_custom_data_storage(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_TAG", "serving-v2")
+    assert tuned_add(FakeBench()).cache_path().parent.name == "serving-v2"
+    assert tuned_add(FakeBench(), tag="canary").cache_path().parent.name == "canary"
+    custom = tmp_path / "elsewhere"
+    tuner = tuned_add(FakeBench(), custom_data_storage=custom)
+    run_add(tuner)
+    assert tuner.cache_path().is_relative_to(custom) and tuner.cache_path().exists()
+    assert not (tmp_path / "storage").exists()
+
+
+def test_cuda_version_override_names_the_toolchain(monkeypatch):
+    from triton_dejavu_like import identity
+
+    monkeypatch.setenv("_TRITON_DEJAVU_DETERMINED_CUDA_VERSION", "12.4.1")
+    identity.detect_platform.cache_clear()
+    try:
+        assert identity.detect_platform(False).toolchain == "cuda_12.4"
+        monkeypatch.setenv("_TRITON_DEJAVU_DETERMINED_ROCM_VERSION", "6.2.4")
+        identity.detect_platform.cache_clear()
+        assert identity.detect_platform(False).toolchain == "rocm_6.2.4"
+    finally:
+        identity.detect_platform.cache_clear()
+
+
+def test_restored_config_keeps_its_pre_hook():
+    calls = []
+
+    def configs():
+        return [
+            triton.Config({"BLOCK": 16}, pre_hook=lambda nargs: calls.append(16)),
+            triton.Config({"BLOCK": 64}, pre_hook=lambda nargs: calls.append(64)),
+        ]
+
+    run_add(tuned_add(FakeBench({16: 2.0, 64: 1.0}), configs=configs()))
+    calls.clear()
+    restored = tuned_add(FakeBench(), configs=configs())
+    run_add(restored)
+    assert restored.last_decision == "restored"
+    assert calls == [64], "the restored config's pre_hook runs at launch"
+
+
+def test_restore_is_skipped_when_pruning_changes_the_candidates():
+    def prune_to(blocks):
+        return {"early_config_prune": lambda cs, nargs, **kw: [c for c in cs if c.kwargs["BLOCK"] in blocks]}
+
+    run_add(tuned_add(FakeBench(), prune_configs_by=prune_to({32, 64, 128})))
+    same = tuned_add(FakeBench(), prune_configs_by=prune_to({32, 64, 128}))
+    run_add(same)
+    assert same.last_decision == "restored"
+    other = tuned_add(FakeBench(), prune_configs_by=prune_to({16, 32}))
+    run_add(other)
+    assert other.last_decision == "tuned"
+
+
+def test_in_process_hooks_run_after_restore():
+    acc_before = torch.full((64,), 5.0)
+    x = torch.ones(64)
+
+    def make():
+        return tdl.autotune(
+            key=["n"], configs=block_configs((16, 32)), restore_value=["acc_ptr"], do_bench=FakeBench()
+        )(accumulate_kernel)
+
+    make()[grid(64)](acc_before, x, 64)
+    restored = make()
+    acc = torch.full((64,), 5.0)
+    restored[grid(64)](acc, x, 64)
+    assert restored.last_decision == "restored"
+    assert torch.equal(acc, torch.full((64,), 6.0))
+
+
+def test_unencodable_key_stays_in_memory(caplog):
+    bench = FakeBench()
+    tuner = tuned_add(bench, key=["n", "x_ptr"])  # a tensor in the key has no typed encoding
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        run_add(tuner)
+    assert "cannot be stored" in caplog.text
+    assert tuner.last_decision == "tuned" and bench.calls == 4
+    assert not tuner.cache_path().exists()
+
+
+def test_restore_happens_once_per_process_not_per_call(monkeypatch):
+    run_add(tuned_add(FakeBench()))
+    from triton_dejavu_like import storage
+
+    loads = []
+    real = storage.CacheFile.load
+
+    def counting(self):
+        loads.append(1)
+        return real(self)
+
+    monkeypatch.setattr(storage.CacheFile, "load", counting)
+    tuner = tuned_add(FakeBench())
+    for n in (100, 100, 200, 300):
+        run_add(tuner, n=n)
+    assert loads == [1]
