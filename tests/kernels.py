@@ -6,14 +6,14 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import Callable
+from typing import Any
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import torch
+import triton
+import triton.language as tl
 
-import triton_dejavu_like as tdl  # noqa: E402
+import triton_dejavu_like as tdl
 
 SCALE: tl.constexpr = tl.constexpr(1)
 

@@ -13,8 +13,8 @@ from kernels import (
     accumulate_kernel,
     add_kernel,
     block_configs,
-    noop_kernel,
     grid,
+    noop_kernel,
     observe_block,
     run_add,
     scale_kernel,
@@ -281,7 +281,7 @@ def test_failing_candidates_are_ruled_out_and_recorded():
     def broken_for_small_blocks(nargs):
         raise triton.runtime.errors.OutOfResources(999999, 1000, "shared memory")
 
-    configs = [triton.Config({"BLOCK": 16}, pre_hook=broken_for_small_blocks)] + block_configs((32, 64))
+    configs = [triton.Config({"BLOCK": 16}, pre_hook=broken_for_small_blocks), *block_configs((32, 64))]
     tuner = tuned_add(bench, configs=configs)
     run_add(tuner)
     assert tuner.best_config.kwargs == {"BLOCK": 32}
@@ -335,7 +335,7 @@ def test_force_fallback_without_heuristic_tunes_and_says_so(monkeypatch, caplog)
 def test_bad_heuristic_result_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
     tuner = tuned_add(FakeBench(), fallback_heuristic=lambda key: {"BLOCK": 64})
-    with pytest.raises(tdl.AutotuningError, match="not a triton.Config"):
+    with pytest.raises(tdl.AutotuningError, match=r"not a triton\.Config"):
         run_add(tuner)
 
 
