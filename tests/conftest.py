@@ -10,7 +10,7 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # must precede the first `import triton`
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,115 @@
+"""ConfigSpace: cross product, conditions, platform filtering, fields across Triton releases."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import triton
+
+from triton_dejavu_like import ConfigSpace
+from triton_dejavu_like._compat import CONFIG_FIELDS
+from triton_dejavu_like.config_space import platform_check_for
+
+
+def test_cross_product_size_order_and_fields():
+    space = ConfigSpace({"BLOCK_M": [32, 64], "BLOCK_N": [16, 32, 64]}, num_warps=[4, 8], num_stages=[2])
+    assert space.raw_size == 12
+    configs = space.configs()
+    assert len(space) == 12 == len(configs)
+    assert configs[0].kwargs == {"BLOCK_M": 32, "BLOCK_N": 16}
+    assert (configs[0].num_warps, configs[0].num_stages) == (4, 2)
+    assert configs[-1].kwargs == {"BLOCK_M": 64, "BLOCK_N": 64} and configs[-1].num_warps == 8
+    assert all(isinstance(c, triton.Config) for c in configs)
+
+
+def test_conditions_filter_points():
+    space = ConfigSpace(
+        {"BLOCK_M": [16, 32, 64], "BLOCK_K": [16, 32, 64]},
+        num_warps=[2, 4, 8],
+        kwarg_conditions=[lambda kw: kw["BLOCK_K"] <= kw["BLOCK_M"]],
+        conditions=[lambda c: c.num_warps * 8 <= c.kwargs["BLOCK_M"]],
+    )
+    configs = space.configs()
+    assert all(c.kwargs["BLOCK_K"] <= c.kwargs["BLOCK_M"] for c in configs)
+    assert all(c.num_warps * 8 <= c.kwargs["BLOCK_M"] for c in configs)
+    expected = sum(1 for m in (16, 32, 64) for k in (16, 32, 64) for w in (2, 4, 8) if k <= m and w * 8 <= m)
+    assert len(space) == expected == len(configs)
+    assert space.raw_size == 27
+
+
+def test_size_is_counted_without_listing():
+    space = ConfigSpace(
+        {"A": list(range(50)), "B": list(range(40))}, kwarg_conditions=[lambda kw: kw["A"] > kw["B"]]
+    )
+    assert len(space) == sum(1 for a in range(50) for b in range(40) if a > b)
+    assert space._listed is None
+
+
+def test_points_encode_and_decode():
+    space = ConfigSpace(
+        {"BLOCK": [16, 32, 64]}, num_warps=[4, 8], kwarg_conditions=[lambda kw: kw["BLOCK"] != 32]
+    )
+    for config in space.configs():
+        point = space.config_to_point(config)
+        assert space.decode(point).all_kwargs() == config.all_kwargs()
+    assert space.decode((1, 0)) is None, "BLOCK=32 is excluded by the condition"
+    assert space.config_to_point(triton.Config({"BLOCK": 128})) is None
+
+
+def test_sample_is_seeded_distinct_and_valid():
+    space = ConfigSpace(
+        {"A": list(range(100)), "B": list(range(100))},
+        kwarg_conditions=[lambda kw: (kw["A"] + kw["B"]) % 3 == 0],
+    )
+    a = space.sample(20, seed=7)
+    b = space.sample(20, seed=7)
+    assert [c.kwargs for c in a] == [c.kwargs for c in b]
+    assert len({tuple(c.kwargs.values()) for c in a}) == 20
+    assert all((c.kwargs["A"] + c.kwargs["B"]) % 3 == 0 for c in a)
+    assert space._listed is None, "sampling does not list the space"
+    assert [c.kwargs for c in space.sample(20, seed=8)] != [c.kwargs for c in a]
+
+
+def test_pre_hook_is_attached_to_every_config():
+    def hook(nargs):
+        return None
+
+    space = ConfigSpace({"BLOCK": [16, 32]}, pre_hook=hook)
+    assert all(c.pre_hook is hook for c in space.configs())
+
+
+def test_fields_of_other_triton_releases_are_dropped_with_a_warning(caplog):
+    other = next(
+        f
+        for f in ("num_buffers_warp_spec", "enable_warp_specialization", "ir_override")
+        if f not in CONFIG_FIELDS
+    )
+    with caplog.at_level(logging.WARNING, logger="triton_dejavu_like"):
+        space = ConfigSpace({"BLOCK": [16]}, num_warps=[4], **{other: [0, 1]})
+    assert other in caplog.text
+    assert space.dropped_options == [other]
+    assert len(space) == 1
+
+
+def test_unknown_field_is_an_error():
+    with pytest.raises(TypeError, match="num_warpz"):
+        ConfigSpace({"BLOCK": [16]}, num_warpz=[4])
+
+
+@pytest.mark.parametrize("bad", [{"BLOCK": []}, {"BLOCK": 16}, {"BLOCK": "16"}])
+def test_bad_lists_are_errors(bad):
+    with pytest.raises((TypeError, ValueError)):
+        ConfigSpace(bad)
+
+
+def test_platform_filter():
+    space = ConfigSpace({"BLOCK": [16]}, num_ctas=[1, 2], maxnreg=[None, 128])
+    space.bind_platform(platform_check_for("cuda", (8, 0)))
+    assert {(c.num_ctas, c.maxnreg) for c in space.configs()} == {(1, None), (1, 128)}
+    space.bind_platform(platform_check_for("cuda", (9, 0)))
+    assert len(space.configs()) == 4
+    space.bind_platform(platform_check_for("hip", None))
+    assert {(c.num_ctas, c.maxnreg) for c in space.configs()} == {(1, None)}
+    space.bind_platform(platform_check_for("interpreter", None))
+    assert len(space.configs()) == 4

@@ -1,0 +1,95 @@
+"""The search layer: spaces derived from configs, budgets, restarts, exhaustive and random order."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import triton
+
+from triton_dejavu_like.search import Budget, SearchRun, SearchSpace, drive, make_strategy
+
+
+def configs():
+    return [
+        triton.Config({"BLOCK": b, "MODE": m}, num_warps=w)
+        for b in (64, 16, 32)
+        for m in ("a", "b")
+        for w in (8, 4)
+        if not (b == 16 and m == "b")
+    ]
+
+
+def test_space_from_configs_has_sorted_numeric_dimensions_and_hidden_points():
+    space = SearchSpace.from_configs(configs())
+    assert space.names == ("kwargs.BLOCK", "kwargs.MODE", "num_warps")
+    assert space.values == ((16, 32, 64), ("a", "b"), (4, 8))
+    assert len(space) == 10 and space.grid_size == 12
+    assert space.index_of((0, 1, 0)) is None, "BLOCK=16, MODE=b is not a candidate"
+    for i in range(len(space)):
+        assert space.index_of(space.points[i]) == i
+    assert space.is_numeric(0) and not space.is_numeric(1)
+
+
+def test_budget_limits_share_and_counts_each_candidate_once():
+    space = SearchSpace.from_configs(configs())
+    calls = []
+    run = SearchRun(space, lambda i: calls.append(i) or float(i), Budget(max_share=0.3))
+    assert run.limit == 3
+    drive(make_strategy("random"), run)
+    assert len(calls) == 3 == len(set(calls))
+    assert run.evaluate(calls[0]) == calls[0], "a known result is free, even after the budget is spent"
+
+
+def test_budget_limits_time_but_always_evaluates_one():
+    space = SearchSpace.from_configs(configs())
+
+    def slow(i):
+        time.sleep(0.02)
+        return 1.0
+
+    run = drive(make_strategy("random"), SearchRun(space, slow, Budget(max_time_s=0.001)))
+    assert len(run.results) == 1
+    run = drive(make_strategy("random"), SearchRun(space, slow, Budget(max_time_s=0.07)))
+    assert 2 <= len(run.results) <= 5
+
+
+def test_exhaustive_evaluates_warm_start_first_then_everything():
+    space = SearchSpace.from_configs(configs())
+    run = drive(make_strategy("exhaustive"), SearchRun(space, float), [7, 3])
+    assert run.order[:2] == [7, 3] and sorted(run.order) == list(range(10))
+    assert run.best() == 0
+
+
+def test_failures_are_inf_and_nan_is_a_failure():
+    space = SearchSpace.from_configs(configs())
+    run = drive(make_strategy("exhaustive"), SearchRun(space, lambda i: math.nan if i < 9 else 2.0))
+    assert run.best() == 9
+    assert all(math.isinf(v) for i, v in run.results.items() if i < 9)
+
+
+def test_restarts_continue_without_replacement():
+    space = SearchSpace.from_configs(configs())
+    valid = 5
+    run = drive(
+        make_strategy("random"),
+        SearchRun(
+            space, lambda i: 1.0 if i == valid else math.inf, Budget(max_share=0.1, max_repeat=10, seed=1)
+        ),
+    )
+    assert run.best() == valid
+    assert len(run.results) == len(set(run.order))
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(max_share=0), dict(max_share=1.5), dict(max_time_s=0), dict(max_repeat=0)]
+)
+def test_bad_budgets_are_rejected(bad):
+    with pytest.raises(ValueError):
+        Budget(**bad)
+
+
+def test_unknown_strategy():
+    with pytest.raises(ValueError, match="unknown search strategy"):
+        make_strategy("annealing")
