@@ -34,6 +34,7 @@ __all__ = [
     "Config",
     "ConfigSpace",
     "MissingExtraError",
+    "TimingPolicy",
     "__version__",
     "autotune",
 ]

@@ -195,6 +195,25 @@ def gpu_do_bench_cudagraph() -> Callable[..., Any]:
     return do_bench_cudagraph
 
 
+def l2_flush_buffer() -> Any:
+    """The buffer Triton's own ``do_bench`` zeroes to flush the L2 cache (256 MB on the device)."""
+    from triton.runtime.driver import driver
+
+    return driver.active.get_empty_cache_for_benchmark()
+
+
+def async_compile_mode(executor: Any) -> Any | None:
+    """``triton.AsyncCompileMode(executor, ignore_errors=True)`` where it exists (3.5+), else None.
+
+    Inside it, ``JITFunction.run(..., warmup=True)`` submits the compilation to ``executor`` and
+    returns at once; leaving the context waits for every compilation.
+    """
+    mode = getattr(triton, "AsyncCompileMode", None)
+    if mode is None:
+        return None
+    return mode(executor, ignore_errors=True)
+
+
 def current_target() -> Any | None:
     """``GPUTarget(backend, arch, warp_size)`` of the active driver, or None without a GPU."""
     try:

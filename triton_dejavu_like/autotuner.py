@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _compat, _env, identity
 from ._compat import Config
-from .bench import QUANTILES, Benchmarker, make_benchmarker
+from .bench import QUANTILES, Benchmarker, TimingPolicy, make_benchmarker
 from .codec import (
     EncodingError,
     config_id,
@@ -33,6 +33,7 @@ from .codec import (
 )
 from .config_space import ConfigSpace, platform_check_for
 from .evaluate import Evaluator, InProcessEvaluator, LaunchContext
+from .progress import progress_bar
 from .search import Budget, SearchRun, SearchSpace, drive, make_strategy, require_smac
 from .storage import CACHE_FILE_NAME, CacheFile, KernelIdentity, default_root, default_tag, warn_once
 
@@ -98,6 +99,7 @@ class Autotuner(_compat.UpstreamAutotuner):
         search_seed: int = 0,
         custom_data_storage: str | Path | None = None,
         ignore_dtypes: bool = False,
+        timing: TimingPolicy | None = None,
         tag: str | None = None,
     ) -> None:
         arg_names = list(arg_names)
@@ -143,6 +145,7 @@ class Autotuner(_compat.UpstreamAutotuner):
         self.ignore_dtypes = bool(ignore_dtypes)
         self.custom_data_storage = Path(custom_data_storage) if custom_data_storage is not None else None
         self.tag = tag
+        self.timing = timing or TimingPolicy()
         self.strategy_name = "bayesian" if use_bo else ("random" if use_random_search else "exhaustive")
         self.budget = (
             Budget()
@@ -295,6 +298,7 @@ class Autotuner(_compat.UpstreamAutotuner):
                 rep=self.num_reps,
                 use_cuda_graph=self.use_cuda_graph,
                 interpreted=interpreted,
+                policy=self.timing,
             )
             cache_file = self._open_storage(platform)
             restored = cache_file.load() if cache_file is not None else {}
@@ -313,6 +317,8 @@ class Autotuner(_compat.UpstreamAutotuner):
             "do_bench": identity.callable_name(self.user_do_bench),
             "strategy": self.strategy_name,
         }
+        if self.user_do_bench is None:
+            settings["timing"] = self.timing.settings()
         if self.strategy_name != "exhaustive":
             settings["budget"] = self.budget.as_dict()
         return settings
@@ -347,7 +353,7 @@ class Autotuner(_compat.UpstreamAutotuner):
             )
             return None
         root = self.custom_data_storage or default_root()
-        return CacheFile(root / ident.relative_dir() / CACHE_FILE_NAME, ident.as_dict())
+        return CacheFile.for_identity(root, ident.as_dict(), parameters=self.arg_names)
 
     def _decide(
         self,
@@ -471,6 +477,7 @@ class Autotuner(_compat.UpstreamAutotuner):
             post_hook=self.post_hook,
             benchmarker=state.benchmarker,
             kernel_name=self._name,
+            interpreted=state.interpreted,
         )
         return InProcessEvaluator(ctx)
 
@@ -486,48 +493,37 @@ class Autotuner(_compat.UpstreamAutotuner):
     ) -> _Decision:
         space = SearchSpace.from_configs(candidates)
         strategy = make_strategy(self.strategy_name)
-        timings: dict[Config, list[float]] = {}
-        failures: dict[Config, str] = {}
-
-        def rule_out(config: Config, reason: str) -> float:
-            failures[config] = reason[:500]
-            timings[config] = [math.inf] * len(QUANTILES)
-            log.debug("%s: ruled out %s: %s", self._name, describe_config(config), reason[:300])
-            return math.inf
-
-        def objective(index: int) -> float:
-            config = candidates[index]
-            if config in failures:
-                return math.inf
-            try:
-                result = evaluator.measure(config)
-            except Exception as exc:  # the candidate is ruled out, tuning goes on
-                return rule_out(config, f"{type(exc).__name__}: {exc}".strip())
-            timings[config] = result
-            return result[0]
-
+        trial = _Trial(self._name, candidates)
         warm = self._warm_start(state, candidates)
         start = time.perf_counter()
         self.nargs = nargs
         try:
             with self._evaluator(state, args, kwargs, nargs) as evaluator:
-                for config, reason in evaluator.prepare(candidates).items():
-                    rule_out(config, reason)
-                run = drive(strategy, SearchRun(space, objective, self.budget), warm)
+                run = SearchRun(space, lambda index: trial.measure(evaluator, index), self.budget)
+                planned = strategy.planned(run, warm, self.budget.seed)
+                if planned:
+                    for config, reason in evaluator.prepare([candidates[i] for i in planned]).items():
+                        trial.rule_out(config, reason)
+                bar = progress_bar(len(planned) if planned else run.limit, f"tuning {self._name}")
+                trial.on_measured = bar.update
+                try:
+                    drive(strategy, run, warm)
+                finally:
+                    bar.close()
+                trial.refine(evaluator, state.benchmarker.finalists)
         finally:
             self.nargs = None
         duration = time.perf_counter() - start
-        best_index = run.best()
-        if best_index is None:
-            details = "; ".join(f"[{describe_config(c)}] {r}" for c, r in list(failures.items())[:5])
+        best = trial.best()
+        if best is None:
+            details = "; ".join(f"[{describe_config(c)}] {r}" for c, r in list(trial.failures.items())[:5])
             raise AutotuningError(
                 f"{self._name}: all {len(run.results)} candidate configs failed for key {key!r}"
                 + (f": {details}" if details else "")
             )
-        best = candidates[best_index]
         self.pre_hook({**nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
-        entry = self._entry(key, best, timings, failures, run, duration, candidates_hash)
-        return _Decision(best, "tuned", timings[best], timings, duration, entry)
+        entry = self._entry(key, best, trial, run, duration, candidates_hash)
+        return _Decision(best, "tuned", trial.timings[best], trial.timings, duration, entry)
 
     def _warm_start(self, state: _ProcessState, candidates: list[Config]) -> list[int]:
         """Indices of candidates that won other stored keys: good first guesses for a new key."""
@@ -545,33 +541,31 @@ class Autotuner(_compat.UpstreamAutotuner):
         self,
         key: tuple[Any, ...],
         best: Config,
-        timings: dict[Config, list[float]],
-        failures: dict[Config, str],
+        trial: _Trial,
         run: SearchRun,
         duration: float,
         candidates_hash: str,
     ) -> dict[str, Any] | None:
         try:
-            ranked = sorted((t[0], i) for i, (c, t) in enumerate(timings.items()) if math.isfinite(t[0]))
-            listed = list(timings.items())
             return {
                 "key": encode_key(key),
                 "config": encode_config(best),
-                "timings_ms": [float(t) for t in timings[best]],
+                "timings_ms": [float(t) for t in trial.timings[best]],
                 "evaluated": len(run.results),
                 "space_size": len(run.space),
                 "strategy": self.strategy_name,
                 "budget": self.budget.as_dict() if self.strategy_name != "exhaustive" else None,
+                "refined": len(trial.refined),
                 "tuning_time_s": round(duration, 6),
                 "tuned_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "candidates": candidates_hash,
                 "top": [
-                    {"config": encode_config(listed[i][0]), "timings_ms": [float(t) for t in listed[i][1]]}
-                    for _, i in ranked[:TOP_K]
+                    {"config": encode_config(config), "timings_ms": [float(t) for t in timings]}
+                    for config, timings in trial.ranking()[:TOP_K]
                 ],
                 "ruled_out": [
                     {"config": encode_config(c), "reason": r}
-                    for c, r in list(failures.items())[:MAX_RULED_OUT]
+                    for c, r in list(trial.failures.items())[:MAX_RULED_OUT]
                 ],
             }
         except EncodingError as exc:
@@ -618,6 +612,58 @@ class Autotuner(_compat.UpstreamAutotuner):
             )
 
 
+
+class _Trial:
+    """The measurements of one tuning run: screened timings, failures, and refined finalists."""
+
+    def __init__(self, kernel_name: str, candidates: list[Config]) -> None:
+        self.kernel_name = kernel_name
+        self.candidates = candidates
+        self.timings: dict[Config, list[float]] = {}
+        self.failures: dict[Config, str] = {}
+        self.refined: dict[Config, list[float]] = {}
+        self.on_measured: Callable[[int], Any] = lambda n: None
+
+    def rule_out(self, config: Config, reason: str) -> float:
+        self.failures[config] = reason[:500]
+        self.timings[config] = [math.inf] * len(QUANTILES)
+        log.debug("%s: ruled out %s: %s", self.kernel_name, describe_config(config), reason[:300])
+        return math.inf
+
+    def measure(self, evaluator: Evaluator, index: int) -> float:
+        config = self.candidates[index]
+        if config in self.failures:
+            return math.inf
+        try:
+            result = evaluator.measure(config)
+        except Exception as exc:  # the candidate is ruled out, tuning goes on
+            return self.rule_out(config, f"{type(exc).__name__}: {exc}".strip())
+        finally:
+            self.on_measured(1)
+        self.timings[config] = result
+        return result[0]
+
+    def ranking(self) -> list[tuple[Config, list[float]]]:
+        """Valid candidates, best first: refined finalists (if any) by their careful median."""
+        source = self.refined or self.timings
+        valid = [(c, t) for c, t in source.items() if math.isfinite(t[0])]
+        return sorted(valid, key=lambda item: item[1][0])
+
+    def refine(self, evaluator: Evaluator, finalists: int) -> None:
+        """Re-measure the ``finalists`` best screened candidates carefully, if timing has two stages."""
+        if finalists <= 0:
+            return
+        best = [config for config, _ in self.ranking()[:finalists]]
+        refined = evaluator.refine(best) if len(best) > 1 else None
+        if refined:
+            self.refined = refined
+            self.timings.update(refined)
+
+    def best(self) -> Config | None:
+        ranked = self.ranking()
+        return ranked[0][0] if ranked else None
+
+
 def config_id_of_entry(entry: dict[str, Any]) -> str:
     config, _ = decode_config(entry["config"])
     return config_id(config)
@@ -660,6 +706,7 @@ def autotune(
     ignore_dtypes: bool = False,
     *,
     search_seed: int = 0,
+    timing: TimingPolicy | None = None,
     tag: str | None = None,
 ) -> Callable[[Any], Autotuner]:
     """Tune a ``@triton.jit`` kernel once per identity and restore the result in every later process.
@@ -674,6 +721,12 @@ def autotune(
     answers a miss when ``TRITON_DEJAVU_FORCE_FALLBACK=1``. ``custom_data_storage`` stores this
     kernel's results under another root; ``tag`` (default ``$TRITON_DEJAVU_TAG`` or "default") names
     the deployment. ``ignore_dtypes=True`` leaves argument dtypes out of the tuning key.
+
+    On a GPU, candidates are compiled in parallel first, then each is screened with a few
+    L2-flushed launches and the best ``timing.finalists`` are re-measured carefully, interleaved
+    (``timing=TimingPolicy(...)`` sets the budgets; ``TimingPolicy(finalists=0)`` times every
+    candidate with ``triton.testing.do_bench(warmup, rep)`` as upstream does). ``warmup``, ``rep``
+    and ``use_cuda_graph`` keep upstream's meaning for the careful stage.
     """
     if _looks_like_configs(key) and (configs is None or _looks_like_names(configs)):
         # upstream order: triton.autotune(configs, key)
@@ -704,6 +757,7 @@ def autotune(
             search_seed=search_seed,
             custom_data_storage=custom_data_storage,
             ignore_dtypes=ignore_dtypes,
+            timing=timing,
             tag=tag,
         )
 

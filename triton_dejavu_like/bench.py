@@ -1,7 +1,11 @@
-"""Benchmarkers: the user's ``do_bench``, Triton's GPU timers, or a CPU timer for the interpreter.
+"""Benchmarkers: how candidates are timed in one process.
 
-A benchmarker takes a zero-argument ``kernel_call`` and the quantiles to report, and returns their
-times in milliseconds (upstream's ``do_bench`` contract).
+A benchmarker is called like upstream's ``do_bench``: ``benchmarker(kernel_call, quantiles)`` returns
+the times (ms) at those quantiles. On a GPU with the default settings it works in two stages: the
+call is a short *screen* (a few L2-flushed launches), and :meth:`Benchmarker.refine` re-measures the
+few best candidates carefully (more launches, L2 flushed before each, candidates interleaved round
+by round so clock drift hits them all alike). A user-given ``do_bench`` is always honoured and used
+as the only stage; under the interpreter a CPU timer is the only stage.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from . import _compat
@@ -16,8 +21,8 @@ from . import _compat
 #: Upstream's quantiles: median, 20th and 80th percentile.
 QUANTILES: tuple[float, float, float] = (0.5, 0.2, 0.8)
 
+KernelCall = Callable[[], Any]
 DoBench = Callable[..., Any]
-Benchmarker = Callable[[Callable[[], Any], Sequence[float]], list[float]]
 
 
 def quantiles_of(samples: Sequence[float], quantiles: Sequence[float]) -> list[float]:
@@ -33,8 +38,20 @@ def quantiles_of(samples: Sequence[float], quantiles: Sequence[float]) -> list[f
     return out
 
 
+def normalise(result: Any, n: int) -> list[float]:
+    """A do_bench result as ``n`` floats: a single number is repeated, a sequence is taken as is."""
+    if isinstance(result, (int, float)):
+        return [float(result)] * n
+    values = [float(v) for v in result]
+    if not values:
+        raise ValueError("do_bench returned no timings")
+    if len(values) < n:
+        values += [values[0]] * (n - len(values))
+    return values[:n]
+
+
 def cpu_do_bench(
-    kernel_call: Callable[[], Any],
+    kernel_call: KernelCall,
     quantiles: Sequence[float] = QUANTILES,
     *,
     warmup: float | None = None,
@@ -64,16 +81,152 @@ def cpu_do_bench(
     return quantiles_of(samples, quantiles)
 
 
-def normalise(result: Any, n: int) -> list[float]:
-    """A do_bench result as ``n`` floats: a single number is repeated, a sequence is taken as is."""
-    if isinstance(result, (int, float)):
-        return [float(result)] * n
-    values = [float(v) for v in result]
-    if not values:
-        raise ValueError("do_bench returned no timings")
-    if len(values) < n:
-        values += [values[0]] * (n - len(values))
-    return values[:n]
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How the default GPU benchmarker spends its time (all durations in milliseconds).
+
+    ``finalists`` candidates with the best screened median are re-measured; 0 times every
+    candidate in one stage with Triton's ``do_bench(warmup, rep)`` as upstream does.
+    """
+
+    screen_ms: float = 10.0
+    screen_max_runs: int = 100
+    finalists: int = 5
+    final_warmup_ms: float = 10.0
+    final_ms: float = 100.0
+    final_max_runs: int = 1000
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "screen_ms": self.screen_ms,
+            "finalists": self.finalists,
+            "final_warmup_ms": self.final_warmup_ms,
+            "final_ms": self.final_ms,
+        }
+
+
+class Benchmarker:
+    """Times candidates for one process; calling it measures one candidate."""
+
+    #: How many of the best screened candidates :meth:`refine` re-measures (0: single stage).
+    finalists: int = 0
+
+    def __call__(self, kernel_call: KernelCall, quantiles: Sequence[float] = QUANTILES) -> list[float]:
+        raise NotImplementedError
+
+    def refine(self, kernel_calls: Sequence[KernelCall]) -> list[list[float]]:
+        """Careful timings at :data:`QUANTILES` for the finalists, in the order given."""
+        return [self(call, QUANTILES) for call in kernel_calls]
+
+    def settings(self) -> dict[str, Any]:
+        """What about the timing changes decisions (part of the storage identity)."""
+        return {}
+
+
+class UserBenchmarker(Benchmarker):
+    """The user's ``do_bench(kernel_call, quantiles=...)``, for every candidate."""
+
+    def __init__(self, do_bench: DoBench) -> None:
+        self.do_bench = do_bench
+
+    def __call__(self, kernel_call: KernelCall, quantiles: Sequence[float] = QUANTILES) -> list[float]:
+        return normalise(self.do_bench(kernel_call, quantiles=tuple(quantiles)), len(quantiles))
+
+
+class CpuBenchmarker(Benchmarker):
+    """Wall-clock timing for kernels run by the interpreter."""
+
+    def __init__(self, warmup: float | None, rep: float | None) -> None:
+        self.warmup, self.rep = warmup, rep
+
+    def __call__(self, kernel_call: KernelCall, quantiles: Sequence[float] = QUANTILES) -> list[float]:
+        return cpu_do_bench(kernel_call, quantiles, warmup=self.warmup, rep=self.rep)
+
+
+class GpuBenchmarker(Benchmarker):
+    """CUDA/HIP event timing with the L2 flushed before every timed launch.
+
+    With ``policy.finalists > 0`` a call is the short screen and :meth:`refine` the careful stage;
+    the careful stage uses Triton's ``do_bench(warmup, rep)`` (or ``do_bench_cudagraph``) when the
+    user set ``warmup``/``rep``/``use_cuda_graph``, keeping upstream's meaning of those arguments.
+    """
+
+    def __init__(
+        self, warmup: float | None, rep: float | None, use_cuda_graph: bool, policy: TimingPolicy
+    ) -> None:
+        self.warmup, self.rep, self.use_cuda_graph, self.policy = warmup, rep, use_cuda_graph, policy
+        self.finalists = policy.finalists
+        self._flush_buffer: Any = None
+
+    def settings(self) -> dict[str, Any]:
+        return self.policy.settings()
+
+    def _upstream(self, kernel_call: KernelCall, quantiles: Sequence[float]) -> list[float]:
+        if self.use_cuda_graph:
+            bench = _compat.gpu_do_bench_cudagraph()
+            result = bench(
+                kernel_call, rep=self.rep if self.rep is not None else 100, quantiles=list(quantiles)
+            )
+        else:
+            result = _compat.gpu_do_bench()(
+                kernel_call,
+                warmup=self.warmup if self.warmup is not None else 25,
+                rep=self.rep if self.rep is not None else 100,
+                quantiles=list(quantiles),
+            )
+        return normalise(result, len(quantiles))
+
+    def _flush(self) -> None:
+        if self._flush_buffer is None:
+            self._flush_buffer = _compat.l2_flush_buffer()
+        self._flush_buffer.zero_()
+
+    def _timed(self, calls: Sequence[KernelCall], rounds: int) -> list[list[float]]:
+        """``rounds`` L2-flushed launches of each call, interleaved; per-launch ms for each call."""
+        import torch
+
+        events = [
+            [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                for _ in range(rounds)
+            ]
+            for _ in calls
+        ]
+        for r in range(rounds):
+            for c, call in enumerate(calls):
+                self._flush()
+                start, end = events[c][r]
+                start.record()
+                call()
+                end.record()
+        torch.cuda.synchronize()
+        return [[s.elapsed_time(e) for s, e in per_call] for per_call in events]
+
+    def _estimate(self, call: KernelCall) -> float:
+        import torch
+
+        call()  # first launch after compiling loads the module
+        torch.cuda.synchronize()
+        return max(self._timed([call], 1)[0][0], 1e-4)
+
+    def __call__(self, kernel_call: KernelCall, quantiles: Sequence[float] = QUANTILES) -> list[float]:
+        if not self.finalists:
+            return self._upstream(kernel_call, quantiles)
+        estimate = self._estimate(kernel_call)
+        runs = int(min(self.policy.screen_max_runs, max(3, self.policy.screen_ms / estimate)))
+        return quantiles_of(self._timed([kernel_call], runs)[0], quantiles)
+
+    def refine(self, kernel_calls: Sequence[KernelCall]) -> list[list[float]]:
+        if self.use_cuda_graph or self.warmup is not None or self.rep is not None:
+            return [self._upstream(call, QUANTILES) for call in kernel_calls]
+        estimates = [self._estimate(call) for call in kernel_calls]
+        slowest = max(estimates)
+        warm_rounds = max(1, int(self.policy.final_warmup_ms / slowest))
+        for _ in range(warm_rounds):
+            for call in kernel_calls:
+                call()
+        rounds = int(min(self.policy.final_max_runs, max(5, self.policy.final_ms / slowest)))
+        return [quantiles_of(samples, QUANTILES) for samples in self._timed(kernel_calls, rounds)]
 
 
 def make_benchmarker(
@@ -83,37 +236,11 @@ def make_benchmarker(
     rep: float | None,
     use_cuda_graph: bool,
     interpreted: bool,
+    policy: TimingPolicy | None = None,
 ) -> Benchmarker:
     """The benchmarker a tuner uses. A user-given ``do_bench`` is always honoured, GPU or CPU."""
     if do_bench is not None:
-
-        def user(kernel_call: Callable[[], Any], quantiles: Sequence[float]) -> list[float]:
-            return normalise(do_bench(kernel_call, quantiles=tuple(quantiles)), len(quantiles))
-
-        return user
+        return UserBenchmarker(do_bench)
     if interpreted:
-
-        def cpu(kernel_call: Callable[[], Any], quantiles: Sequence[float]) -> list[float]:
-            return cpu_do_bench(kernel_call, quantiles, warmup=warmup, rep=rep)
-
-        return cpu
-    if use_cuda_graph:
-
-        def graph(kernel_call: Callable[[], Any], quantiles: Sequence[float]) -> list[float]:
-            bench = _compat.gpu_do_bench_cudagraph()
-            result = bench(kernel_call, rep=rep if rep is not None else 100, quantiles=list(quantiles))
-            return normalise(result, len(quantiles))
-
-        return graph
-
-    def gpu(kernel_call: Callable[[], Any], quantiles: Sequence[float]) -> list[float]:
-        bench = _compat.gpu_do_bench()
-        result = bench(
-            kernel_call,
-            warmup=warmup if warmup is not None else 25,
-            rep=rep if rep is not None else 100,
-            quantiles=list(quantiles),
-        )
-        return normalise(result, len(quantiles))
-
-    return gpu
+        return CpuBenchmarker(warmup, rep)
+    return GpuBenchmarker(warmup, rep, use_cuda_graph, policy or TimingPolicy())

@@ -29,6 +29,7 @@ class LaunchContext:
     post_hook: Callable[..., Any]
     benchmarker: Benchmarker
     kernel_name: str
+    interpreted: bool = False
 
     def full_args(self, config: Config) -> tuple[dict[str, Any], dict[str, Any]]:
         """(launch kwargs, every argument by name) for a config, as upstream builds them."""
@@ -51,7 +52,11 @@ class Evaluator(ABC):
 
     @abstractmethod
     def measure(self, config: Config) -> list[float]:
-        """Timings (ms) at :data:`QUANTILES` for one config."""
+        """Timings (ms) at :data:`QUANTILES` for one config (the screen, where timing has two stages)."""
+
+    def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
+        """Careful timings of the finalists, or None when timing has a single stage."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional for evaluators that hold nothing
         """Release what the evaluator holds (workers, buffers)."""
@@ -86,7 +91,20 @@ def make_kernel_call(ctx: LaunchContext, config: Config) -> Callable[[], None]:
 
 
 class InProcessEvaluator(Evaluator):
-    """Launch and time candidates in this process with the tuner's benchmarker."""
+    """Compile candidates in parallel, then launch and time them in this process."""
+
+    def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
+        if self.ctx.interpreted:
+            return {}
+        from .precompile import precompile
+
+        return precompile(self.ctx, configs)
 
     def measure(self, config: Config) -> list[float]:
         return self.ctx.benchmarker(make_kernel_call(self.ctx, config), QUANTILES)
+
+    def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
+        if not self.ctx.benchmarker.finalists or len(configs) < 2:
+            return None
+        calls = [make_kernel_call(self.ctx, config) for config in configs]
+        return dict(zip(configs, self.ctx.benchmarker.refine(calls)))

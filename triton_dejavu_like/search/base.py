@@ -205,6 +205,11 @@ class Strategy(ABC):
     def search(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> None:
         """Evaluate candidates through ``run.evaluate`` until done or :class:`BudgetExhausted`."""
 
+    def planned(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> list[int] | None:
+        """The candidates the first attempt will evaluate, in order, when known in advance
+        (so they can be compiled together before timing); None when proposals depend on results."""
+        return None
+
     def settings(self) -> dict[str, Any]:
         """What about this strategy changes its decisions (part of the storage identity)."""
         return {"strategy": self.name}

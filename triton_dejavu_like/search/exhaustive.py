@@ -18,9 +18,22 @@ def ordered(first: Sequence[int], rest: Sequence[int]) -> list[int]:
     return out
 
 
-class Exhaustive(Strategy):
-    name = "exhaustive"
+class OrderedStrategy(Strategy):
+    """A strategy whose whole evaluation order is fixed before the first result."""
+
+    def order(self, n: int, warm_start: Sequence[int], seed: int) -> list[int]:
+        raise NotImplementedError
 
     def search(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> None:
-        for index in ordered(warm_start, range(len(run.space))):
+        for index in self.order(len(run.space), warm_start, seed):
             run.evaluate(index)
+
+    def planned(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> list[int] | None:
+        return self.order(len(run.space), warm_start, seed)[: run.limit]
+
+
+class Exhaustive(OrderedStrategy):
+    name = "exhaustive"
+
+    def order(self, n: int, warm_start: Sequence[int], seed: int) -> list[int]:
+        return ordered(warm_start, range(n))

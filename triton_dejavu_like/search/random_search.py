@@ -5,15 +5,13 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from .base import SearchRun, Strategy
-from .exhaustive import ordered
+from .exhaustive import OrderedStrategy, ordered
 
 
-class RandomSearch(Strategy):
+class RandomSearch(OrderedStrategy):
     name = "random"
 
-    def search(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> None:
-        rest = list(range(len(run.space)))
+    def order(self, n: int, warm_start: Sequence[int], seed: int) -> list[int]:
+        rest = list(range(n))
         random.Random(seed).shuffle(rest)
-        for index in ordered(warm_start, rest):
-            run.evaluate(index)
+        return ordered(warm_start, rest)

@@ -1,0 +1,97 @@
+"""Compile tuning candidates in parallel before any of them is timed.
+
+Compiling, not timing, dominates a cold tuning run (a Triton matmul config takes a fraction of a
+second to several seconds to compile). Triton 3.5+ can hand the compilation that a
+``warmup=True`` launch triggers to an executor (``triton.AsyncCompileMode``); the front end
+(Python AST to TTIR) still runs in the calling thread, while the MLIR pipeline and ``ptxas``
+(a subprocess) run in worker threads, where the C++ passes and the subprocess wait leave Python
+free. Each JITFunction's kernel cache is only written back in the calling thread when the
+context exits. Older Triton releases compile the candidates one by one here (still before
+timing, so compile errors rule candidates out early).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from . import _compat
+from ._compat import Config
+from .evaluate import LaunchContext
+
+log = logging.getLogger(__name__)
+
+#: Environment variable: compile threads (0 or 1 compiles serially); default min(16, cores).
+ENV_COMPILE_THREADS = "TRITON_DEJAVU_COMPILE_THREADS"
+
+
+def compile_threads() -> int:
+    configured = os.environ.get(ENV_COMPILE_THREADS)
+    if configured is not None:
+        try:
+            return max(0, int(configured))
+        except ValueError:
+            log.warning("%s=%r is not a number; compiling with the default", ENV_COMPILE_THREADS, configured)
+    return min(16, os.cpu_count() or 1)
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()[:500]
+
+
+def precompile(
+    ctx: LaunchContext, configs: Sequence[Config], threads: int | None = None
+) -> dict[Config, str]:
+    """Compile ``configs`` for the call in ``ctx``; return the candidates that failed, with reasons.
+
+    Nothing is launched and no hook runs. A failure here is final for the candidate (the same
+    compilation would fail again when it is timed).
+    """
+    if not configs:
+        return {}
+    grid = ctx.kwargs.get("grid")
+    meta = {k: v for k, v in ctx.kwargs.items() if k not in ("grid", "warmup")}
+    failures: dict[Config, str] = {}
+
+    def warm(config: Config) -> None:
+        ctx.fn.run(*ctx.args, grid=grid, warmup=True, **meta, **config.all_kwargs())
+
+    workers = compile_threads() if threads is None else threads
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdl-compile") if workers > 1 else None
+    mode = _compat.async_compile_mode(pool) if pool is not None else None
+    if mode is None:
+        if pool is not None:
+            pool.shutdown()
+        for config in configs:
+            try:
+                warm(config)
+            except Exception as exc:
+                failures[config] = _reason(exc)
+        return failures
+
+    submitted: dict[Config, Future] = {}
+    with pool, mode:
+        futures = getattr(mode, "raw_futures", [])
+        for config in configs:
+            before = len(futures)
+            try:
+                warm(config)
+            except Exception as exc:  # raised before the compilation was handed over (binding, front end)
+                failures[config] = _reason(exc)
+                continue
+            if len(futures) > before:
+                submitted[config] = futures[-1]
+    for config, future in submitted.items():
+        exc = future.exception()
+        if exc is not None:
+            failures[config] = _reason(exc)
+    log.debug(
+        "%s: compiled %d candidates on %d threads (%d failed)",
+        ctx.kernel_name,
+        len(configs),
+        workers,
+        len(failures),
+    )
+    return failures

@@ -1,0 +1,40 @@
+"""A progress bar for tuning runs that take longer than a couple of seconds.
+
+It appears only after :data:`DELAY_S` seconds, only on a terminal (tqdm's ``disable=None``), and
+never when ``TRITON_DEJAVU_PROGRESS=0``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+ENV_PROGRESS = "TRITON_DEJAVU_PROGRESS"
+DELAY_S = 2.0
+
+
+class _Silent:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int, description: str) -> Any:
+    """A tqdm bar (or a silent stand-in) with ``update()`` and ``close()``."""
+    if os.environ.get(ENV_PROGRESS, "").strip().lower() in ("0", "false", "no", "off"):
+        return _Silent()
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        desc=description,
+        unit="config",
+        delay=DELAY_S,
+        disable=None,  # off when stderr is not a terminal
+        leave=False,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
