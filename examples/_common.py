@@ -1,0 +1,282 @@
+"""What the examples share: device choice, problem sizes, benchmark counting, reports, subprocess runs.
+
+Every example is a script (``python examples/<name>.py``) that runs its kernel on the GPU when there
+is one and through Triton's interpreter on the CPU otherwise, checks the output against torch, and
+reports whether the autotuner tuned or restored, and how many benchmark runs that took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+EXAMPLES_DIR = Path(__file__).resolve().parent
+
+#: The timers the autotuner calls for one benchmark run: Triton's GPU timers and the package's CPU
+#: timer for the interpreter. Wrapping them counts benchmark runs without changing what is stored
+#: (a ``do_bench=`` given to the decorator would be part of the storage identity).
+BENCHMARK_ENTRY_POINTS: tuple[tuple[str, str], ...] = (
+    ("triton.testing", "do_bench"),
+    ("triton.testing", "do_bench_cudagraph"),
+    ("triton_dejavu_like.bench", "cpu_do_bench"),
+)
+
+DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+}
+
+
+def _interpret_requested() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def select_backend() -> bool:
+    """True to run on the GPU; otherwise switch Triton to its interpreter and return False.
+
+    Triton decides between compiling and interpreting when a ``@triton.jit`` function is defined,
+    including its own library functions (``tl.cdiv``, ...), which are defined when ``triton`` is
+    first imported: so this runs when this module is imported, and examples import it first.
+    """
+    if not _interpret_requested() and torch.cuda.is_available():
+        return True
+    if not _interpret_requested() and "triton" in sys.modules:
+        raise RuntimeError("import _common before triton: without a GPU it must turn on TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    return False
+
+
+#: True on a GPU; False under Triton's interpreter (no GPU, or ``TRITON_INTERPRET=1``).
+ON_GPU: bool = select_backend()
+
+
+def device_name(on_gpu: bool) -> str:
+    return torch.cuda.get_device_name() if on_gpu else "CPU (Triton interpreter)"
+
+
+def synchronize(on_gpu: bool) -> None:
+    if on_gpu:
+        torch.cuda.synchronize()
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Largest absolute difference, relative to the largest magnitude of the reference.
+
+    A NaN or infinity anywhere in the output gives ``inf``, which fails every tolerance.
+    """
+    if not torch.isfinite(out).all():
+        return math.inf
+    diff = (out.float() - ref.float()).abs().max().item()
+    scale = ref.float().abs().max().item()
+    return diff / scale if scale > 0 else diff
+
+
+@contextmanager
+def count_benchmarks() -> Iterator[list[int]]:
+    """Count benchmark runs (one per candidate config timed) while the block runs.
+
+    Yields a one-element list holding the count, so it can be read after the block.
+    """
+    count = [0]
+    saved: list[tuple[Any, str, Any]] = []
+
+    def counting(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    for module_name, attr in BENCHMARK_ENTRY_POINTS:
+        module = importlib.import_module(module_name)
+        original = getattr(module, attr, None)
+        if original is not None:
+            saved.append((module, attr, original))
+            setattr(module, attr, counting(original))
+    try:
+        yield count
+    finally:
+        for module, attr, original in reversed(saved):
+            setattr(module, attr, original)
+
+
+def describe_config(config: Any) -> dict[str, Any] | None:
+    """The meta-parameters and launch options of a ``triton.Config``, as plain JSON values."""
+    if config is None:
+        return None
+    described = dict(config.kwargs)
+    described.update(num_warps=config.num_warps, num_stages=config.num_stages)
+    described["pre_hook"] = getattr(config.pre_hook, "__name__", None) if config.pre_hook else None
+    return described
+
+
+@dataclass
+class ExampleResult:
+    """What one run of an example found: accuracy, the autotuner's decision and what it cost."""
+
+    example: str
+    device: str
+    problem: dict[str, Any]
+    max_error: float
+    tolerance: float
+    decision: str | None
+    config: dict[str, Any] | None
+    configs_in_space: int
+    bench_runs: int
+    first_call_s: float
+    tuning_s: float | None
+    cache_path: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.max_error <= self.tolerance  # False for NaN
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+    def summary(self) -> str:
+        problem = ", ".join(f"{k}={v}" for k, v in self.problem.items())
+        verdict = "OK" if self.ok else "WRONG"
+        config = ", ".join(f"{k}={v}" for k, v in (self.config or {}).items() if v is not None)
+        lines = [
+            f"{self.example} on {self.device} ({problem})",
+            f"  output: max relative error {self.max_error:.2e} (tolerance {self.tolerance:.0e}): {verdict}",
+            f"  autotuner: {self.decision} in {self.first_call_s:.2f} s, {self.bench_runs} benchmark runs "
+            f"over a space of {self.configs_in_space} configs",
+            f"  config: {config}",
+            f"  results: {self.cache_path}",
+        ]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def evaluate(
+    name: str,
+    kernel: Any,
+    call: Callable[[], torch.Tensor],
+    reference: Callable[[], torch.Tensor],
+    *,
+    tolerance: float,
+    problem: Mapping[str, Any],
+    on_gpu: bool,
+    launches: int = 2,
+) -> ExampleResult:
+    """Run ``call`` ``launches`` times (the first may tune or restore) and check each output.
+
+    The later launches take the autotuner's in-memory fast path; checking them too catches a config
+    whose hooks did not run.
+    """
+    with count_benchmarks() as bench_runs:
+        start = time.perf_counter()
+        outputs = [call()]
+        synchronize(on_gpu)
+        first_call_s = time.perf_counter() - start
+        decision, tuning_s = kernel.last_decision, kernel.bench_time
+        outputs += [call() for _ in range(launches - 1)]
+        synchronize(on_gpu)
+    ref = reference()
+    error = max(relative_error(out, ref) for out in outputs)  # no NaN: relative_error gives inf
+    return ExampleResult(
+        example=name,
+        device=device_name(on_gpu),
+        problem=dict(problem),
+        max_error=error,
+        tolerance=tolerance,
+        decision=decision,
+        config=describe_config(kernel.best_config),
+        configs_in_space=len(kernel.configs),
+        bench_runs=bench_runs[0],
+        first_call_s=first_call_s,
+        tuning_s=tuning_s if decision == "tuned" else None,
+        cache_path=str(kernel.cache_path()),
+    )
+
+
+def main(run: Callable[[str, torch.dtype], ExampleResult], on_gpu: bool, doc: str | None) -> int:
+    """Command line of every example: ``--size``, ``--dtype``, ``--report FILE``; exit 1 if wrong."""
+    parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    parser.add_argument(
+        "--size",
+        choices=("tiny", "full"),
+        default="full" if on_gpu else "tiny",
+        help="problem size (default: full on a GPU, tiny under the interpreter)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default="float16" if on_gpu else "float32",
+        help="element type (default: float16 on a GPU, float32 under the interpreter)",
+    )
+    parser.add_argument("--report", type=Path, help="also write the result as JSON to this file")
+    args = parser.parse_args()
+    result = run(args.size, DTYPES[args.dtype])
+    print(result.summary())
+    if args.report is not None:
+        args.report.write_text(json.dumps(result.as_dict(), indent=1))
+    return 0 if result.ok else 1
+
+
+# --- running examples in fresh processes (the demo and the tests) -------------------------------------
+
+
+def example_env(storage: Path, *, gpu: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with the given storage root, and the interpreter on or off."""
+    env = dict(os.environ)
+    env["TRITON_DEJAVU_STORAGE"] = str(storage)
+    if gpu:
+        env.pop("TRITON_INTERPRET", None)
+    else:
+        env["TRITON_INTERPRET"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_example_process(
+    script: Path,
+    storage: Path,
+    *,
+    gpu: bool,
+    args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
+    timeout_s: float = 600,
+) -> dict[str, Any]:
+    """Run an example script in a fresh Python process and return its JSON report.
+
+    Raises ``RuntimeError`` with the process's output when it wrote no report (it crashed).
+    """
+    storage.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="example-report-") as tmp:
+        report = Path(tmp) / "report.json"
+        proc = subprocess.run(
+            [sys.executable, str(script), "--report", str(report), *args],
+            env=example_env(storage, gpu=gpu, extra=extra_env),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if not report.exists():
+            raise RuntimeError(
+                f"{script.name} exited with status {proc.returncode} without a report\n"
+                f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
+            )
+        result = json.loads(report.read_text())
+    result["returncode"] = proc.returncode
+    result["stdout"] = proc.stdout
+    return result
