@@ -11,86 +11,56 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
-sys.path.insert(0, str(EXAMPLES_DIR))
-
-import _common  # noqa: E402
-import demo  # noqa: E402
-
-EXAMPLES = ("matmul", "rmsnorm", "softmax", "attention")
-
-
-def run(example: str, storage: Path, **kwargs: Any) -> dict[str, Any]:
-    return _common.run_example_process(EXAMPLES_DIR / f"{example}.py", storage, gpu=False, **kwargs)
-
-
-def assert_tuned(report: dict[str, Any]) -> None:
-    assert report["ok"], report["stdout"]
-    assert report["decision"] == "tuned"
-    assert report["configs_timed"] == report["configs_in_space"] > 1  # exhaustive search
-    assert report["bench_launches"] >= report["configs_timed"]
-    assert Path(report["cache_path"]).is_file()
-
-
-def assert_restored(first: dict[str, Any], second: dict[str, Any]) -> None:
-    assert demo.problems(first, second) == [], second["stdout"]
-    assert second["cache_path"] == first["cache_path"]
+from example_runs import (
+    EXAMPLES,
+    EXAMPLES_DIR,
+    _common,
+    assert_restored,
+    assert_tuned,
+    demo,
+    edited_copy,
+    run,
+    tune_each,
+)
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
-    """Per example: a storage directory it was tuned into, and the tuning process's report."""
-    done: dict[str, tuple[Path, dict[str, Any]]] = {}
-    for example in EXAMPLES:
-        storage = tmp_path_factory.mktemp(example) / "storage"
-        done[example] = storage, run(example, storage)
-    return done
+def tuned(tmp_path_factory: pytest.TempPathFactory):
+    return tune_each(tmp_path_factory, gpu=False)
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_example_is_correct_when_tuning(example: str, tuned) -> None:
-    _, first = tuned[example]
-    assert first["returncode"] == 0
-    assert_tuned(first)
+    assert_tuned(tuned[example][1])
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_second_process_restores_without_benchmarking(example: str, tuned) -> None:
     storage, first = tuned[example]
-    second = run(example, storage)
-    assert second["returncode"] == 0
-    assert_restored(first, second)
+    assert_restored(first, run(example, storage, gpu=False))
 
 
 def test_restore_survives_lines_added_above_the_kernel(tuned, tmp_path: Path) -> None:
     storage, first = tuned["softmax"]
-    moved = _common.copy_with_lines_above_kernel(EXAMPLES_DIR / "softmax.py", tmp_path / "moved")
+    moved = _common.copy_with_lines_above_kernel(EXAMPLES_DIR / "softmax.py", tmp_path)
     assert moved.read_text() != (EXAMPLES_DIR / "softmax.py").read_text()
-    second = _common.run_example_process(moved, storage, gpu=False)
-    assert_restored(first, second)
+    assert_restored(first, run(moved, storage, gpu=False))
 
 
 def test_a_changed_kernel_is_tuned_again(tuned, tmp_path: Path) -> None:
     """The counterpart of the test above: an edit inside the kernel must not restore a stale result."""
     storage, _ = tuned["softmax"]
-    edited = tmp_path / "edited"
-    _common.copy_with_lines_above_kernel(EXAMPLES_DIR / "softmax.py", edited)
-    source = (edited / "softmax.py").read_text()
-    changed = source.replace("row_max = tl.max(lane_max, axis=0)", "row_max = tl.max(lane_max, axis=0) + 0.0")
-    assert changed != source
-    (edited / "softmax.py").write_text(changed)
-    report = _common.run_example_process(edited / "softmax.py", storage, gpu=False)
-    assert_tuned(report)
+    line = "row_max = tl.max(lane_max, axis=0)"
+    edited = edited_copy("softmax", tmp_path, line, f"{line} + 0.0")
+    assert_tuned(run(edited, storage, gpu=False))
 
 
 def test_rmsnorm_fallback_heuristic_config_runs_its_pre_hook(tmp_path: Path) -> None:
     """Without tuning, the heuristic's persistent config works only if its pre-hook resets the counter
     before each of the two launches (each launch writes into a NaN-filled buffer)."""
-    report = run("rmsnorm", tmp_path / "storage", extra_env={"TRITON_DEJAVU_FORCE_FALLBACK": "1"})
+    report = run("rmsnorm", tmp_path, gpu=False, extra_env={"TRITON_DEJAVU_FORCE_FALLBACK": "1"})
     assert report["decision"] == "heuristic"
     assert report["bench_launches"] == 0
     assert report["config"]["PROGRAMS"] > 0
@@ -99,16 +69,9 @@ def test_rmsnorm_fallback_heuristic_config_runs_its_pre_hook(tmp_path: Path) -> 
 
 
 def test_examples_check_their_output(tmp_path: Path) -> None:
-    """The correctness check can fail: removing rmsnorm's pre-hooks makes the second launch wrong."""
-    moved = tmp_path / "broken"
-    _common.copy_with_lines_above_kernel(EXAMPLES_DIR / "rmsnorm.py", moved)
-    source = (moved / "rmsnorm.py").read_text()
-    broken = source.replace('    nargs["ticket_ptr"].zero_()', "    pass")
-    assert broken != source
-    (moved / "rmsnorm.py").write_text(broken)
-    report = _common.run_example_process(
-        moved / "rmsnorm.py", tmp_path / "storage", gpu=False, extra_env={"TRITON_DEJAVU_FORCE_FALLBACK": "1"}
-    )
+    """The correctness check can fail: with rmsnorm's pre-hook emptied, the second launch is wrong."""
+    broken = edited_copy("rmsnorm", tmp_path / "broken", '    nargs["ticket_ptr"].zero_()', "    pass")
+    report = run(broken, tmp_path / "storage", gpu=False, extra_env={"TRITON_DEJAVU_FORCE_FALLBACK": "1"})
     assert not report["ok"]
     assert report["returncode"] == 1
 
