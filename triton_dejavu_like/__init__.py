@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 from ._compat import Config
 from .autotuner import Autotuner, AutotuningError, autotune
+from .bench import TimingPolicy
 from .config_space import ConfigSpace
 from .search import MissingExtraError
 
