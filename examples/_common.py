@@ -53,14 +53,21 @@ def select_backend() -> bool:
 
 #: True on a GPU; False under Triton's interpreter (no GPU, or ``TRITON_INTERPRET=1``).
 ON_GPU: bool = select_backend()
+#: Where the examples put their tensors.
+DEVICE: str = "cuda" if ON_GPU else "cpu"
 
 
-def device_name(on_gpu: bool) -> str:
-    return torch.cuda.get_device_name() if on_gpu else "CPU (Triton interpreter)"
+def generator(seed: int = 0) -> torch.Generator:
+    """A seeded generator on :data:`DEVICE`, so every run of an example sees the same inputs."""
+    return torch.Generator(device=DEVICE).manual_seed(seed)
 
 
-def synchronize(on_gpu: bool) -> None:
-    if on_gpu:
+def device_name() -> str:
+    return torch.cuda.get_device_name() if ON_GPU else "CPU (Triton interpreter)"
+
+
+def synchronize() -> None:
+    if ON_GPU:
         torch.cuda.synchronize()
 
 
@@ -166,7 +173,7 @@ def evaluate(
     *,
     tolerance: float,
     problem: Mapping[str, Any],
-    on_gpu: bool,
+    dtype: torch.dtype,
     launches: int = 2,
 ) -> ExampleResult:
     """Run ``call`` (one kernel launch) ``launches`` times and check every output against torch.
@@ -177,18 +184,18 @@ def evaluate(
     with count_launches(kernel) as launched:
         start = time.perf_counter()
         outputs = [call()]
-        synchronize(on_gpu)
+        synchronize()
         first_call_s = time.perf_counter() - start
         decision, tuning_s = kernel.last_decision, kernel.bench_time
         configs_timed = len(kernel.configs_timings) if decision == "tuned" else 0
         outputs += [call() for _ in range(launches - 1)]
-        synchronize(on_gpu)
+        synchronize()
     ref = reference()
     error = max(relative_error(out, ref) for out in outputs)  # no NaN: relative_error gives inf
     return ExampleResult(
         example=name,
-        device=device_name(on_gpu),
-        problem=dict(problem),
+        device=device_name(),
+        problem={**problem, "dtype": str(dtype).removeprefix("torch.")},
         max_error=error,
         tolerance=tolerance,
         decision=decision,
@@ -202,19 +209,19 @@ def evaluate(
     )
 
 
-def main(run: Callable[[str, torch.dtype], ExampleResult], on_gpu: bool, doc: str | None) -> int:
+def main(run: Callable[[str, torch.dtype], ExampleResult], doc: str | None) -> int:
     """Command line of every example: ``--size``, ``--dtype``, ``--report FILE``; exit 1 if wrong."""
     parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
     parser.add_argument(
         "--size",
         choices=("tiny", "full"),
-        default="full" if on_gpu else "tiny",
+        default="full" if ON_GPU else "tiny",
         help="problem size (default: full on a GPU, tiny under the interpreter)",
     )
     parser.add_argument(
         "--dtype",
         choices=sorted(DTYPES),
-        default="float16" if on_gpu else "float32",
+        default="float16" if ON_GPU else "float32",
         help="element type (default: float16 on a GPU, float32 under the interpreter)",
     )
     parser.add_argument("--report", type=Path, help="also write the result as JSON to this file")

@@ -20,8 +20,7 @@ import triton.language as tl
 
 import triton_dejavu_like as tdl
 
-ON_GPU = common.ON_GPU
-DEVICE = "cuda" if ON_GPU else "cpu"
+ON_GPU, DEVICE = common.ON_GPU, common.DEVICE
 
 SIZES = {
     "tiny": {"batch": 1, "heads": 2, "seq": 40, "head_dim": 16, "causal": True},
@@ -134,7 +133,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
 def run(size: str = "tiny", dtype: torch.dtype = torch.float32) -> common.ExampleResult:
     """Attention of random inputs against ``torch.nn.functional.scaled_dot_product_attention``."""
     shape = SIZES[size]
-    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    gen = common.generator()
     dims = (shape["batch"], shape["heads"], shape["seq"], shape["head_dim"])
     q, k, v = (torch.randn(dims, device=DEVICE, dtype=dtype, generator=gen) for _ in range(3))
     causal = shape["causal"]
@@ -146,10 +145,10 @@ def run(size: str = "tiny", dtype: torch.dtype = torch.float32) -> common.Exampl
             q.float(), k.float(), v.float(), is_causal=causal
         ),
         tolerance=TOLERANCE[dtype],
-        problem={**shape, "dtype": str(dtype).removeprefix("torch.")},
-        on_gpu=ON_GPU,
+        problem=shape,
+        dtype=dtype,
     )
 
 
 if __name__ == "__main__":
-    sys.exit(common.main(run, ON_GPU, __doc__))
+    sys.exit(common.main(run, __doc__))

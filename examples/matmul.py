@@ -18,8 +18,7 @@ import triton.language as tl
 
 import triton_dejavu_like as tdl
 
-ON_GPU = common.ON_GPU
-DEVICE = "cuda" if ON_GPU else "cpu"
+ON_GPU, DEVICE = common.ON_GPU, common.DEVICE
 
 SIZES = {
     "tiny": {"M": 40, "N": 32, "K": 24},  # not multiples of the tiles: the masks are exercised
@@ -113,7 +112,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def run(size: str = "tiny", dtype: torch.dtype = torch.float32) -> common.ExampleResult:
     """Multiply random matrices of the chosen size and compare with ``torch.matmul``."""
     shape = SIZES[size]
-    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    gen = common.generator()
     a = torch.randn((shape["M"], shape["K"]), device=DEVICE, dtype=dtype, generator=gen)
     b = torch.randn((shape["K"], shape["N"]), device=DEVICE, dtype=dtype, generator=gen)
     return common.evaluate(
@@ -122,10 +121,10 @@ def run(size: str = "tiny", dtype: torch.dtype = torch.float32) -> common.Exampl
         lambda: matmul(a, b),
         lambda: a.float() @ b.float(),
         tolerance=TOLERANCE[dtype],
-        problem={**shape, "dtype": str(dtype).removeprefix("torch.")},
-        on_gpu=ON_GPU,
+        problem=shape,
+        dtype=dtype,
     )
 
 
 if __name__ == "__main__":
-    sys.exit(common.main(run, ON_GPU, __doc__))
+    sys.exit(common.main(run, __doc__))

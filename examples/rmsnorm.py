@@ -24,8 +24,7 @@ import triton.language as tl
 
 import triton_dejavu_like as tdl
 
-ON_GPU = common.ON_GPU
-DEVICE = "cuda" if ON_GPU else "cpu"
+ON_GPU, DEVICE = common.ON_GPU, common.DEVICE
 
 SIZES = {
     "tiny": {"rows": 12, "cols": 80},
@@ -140,7 +139,7 @@ def run(size: str = "tiny", dtype: torch.dtype = torch.float32) -> common.Exampl
     persistent config whose counter was not reset) fails the check.
     """
     shape = SIZES[size]
-    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    gen = common.generator()
     x = torch.randn((shape["rows"], shape["cols"]), device=DEVICE, dtype=dtype, generator=gen)
     w = torch.rand((shape["cols"],), device=DEVICE, dtype=dtype, generator=gen) + 0.5
     out = torch.empty_like(x)
@@ -154,10 +153,10 @@ def run(size: str = "tiny", dtype: torch.dtype = torch.float32) -> common.Exampl
         call,
         lambda: torch.nn.functional.rms_norm(x.float(), (shape["cols"],), w.float(), EPS),
         tolerance=TOLERANCE[dtype],
-        problem={**shape, "dtype": str(dtype).removeprefix("torch.")},
-        on_gpu=ON_GPU,
+        problem=shape,
+        dtype=dtype,
     )
 
 
 if __name__ == "__main__":
-    sys.exit(common.main(run, ON_GPU, __doc__))
+    sys.exit(common.main(run, __doc__))

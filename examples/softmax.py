@@ -18,8 +18,7 @@ import triton.language as tl
 
 import triton_dejavu_like as tdl
 
-ON_GPU = common.ON_GPU
-DEVICE = "cuda" if ON_GPU else "cpu"
+ON_GPU, DEVICE = common.ON_GPU, common.DEVICE
 
 SIZES = {
     "tiny": {"rows": 6, "cols": 100},
@@ -71,7 +70,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 def run(size: str = "tiny", dtype: torch.dtype = torch.float32) -> common.ExampleResult:
     """Softmax of random rows (scaled so that exponentials span a wide range) against torch."""
     shape = SIZES[size]
-    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    gen = common.generator()
     x = 4 * torch.randn((shape["rows"], shape["cols"]), device=DEVICE, dtype=torch.float32, generator=gen)
     x = x.to(dtype)
     return common.evaluate(
@@ -80,10 +79,10 @@ def run(size: str = "tiny", dtype: torch.dtype = torch.float32) -> common.Exampl
         lambda: softmax(x),
         lambda: torch.softmax(x.float(), dim=-1),
         tolerance=TOLERANCE[dtype],
-        problem={**shape, "dtype": str(dtype).removeprefix("torch.")},
-        on_gpu=ON_GPU,
+        problem=shape,
+        dtype=dtype,
     )
 
 
 if __name__ == "__main__":
-    sys.exit(common.main(run, ON_GPU, __doc__))
+    sys.exit(common.main(run, __doc__))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +61,15 @@ def edited_copy(example: str, dest_dir: Path, old: str, new: str) -> Path:
         raise ValueError(f"{old!r} is not in {example}.py")
     script.write_text(source.replace(old, new))
     return script
+
+
+def run_demo(env: Mapping[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/demo.py`` as the README does, in the given environment."""
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES_DIR / "demo.py")],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from example_runs import (
     demo,
     edited_copy,
     run,
+    run_demo,
     tune_each,
 )
 
@@ -77,15 +76,7 @@ def test_examples_check_their_output(tmp_path: Path) -> None:
 
 
 def test_demo_tunes_then_restores_in_a_temporary_directory() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_DEJAVU_STORAGE"}
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES_DIR / "demo.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = run_demo({k: v for k, v in os.environ.items() if k != "TRITON_DEJAVU_STORAGE"}, timeout_s=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"process 1: tuned in .* [1-9]\d* benchmark launches", proc.stdout), proc.stdout
     assert re.search(r"process 2: restored in .* 0 benchmark launches", proc.stdout), proc.stdout

@@ -8,12 +8,19 @@ subprocesses without it. Run with ``python -m pytest -m gpu tests/test_gpu_examp
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from example_runs import EXAMPLES, EXAMPLES_DIR, _common, assert_restored, assert_tuned, run, tune_each
+from example_runs import (
+    EXAMPLES,
+    EXAMPLES_DIR,
+    _common,
+    assert_restored,
+    assert_tuned,
+    run,
+    run_demo,
+    tune_each,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -47,15 +54,7 @@ def test_gpu_restore_survives_lines_added_above_the_kernel(tuned, tmp_path: Path
 
 
 def test_demo_on_the_gpu(tmp_path: Path) -> None:
-    env = _common.example_env(tmp_path / "storage", gpu=True)
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES_DIR / "demo.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run_demo(_common.example_env(tmp_path / "storage", gpu=True), timeout_s=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "interpreter" not in proc.stdout
     assert "process 2: restored" in proc.stdout
