@@ -1,0 +1,203 @@
+"""Many writers, dead writers, and threads: the storage loses nothing and never blocks for good.
+
+Storage-level tests run real processes (forkserver children, a few ms each); two end-to-end tests
+tune a kernel through the interpreter in separate Python processes with an instant ``do_bench``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from storage_helpers import (
+    InstantBench,
+    SerialLaunch,
+    cache_file,
+    double_kernel,
+    launch,
+    make_entry,
+    make_tuner,
+    process_context,
+    stored_entries,
+    worker_hold_lock,
+    worker_record,
+    worker_record_stopping_at_line,
+)
+
+from triton_dejavu_like.codec import decode_config, key_id
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and signals")
+
+
+def run_workers(target, args_list) -> None:
+    ctx = process_context()
+    start = ctx.Barrier(len(args_list))
+    procs = [ctx.Process(target=target, args=(start, *args)) for args in args_list]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+
+
+def test_sixteen_processes_recording_different_keys_lose_nothing(tmp_path):
+    workers = [(str(tmp_path), list(range(i * 4, i * 4 + 4))) for i in range(16)]
+    run_workers(worker_record, workers)
+    entries = stored_entries(cache_file(tmp_path).path)
+    assert sorted(entries) == sorted(key_id((k,)) for k in range(64))
+
+
+def test_two_processes_recording_the_same_keys_leave_one_valid_entry_each(tmp_path):
+    keys = list(range(20))
+    run_workers(worker_record, [(str(tmp_path), keys, 16), (str(tmp_path), keys, 128)])
+    entries = stored_entries(cache_file(tmp_path).path)
+    assert sorted(entries) == sorted(key_id((k,)) for k in keys)
+    for entry in entries.values():
+        config, _ = decode_config(entry["config"])
+        assert config.kwargs["BLOCK"] in (16, 128)
+
+
+def test_the_lock_of_a_killed_holder_is_released(tmp_path, caplog):
+    cf = cache_file(tmp_path, lock_timeout=0.5)
+    ctx = process_context()
+    parent, child = ctx.Pipe()
+    holder = ctx.Process(target=worker_hold_lock, args=(str(cf.path), child))
+    holder.start()
+    try:
+        assert parent.poll(30) and parent.recv() == "locked"
+        # while the holder lives, the lock is real: a writer gives up after its timeout
+        assert not cf.record({key_id((1,)): make_entry((1,))})
+        assert "could not lock" in caplog.text
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(10)
+    assert holder.exitcode == -signal.SIGKILL
+    assert cf.lock_path.exists()  # the lock file stays; the kernel dropped the lock itself
+    started = time.monotonic()
+    assert cache_file(tmp_path, lock_timeout=10).record({key_id((2,)): make_entry((2,))})
+    assert time.monotonic() - started < 5
+    assert list(stored_entries(cf.path)) == [key_id((2,))]
+
+
+def test_sigkill_at_every_line_of_a_write_keeps_the_previous_file(tmp_path):
+    """A writer is frozen at each line of the write path in turn and SIGKILLed there."""
+    cf = cache_file(tmp_path)
+    assert cf.record({key_id((0,)): make_entry((0,))})
+    ctx = process_context()
+
+    def run(key: int, stop_at: tuple[str, int] | None):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=worker_record_stopping_at_line, args=(str(tmp_path), key, stop_at, child))
+        proc.start()
+        assert parent.poll(30), "the writer neither stopped nor finished (a lock left behind?)"
+        message = parent.recv()
+        if message[0] == "stopped":
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.join(10)
+        return message
+
+    done, lines, ok = run(1, None)
+    assert done == "done" and ok
+    assert {name for name, _ in lines} >= {"record", "update", "file_lock", "_read", "atomic_write"}
+    expected = {key_id((0,)), key_id((1,))}
+    assert set(stored_entries(cf.path)) == expected
+    for number, line in enumerate(lines):
+        key = 100 + number
+        message = run(key, line)
+        assert message == ("stopped", line), message
+        present = set(stored_entries(cf.path))  # always a complete, valid document
+        assert present in (expected, expected | {key_id((key,))}), f"after a kill at {line}"
+        expected = present
+    # the next writer removes the temporary files the killed writers left behind
+    assert cf.record({key_id((999,)): make_entry((999,))})
+    assert list(cf.path.parent.glob(".cache.json.*.tmp")) == []
+    assert key_id((999,)) in stored_entries(cf.path)
+
+
+# --- end to end: processes tuning a kernel through the interpreter -------------------------------------
+
+SCRIPT = """
+import json, os, sys, time
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from storage_helpers import InstantBench, launch, make_tuner
+
+go = Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.01)
+bench = InstantBench()
+tuner = make_tuner(bench=bench)
+decisions = []
+for n in map(int, sys.argv[2:]):
+    launch(tuner, n)
+    decisions.append(tuner.last_decision)
+print(json.dumps({{"decisions": decisions, "benchmarks": bench.calls, "path": str(tuner.cache_path())}}))
+"""
+
+
+def test_processes_tuning_different_keys_of_one_kernel_share_one_file(tmp_path):
+    store = tmp_path / "store"
+    script = tmp_path / "tune.py"
+    script.write_text(SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = {**os.environ, "TRITON_DEJAVU_STORAGE": str(store), "TRITON_INTERPRET": "1"}
+    go = tmp_path / "go"
+    sizes = [[100, 101], [200, 201]]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(go), *map(str, ns)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for ns in sizes
+    ]
+    go.touch()  # both start tuning at the same moment
+    results = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert all(r["decisions"] == ["tuned", "tuned"] for r in results)
+    # this process restores every key of both without benchmarking
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=store)
+    assert {r["path"] for r in results} == {str(tuner.cache_path())}
+    entries = stored_entries(tuner.cache_path())
+    assert {e["key"][0] for e in entries.values()} == {n for ns in sizes for n in ns}
+    for n in (n for ns in sizes for n in ns):
+        launch(tuner, n)
+        assert tuner.last_decision == "restored"
+    assert bench.calls == 0
+
+
+# --- threads in one process ------------------------------------------------------------------------
+
+
+def test_threads_tuning_one_kernel_tune_each_key_once_and_compute_correctly(tmp_path):
+    bench = InstantBench(delay_s=0.002)
+    tuner = make_tuner(SerialLaunch(double_kernel), bench=bench, custom_data_storage=tmp_path)
+    sizes = [50, 60, 70, 80]
+    threads_per_size = 3
+    start = threading.Barrier(len(sizes) * threads_per_size)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            start.wait()
+            for _ in range(4):
+                launch(tuner, n)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in sizes for _ in range(threads_per_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert bench.calls == len(sizes) * 3  # one tuning of three configs per key, none repeated
+    assert {key[0] for key in tuner.cache} == set(sizes)
+    entries = stored_entries(tuner.cache_path())
+    assert {e["key"][0] for e in entries.values()} == set(sizes)

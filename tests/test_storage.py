@@ -1,0 +1,423 @@
+"""The cache file: format, bad input, identity, permissions, and what a kernel does about each.
+
+Every bad-input case checks the same promise: one warning naming the file, the file (or the bad
+entry) moved aside and never deleted, and the kernel tuning as if nothing was stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from storage_helpers import (
+    IDENTITY,
+    InstantBench,
+    aside_files,
+    cache_file,
+    double_kernel,
+    entries_for,
+    launch,
+    make_entry,
+    make_tuner,
+    negate_kernel,
+    stored_entries,
+    write_document,
+)
+
+from triton_dejavu_like import storage
+from triton_dejavu_like.codec import encode_config, key_id
+
+LOGGER = "triton_dejavu_like"
+
+
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith(LOGGER)]
+
+
+@pytest.fixture
+def warnings(caplog):
+    caplog.set_level("WARNING", logger=LOGGER)
+    return lambda: warnings_of(caplog)
+
+
+# --- the format ---------------------------------------------------------------------------------------
+
+
+def test_record_and_load_round_trip_in_the_documented_format(tmp_path):
+    cf = cache_file(tmp_path)
+    entries = entries_for([(128, "torch.float16"), (256, "torch.float16")])
+    assert cf.record(entries)
+    assert cf.path == tmp_path / storage.identity_relative_dir(IDENTITY) / "cache.json"
+    doc = json.loads(cf.path.read_text())
+    assert doc == {"schema": storage.SCHEMA_VERSION, "identity": IDENTITY, "entries": entries}
+    assert cache_file(tmp_path).load() == entries
+
+
+def test_new_results_win_per_key_and_other_keys_are_kept(tmp_path):
+    cf = cache_file(tmp_path)
+    cf.record(entries_for([(1,), (2,)], block=16))
+    cf.record(entries_for([(2,), (3,)], block=32))
+    blocks = {kid: e["config"]["kwargs"]["BLOCK"] for kid, e in cf.load().items()}
+    assert blocks == {key_id((1,)): 16, key_id((2,)): 32, key_id((3,)): 32}
+
+
+def test_an_entry_that_cannot_be_stored_is_refused_not_written(tmp_path, warnings):
+    cf = cache_file(tmp_path)
+    bad = make_entry((1,))
+    bad["timings_ms"] = [float("inf")] * 3
+    assert not cf.record({key_id((1,)): bad})
+    assert not cf.path.exists()
+    assert len(warnings()) == 1 and "not storing" in warnings()[0]
+    assert cf.record({**entries_for([(2,)]), key_id((1,)): bad})  # the valid one still lands
+    assert list(cf.load()) == [key_id((2,))]
+
+
+# --- whole files that cannot be read --------------------------------------------------------------------
+
+VALID = storage.dump_document(storage.new_document(IDENTITY, entries_for([(1,), (2,)])))
+
+
+def _with(**changes) -> bytes:
+    doc = json.loads(VALID)
+    doc.update(changes)
+    return json.dumps(doc).encode()
+
+
+BAD_FILES = {
+    "truncated JSON": VALID[: len(VALID) // 2],
+    "empty file": b"",
+    "not UTF-8": b'{"schema": 1, "identity": "\xff\xfe"}',
+    "a list, not an object": b"[1, 2, 3]",
+    "entries as a list": _with(entries=[1, 2]),
+    "identity missing": _with(identity=None),
+    "identity field of the wrong type": _with(identity={**IDENTITY, "triton": 3.9}),
+    "schema version 0": _with(schema=0),
+    "schema version as a string": _with(schema="1"),
+    "schema version missing": _with(schema=None),
+    "schema version true": _with(schema=True),
+    "nested a million levels deep": b"[" * 1_000_000 + b"]" * 1_000_000,
+    "an integer of 5000 digits": b'{"schema": ' + b"9" * 5000 + b"}",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_an_unreadable_file_is_moved_aside_with_one_warning(tmp_path, warnings, case):
+    cf = cache_file(tmp_path)
+    cf.path.parent.mkdir(parents=True)
+    cf.path.write_bytes(BAD_FILES[case])
+    assert cf.load() == {}
+    messages = warnings()
+    assert len(messages) == 1 and str(cf.path) in messages[0], messages
+    [aside] = aside_files(cf.path, storage.CORRUPT_SUFFIX)
+    assert aside.read_bytes() == BAD_FILES[case]  # moved, byte for byte, never deleted
+    assert not cf.path.exists()
+    assert cf.record(entries_for([(3,)]))  # and the next result starts a fresh file
+    assert list(stored_entries(cf.path)) == [key_id((3,))]
+
+
+def test_a_huge_file_is_moved_aside_without_being_read(tmp_path, warnings):
+    cf = cache_file(tmp_path)
+    cf.path.parent.mkdir(parents=True)
+    with open(cf.path, "wb") as handle:  # sparse: costs no disk and no time
+        handle.truncate(storage.MAX_FILE_BYTES + 1)
+    assert cf.load() == {}
+    assert len(warnings()) == 1 and "limit" in warnings()[0] and str(cf.path) in warnings()[0]
+    [aside] = aside_files(cf.path, storage.CORRUPT_SUFFIX)
+    assert aside.stat().st_size == storage.MAX_FILE_BYTES + 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_in_place_of_the_file_does_not_block(tmp_path, warnings):
+    cf = cache_file(tmp_path)
+    cf.path.parent.mkdir(parents=True)
+    os.mkfifo(cf.path)
+    assert cf.load() == {}
+    assert "not a regular file" in warnings()[0]
+
+
+@pytest.mark.parametrize("case", ["truncated JSON", "not UTF-8", "schema version 0", "entries as a list"])
+def test_a_kernel_tunes_as_if_nothing_was_stored(tmp_path, warnings, case):
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    path = tuner.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(BAD_FILES[case])
+    launch(tuner, 100)
+    assert tuner.last_decision == "tuned" and bench.calls == 3
+    assert len(warnings()) == 1 and str(path) in warnings()[0]
+    assert [a.read_bytes() for a in aside_files(path, storage.CORRUPT_SUFFIX)] == [BAD_FILES[case]]
+    assert [e["key"][0] for e in stored_entries(path).values()] == [100]
+
+
+# --- single invalid entries ---------------------------------------------------------------------------
+
+
+def _bad_entry(case: str) -> tuple[dict, bytes | None]:
+    """An entry for key (2,) broken in one way (and, for a raw JSON literal, the text to patch in)."""
+    entry = make_entry((2,))
+    if case == "NaN timing":
+        entry["timings_ms"] = [{"float": "nan"}, 1.0, 1.0]
+    elif case == "inf timing (1e999)":
+        entry["timings_ms"] = ["INF_PLACEHOLDER", 1.0, 1.0]
+        return entry, b"1e999"
+    elif case == "NaN literal":
+        entry["timings_ms"] = ["INF_PLACEHOLDER", 1.0, 1.0]
+        return entry, b"NaN"
+    elif case == "negative timing":
+        entry["timings_ms"] = [-1.0, 1.0, 1.0]
+    elif case == "config naming a parameter the kernel lacks":
+        entry["config"]["kwargs"] = {"BLOCK_Q": 64}
+    elif case == "unknown config field":
+        entry["config"]["num_teams"] = 2
+    elif case == "count of the wrong type":
+        entry["evaluated"] = "3"
+    elif case == "key filed under another name":
+        entry["key"] = [3]
+    elif case == "tuned_at not a time":
+        entry["tuned_at"] = "yesterday"
+    elif case == "ruled_out not a list":
+        entry["ruled_out"] = {"reason": "x"}
+    elif case == "an entry that is a string":
+        entry = "BLOCK: 64, num_warps: 4"
+    return entry, None
+
+
+ENTRY_CASES = [
+    "NaN timing",
+    "inf timing (1e999)",
+    "NaN literal",
+    "negative timing",
+    "config naming a parameter the kernel lacks",
+    "unknown config field",
+    "count of the wrong type",
+    "key filed under another name",
+    "tuned_at not a time",
+    "ruled_out not a list",
+    "an entry that is a string",
+]
+
+
+def _file_with_bad_entry(path: Path, identity: dict, case: str, good_key=(1,), bad_key=(2,)) -> bytes:
+    bad, literal = _bad_entry(case)
+    if isinstance(bad, dict) and bad.get("key") == [2]:
+        bad["key"] = [bad_key[0]]
+    data = write_document(path, identity, {**entries_for([good_key]), key_id(bad_key): bad})
+    if literal is not None:
+        data = data.replace(b'"INF_PLACEHOLDER"', literal)
+        path.write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("case", ENTRY_CASES)
+def test_an_invalid_entry_is_set_aside_and_the_rest_is_kept(tmp_path, warnings, case):
+    cf = cache_file(tmp_path)
+    _file_with_bad_entry(cf.path, IDENTITY, case)
+    assert list(cf.load()) == [key_id((1,))]
+    messages = warnings()
+    assert len(messages) == 1 and str(cf.path) in messages[0], messages
+    [aside] = aside_files(cf.path, storage.REJECTED_SUFFIX)
+    rejected = json.loads(aside.read_text())["rejected"]
+    assert list(rejected) == [key_id((2,))] and rejected[key_id((2,))]["reason"]
+    assert list(stored_entries(cf.path)) == [key_id((1,))]  # the file now holds only valid entries
+    assert cache_file(tmp_path).load() == cf.load()
+
+
+@pytest.mark.parametrize("case", ["NaN timing", "config naming a parameter the kernel lacks"])
+def test_a_kernel_uses_the_valid_entries_and_retunes_the_invalid_one(tmp_path, warnings, case):
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    ident = tuner.kernel_identity(_platform(tuner)).as_dict()
+    f32 = "torch.float32"
+    _file_with_bad_entry(tuner.cache_path(), ident, case, good_key=(100, f32, f32), bad_key=(200, f32, f32))
+    launch(tuner, 100)
+    assert tuner.last_decision == "restored" and bench.calls == 0
+    launch(tuner, 200)
+    assert tuner.last_decision == "tuned" and bench.calls == 3
+    assert len(warnings()) == 1 and str(tuner.cache_path()) in warnings()[0]
+    assert sorted(e["key"][0] for e in stored_entries(tuner.cache_path()).values()) == [100, 200]
+    assert len(aside_files(tuner.cache_path(), storage.REJECTED_SUFFIX)) == 1
+
+
+def _platform(tuner):
+    from triton_dejavu_like import _compat, identity
+
+    return identity.detect_platform(_compat.is_interpreted(tuner.fn))
+
+
+# --- files that are someone else's: another identity, a newer schema ------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["another identity", "a newer schema"])
+def test_a_file_that_is_not_ours_is_never_used_nor_overwritten(tmp_path, warnings, kind):
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    ident = tuner.kernel_identity(_platform(tuner)).as_dict()
+    entries = entries_for([(100, "torch.float32", "torch.float32")])
+    if kind == "another identity":
+        data = write_document(tuner.cache_path(), {**ident, "gpu": "NVIDIA_A100"}, entries)
+    else:
+        doc = storage.new_document(ident, entries)
+        doc["schema"] = storage.SCHEMA_VERSION + 1
+        data = json.dumps(doc).encode()
+        tuner.cache_path().parent.mkdir(parents=True)
+        tuner.cache_path().write_bytes(data)
+    launch(tuner, 100)
+    launch(tuner, 200)
+    assert tuner.last_decision == "tuned" and bench.calls == 6  # tuned both, stored neither
+    launch(tuner, 100)
+    assert bench.calls == 6  # kept in memory
+    assert tuner.cache_path().read_bytes() == data
+    assert sorted(p.name for p in tuner.cache_path().parent.iterdir()) == ["cache.json", "cache.json.lock"]
+    assert len(warnings()) == 1 and str(tuner.cache_path()) in warnings()[0]
+
+
+# --- permissions ----------------------------------------------------------------------------------------
+
+
+def test_a_storage_root_that_cannot_be_created_gives_one_warning_for_all_kernels(tmp_path, warnings):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the storage root should be")
+    root = blocker / "storage"
+    bench = InstantBench()
+    tuners = [
+        make_tuner(kernel, bench=bench, custom_data_storage=root) for kernel in (double_kernel, negate_kernel)
+    ]
+    for n in (100, 200):
+        launch(tuners[0], n)
+        launch(tuners[1], n, expected=lambda x: -x)
+    assert bench.calls == 12
+    for n in (100, 200):  # results stay in memory
+        launch(tuners[0], n)
+        launch(tuners[1], n, expected=lambda x: -x)
+    assert bench.calls == 12
+    messages = warnings()
+    assert len(messages) == 1 and str(root) in messages[0] and "in memory" in messages[0], messages
+
+
+READ_ONLY_SCRIPT = """
+import json, logging, os, sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from storage_helpers import InstantBench, launch, make_tuner, negate_kernel
+
+records = []
+handler = logging.Handler(logging.WARNING)
+handler.emit = lambda record: records.append(record.getMessage())
+logging.getLogger("triton_dejavu_like").addHandler(handler)
+root = Path(sys.argv[1])
+bench = InstantBench()
+double = make_tuner(bench=bench, custom_data_storage=root)
+negate = make_tuner(negate_kernel, bench=bench, custom_data_storage=root)
+decisions = []
+for n in (100, 200):
+    launch(double, n)
+    decisions.append(double.last_decision)
+    launch(negate, n, expected=lambda x: -x)
+    decisions.append(negate.last_decision)
+print(json.dumps({{"decisions": decisions, "benchmarks": bench.calls, "warnings": records,
+                  "euid": os.geteuid()}}))
+"""
+
+
+def _unprivileged() -> list[str] | None:
+    """A command prefix that runs Python without the power to ignore file permissions (or None)."""
+    if not hasattr(os, "geteuid"):
+        return None
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    probe = subprocess.run([setpriv, "--inh-caps=-all", "--bounding-set=-all", "true"], capture_output=True)
+    return [setpriv, "--inh-caps=-all", "--bounding-set=-all"] if probe.returncode == 0 else None
+
+
+def test_a_read_only_storage_restores_what_it_has_and_warns_once(tmp_path):
+    prefix = _unprivileged()
+    if prefix is None:
+        pytest.skip("running as root without setpriv: permissions cannot be enforced")
+    root = tmp_path / "store"
+    seed = make_tuner(custom_data_storage=root)
+    launch(seed, 100)  # one stored result for one kernel
+    script = tmp_path / "read_only.py"
+    script.write_text(READ_ONLY_SCRIPT.format(tests=str(Path(__file__).parent)))
+    for directory in [root, *root.rglob("*")]:
+        if directory.is_dir():
+            directory.chmod(0o555)
+    try:
+        result = subprocess.run(
+            [*prefix, sys.executable, str(script), str(root)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "TRITON_INTERPRET": "1"},
+        )
+    finally:
+        for directory in [root, *root.rglob("*")]:
+            if directory.is_dir():
+                directory.chmod(0o755)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["decisions"] == ["restored", "tuned", "tuned", "tuned"]
+    assert out["benchmarks"] == 9
+    [message] = out["warnings"]
+    assert str(root) in message and "in memory" in message
+
+
+def test_files_and_directories_follow_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        cf = cache_file(tmp_path / "root")
+        assert cf.record(entries_for([(1,)]))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(cf.path.stat().st_mode) == 0o640
+    assert stat.S_IMODE(cf.lock_path.stat().st_mode) == 0o640
+    assert stat.S_IMODE(cf.path.parent.stat().st_mode) == 0o750
+    assert stat.S_IMODE((tmp_path / "root" / "dejavu_0.1").stat().st_mode) == 0o750
+
+
+def test_a_replaced_file_keeps_its_permissions(tmp_path):
+    cf = cache_file(tmp_path)
+    cf.record(entries_for([(1,)]))
+    cf.path.chmod(0o664)  # e.g. shared with a group on purpose
+    cf.record(entries_for([(2,)]))
+    assert stat.S_IMODE(cf.path.stat().st_mode) == 0o664
+    assert len(cf.load()) == 2
+
+
+# --- nothing read is executed ------------------------------------------------------------------------------
+
+
+def test_a_file_crafted_to_run_code_runs_nothing(tmp_path, warnings):
+    marker = tmp_path / "pwned"
+    payload = f"__import__('pathlib').Path({str(marker)!r}).touch()"
+    cf = cache_file(tmp_path)
+    entry = make_entry((1,))
+    entry["config"] = {**encode_config(__import__("triton").Config({"BLOCK": 64})), "pre_hook": payload}
+    entry["key"] = [{"tuple": [payload]}]
+    evil_dtype = make_entry((2,))
+    evil_dtype["key"] = [{"torch.dtype": payload}]
+    write_document(cf.path, IDENTITY, {"k1": entry, key_id((2,)): evil_dtype, key_id((3,)): make_entry((3,))})
+    assert list(cf.load()) == [key_id((3,))]
+    assert not marker.exists()
+    assert len(warnings()) == 1
+
+
+def test_load_without_a_file_creates_nothing(tmp_path):
+    cf = cache_file(tmp_path / "root")
+    assert cf.load() == {}
+    assert not (tmp_path / "root").exists()
+
+
+def test_the_python_api_rejects_a_document_it_cannot_use():
+    with pytest.raises(storage.InvalidCacheFile, match="schema"):
+        storage.parse_document(b'{"schema": 99}')
+    doc = storage.parse_document(VALID)
+    assert sorted(doc.entries) == sorted(entries_for([(1,), (2,)])) and doc.rejected == {}
