@@ -90,7 +90,8 @@ def count_launches(kernel: Any) -> Iterator[list[int]]:
     The autotuner launches the jitted function once per call of the kernel and, while tuning, many
     more times to time candidates: every launch beyond the caller's own is a benchmark launch,
     whichever timer the package uses. The count comes from wrapping ``run`` on this one jitted
-    function object, which changes nothing the autotuner hashes or stores. Yields a one-element
+    function object, which changes nothing the autotuner hashes or stores. Launches made in a
+    worker process (``TRITON_DEJAVU_USE_ISOLATED_PROCESS=1``) are not seen. Yields a one-element
     list holding the count.
     """
     jitted = kernel.fn

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -45,11 +46,19 @@ def assert_restored(first: dict[str, Any], second: dict[str, Any]) -> None:
 def tune_each(
     tmp_path_factory: pytest.TempPathFactory, *, gpu: bool, args: tuple[str, ...] = ()
 ) -> dict[str, tuple[Path, dict[str, Any]]]:
-    """Per example: a fresh storage directory, and the report of the process that tuned into it."""
+    """Per example: a fresh storage directory, and the report of the process that tuned into it.
+
+    Meant for a module-scoped fixture, which runs before conftest's per-test clean-up of the
+    environment: the package's variables are cleared here too.
+    """
     tuned = {}
-    for example in EXAMPLES:
-        storage = tmp_path_factory.mktemp(example) / "storage"
-        tuned[example] = storage, run(example, storage, gpu=gpu, args=args)
+    with pytest.MonkeyPatch.context() as env:
+        for name in list(os.environ):
+            if name.lstrip("_").startswith("TRITON_DEJAVU_") or name == "TRITON_PRINT_AUTOTUNING":
+                env.delenv(name)
+        for example in EXAMPLES:
+            storage = tmp_path_factory.mktemp(example) / "storage"
+            tuned[example] = storage, run(example, storage, gpu=gpu, args=args)
     return tuned
 
 
