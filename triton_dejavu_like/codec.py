@@ -75,7 +75,7 @@ def _dtype_name(value: Any) -> dict[str, str] | None:
         pass
     import triton.language as tl
 
-    if isinstance(value, tl.dtype):
+    if type(value) is tl.dtype:  # scalar types only: pointer/block/tuple types cannot be decoded
         return {_TRITON_DTYPE: value.name}
     return None
 
