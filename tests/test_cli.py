@@ -1,0 +1,319 @@
+"""The command line: list, show, merge, prune, export, and how it fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from storage_helpers import (
+    IDENTITY,
+    InstantBench,
+    aside_files,
+    cache_file,
+    entries_for,
+    launch,
+    make_entry,
+    make_tuner,
+    stored_entries,
+    write_document,
+)
+
+from triton_dejavu_like import cli, storage
+from triton_dejavu_like.codec import key_id
+
+OTHER_GPU = {**IDENTITY, "gpu": "NVIDIA_A100-SXM4-80GB"}
+SOFTMAX = {**IDENTITY, "kernel": "softmax", "tag": "prod"}
+
+
+def run(*argv: str) -> int:
+    return cli.main(list(argv))
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert run(*argv, "--json") == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    """A storage tree with two kernels on one platform and one kernel on another GPU."""
+    root = tmp_path / "root"
+    cache_file(root).record(entries_for([(1024,), (2048,)], tuned_at="2025-03-01T10:00:00+00:00"))
+    cache_file(root, SOFTMAX).record(entries_for([(4096,)], block=128))
+    cache_file(root, OTHER_GPU).record(entries_for([(1024,)], block=32))
+    return root
+
+
+# --- list and show ------------------------------------------------------------------------------------
+
+
+def test_list_prints_one_row_per_stored_kernel(capsys, root):
+    assert run("list", "--root", str(root)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ID", "KERNEL", "TAG", "TRITON", "TOOLCHAIN", "GPU", "KEYS", "LAST", "TUNED"]
+    rows = [line.split() for line in lines[2:]]
+    assert sorted((r[1], r[2], r[5], r[6]) for r in rows) == [
+        ("matmul", "default", "NVIDIA_A100-SXM4-80GB", "1"),
+        ("matmul", "default", "NVIDIA_H100_80GB_HBM3", "2"),
+        ("softmax", "prod", "NVIDIA_H100_80GB_HBM3", "1"),
+    ]
+    assert "2025-03-01 10:00 UTC" in "\n".join(lines)
+
+
+def test_list_json_and_filters(capsys, root):
+    out = run_json(
+        capsys, "list", "--root", str(root), "--kernel", "matmul", "--gpu", "NVIDIA_H100_80GB_HBM3"
+    )
+    [only] = out["files"]
+    assert only["identity"] == IDENTITY and only["keys"] == 2
+    assert Path(only["path"]) == cache_file(root).path
+    assert only["last_tuned"].startswith("2025-03-01 10:00:00")
+
+
+def test_list_uses_the_package_default_root(capsys, root, monkeypatch):
+    monkeypatch.setenv(storage.ENV_STORAGE, str(root))
+    assert len(run_json(capsys, "list")["files"]) == 3
+
+
+def test_list_reports_unreadable_files_without_touching_them(capsys, root):
+    bad = root / "dejavu_0.1" / "junk" / "cache.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"{not json")
+    assert run("list", "--root", str(root)) == 0
+    captured = capsys.readouterr()
+    assert str(bad) in captured.err and "not JSON" in captured.err
+    assert bad.read_bytes() == b"{not json"  # list never moves anything
+
+
+def test_show_gives_each_key_its_config_time_and_how_it_was_found(capsys, root):
+    assert run("show", "matmul", "--root", str(root), "--gpu", "NVIDIA_H100_80GB_HBM3") == 0
+    out = capsys.readouterr().out
+    assert "key (1024,)" in out and "key (2048,)" in out
+    assert "config     BLOCK=64, num_warps=4, num_stages=" in out
+    assert "time       1 ms (p20 0.9, p80 1.1)" in out
+    assert "found by   exhaustive: 3 of 3 configs evaluated" in out
+    assert "ruled out  1:" in out and "OutOfResources" in out
+
+
+def test_show_by_id_or_path_and_as_json(capsys, root):
+    [softmax] = [
+        f
+        for f in run_json(capsys, "list", "--root", str(root))["files"]
+        if f["identity"]["kernel"] == "softmax"
+    ]
+    by_id = run_json(capsys, "show", softmax["id"][:6], "--root", str(root))
+    by_path = run_json(capsys, "show", softmax["path"])
+    assert by_id == by_path
+    [entry] = by_id["files"][0]["entries"]
+    assert entry["key"] == [4096] and entry["config"]["kwargs"] == {"BLOCK": 128}
+    assert entry["strategy"] == "exhaustive" and entry["evaluated"] == 3 and entry["space_size"] == 3
+    assert entry["ruled_out"][0]["reason"] == "OutOfResources"
+
+
+def test_show_fails_clearly_when_nothing_matches(capsys, root):
+    assert run("show", "no_such_kernel", "--root", str(root)) == 1
+    assert "nothing stored matches 'no_such_kernel'" in capsys.readouterr().err
+
+
+# --- merge --------------------------------------------------------------------------------------------
+
+
+def rank_roots(tmp_path) -> tuple[Path, Path]:
+    """Two machines tuned the same kernel: key 1 only on rank 0, key 3 only on rank 1, key 2 on both
+    with different configs (rank 1 newer but slower)."""
+    rank0, rank1 = tmp_path / "rank0", tmp_path / "rank1"
+    old, new = "2025-01-01T00:00:00+00:00", "2025-02-01T00:00:00+00:00"
+    cache_file(rank0).record(
+        {**entries_for([(1,)]), key_id((2,)): make_entry((2,), block=16, ms=1.0, tuned_at=old)}
+    )
+    cache_file(rank1).record(
+        {**entries_for([(3,)]), key_id((2,)): make_entry((2,), block=32, ms=2.0, tuned_at=new)}
+    )
+    return rank0, rank1
+
+
+@pytest.mark.parametrize(("prefer", "block"), [("newest", 32), ("fastest", 16)])
+def test_merge_unions_keys_and_reports_conflicts(capsys, tmp_path, prefer, block):
+    rank0, rank1 = rank_roots(tmp_path)
+    dest = tmp_path / "dest"
+    out = run_json(capsys, "merge", str(rank0), str(rank1), "--root", str(dest), "--prefer", prefer)
+    entries = stored_entries(cache_file(dest).path)
+    assert sorted(entries) == sorted(key_id((k,)) for k in (1, 2, 3))
+    assert entries[key_id((2,))]["config"]["kwargs"]["BLOCK"] == block
+    [conflict] = out["conflicts"]
+    assert conflict["key"] == key_id((2,)) and conflict["kept"]["config"].startswith(f"BLOCK={block},")
+    assert out["added"] == 3 and out["problems"] == []
+
+
+def test_merge_keeps_identities_apart(capsys, tmp_path, root):
+    dest = tmp_path / "dest"
+    assert run("merge", str(root), "--root", str(dest)) == 0
+    assert "0 conflict(s)" in capsys.readouterr().out
+    for ident in (IDENTITY, OTHER_GPU, SOFTMAX):
+        assert stored_entries(cache_file(dest, ident).path) == stored_entries(cache_file(root, ident).path)
+
+
+def test_merge_refuses_unreadable_inputs_and_writes_nothing(capsys, tmp_path):
+    rank0, _ = rank_roots(tmp_path)
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff\xfe")
+    dest = tmp_path / "dest"
+    assert run("merge", str(rank0), str(bad), str(tmp_path / "missing"), "--root", str(dest)) == 1
+    err = capsys.readouterr().err
+    assert str(bad) in err and "not UTF-8" in err and str(tmp_path / "missing") in err
+    assert not dest.exists()
+    assert run("merge", str(rank0), str(bad), "--root", str(dest), "--skip-invalid") == 0
+    assert len(stored_entries(cache_file(dest).path)) == 2
+
+
+def test_merge_never_overwrites_a_file_of_another_identity(capsys, tmp_path):
+    rank0, _ = rank_roots(tmp_path)
+    dest = tmp_path / "dest"
+    squatter = write_document(
+        cache_file(dest).path, {**IDENTITY, "code_version": "f" * 16}, entries_for([(9,)])
+    )
+    assert run("merge", str(rank0), "--root", str(dest)) == 1
+    assert "another identity" in capsys.readouterr().err
+    assert cache_file(dest).path.read_bytes() == squatter
+
+
+def test_merge_dry_run_writes_nothing(capsys, tmp_path):
+    rank0, rank1 = rank_roots(tmp_path)
+    dest = tmp_path / "dest"
+    out = run_json(capsys, "merge", str(rank0), str(rank1), "--root", str(dest), "--dry-run")
+    assert out["added"] == 3 and len(out["conflicts"]) == 1
+    assert not dest.exists()
+
+
+# --- prune --------------------------------------------------------------------------------------------
+
+
+def test_prune_other_triton_versions(capsys, tmp_path):
+    root = tmp_path / "root"
+    current = {**IDENTITY, "triton": "3.6.0"}
+    cache_file(root, current).record(entries_for([(1,)]))
+    cache_file(root, {**IDENTITY, "triton": "3.5.1"}).record(entries_for([(1,), (2,)]))
+    out = run_json(capsys, "prune", "--root", str(root), "--keep-triton", "3.6.0")
+    assert out["removed_entries"] == 2 and out["kept_entries"] == 1
+    assert [Path(p) for p in out["removed_files"]] == [cache_file(root, {**IDENTITY, "triton": "3.5.1"}).path]
+    assert not cache_file(root, {**IDENTITY, "triton": "3.5.1"}).path.exists()
+    assert len(stored_entries(cache_file(root, current).path)) == 1
+
+
+def test_prune_entries_older_than_a_date(capsys, tmp_path):
+    root = tmp_path / "root"
+    cache_file(root).record(
+        {
+            key_id((1,)): make_entry((1,), tuned_at="2024-06-01T00:00:00+00:00"),
+            key_id((2,)): make_entry((2,), tuned_at="2025-06-01T00:00:00+00:00"),
+        }
+    )
+    cache_file(root, SOFTMAX).record(entries_for([(1,)], tuned_at="2024-01-01T00:00:00"))
+    assert run("prune", "--root", str(root), "--older-than", "2025-01-01", "--dry-run") == 0
+    assert len(stored_entries(cache_file(root).path)) == 2  # dry run
+    assert run("prune", "--root", str(root), "--older-than", "2025-01-01") == 0
+    assert list(stored_entries(cache_file(root).path)) == [key_id((2,))]
+    assert not cache_file(root, SOFTMAX).path.exists()  # emptied, so removed
+    assert "removed 2 entries and 1 cache file(s)" in capsys.readouterr().out.splitlines()[-2]
+
+
+def test_prune_quarantined_files(capsys, tmp_path):
+    root = tmp_path / "root"
+    cf = cache_file(root)
+    cf.path.parent.mkdir(parents=True)
+    cf.path.write_bytes(b"garbage")
+    cf.load()  # moves it aside
+    assert aside_files(cf.path, storage.CORRUPT_SUFFIX)
+    assert run("prune", "--root", str(root), "--quarantined") == 0
+    assert aside_files(cf.path, storage.CORRUPT_SUFFIX) == []
+
+
+def test_prune_needs_a_criterion(capsys, root):
+    assert run("prune", "--root", str(root)) == 1
+    assert "say what to prune" in capsys.readouterr().err
+    assert len(list(root.rglob("cache.json"))) == 3
+
+
+# --- export ---------------------------------------------------------------------------------------------
+
+
+def test_export_refuses_a_selection_spanning_platforms(capsys, root, tmp_path):
+    assert run("export", str(tmp_path / "out"), "--root", str(root)) == 1
+    err = capsys.readouterr().err
+    assert "spans 2 platforms" in err and "NVIDIA_A100-SXM4-80GB" in err
+
+
+def test_export_to_a_folder(capsys, root, tmp_path):
+    out = tmp_path / "deploy"
+    assert run("export", str(out), "--root", str(root), "--gpu", "NVIDIA_H100_80GB_HBM3") == 0
+    for ident in (IDENTITY, SOFTMAX):
+        assert stored_entries(cache_file(out, ident).path) == stored_entries(cache_file(root, ident).path)
+    assert not cache_file(out, OTHER_GPU).path.exists()
+
+
+def test_an_exported_archive_ships_results_a_fresh_machine_restores(capsys, tmp_path):
+    tuned = tmp_path / "tuned"
+    tuner = make_tuner(custom_data_storage=tuned)
+    for n in (100, 200):
+        launch(tuner, n)
+    archive = tmp_path / "kernels.tar.gz"
+    assert run("export", str(archive), "--root", str(tuned), "--kernel", "double_kernel") == 0
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        assert all(not n.startswith("/") and ".." not in Path(n).parts for n in names)
+        assert names == [tuner.cache_path().relative_to(tuned).as_posix()]
+    fresh = tmp_path / "fresh"
+    assert run("merge", str(archive), "--root", str(fresh)) == 0
+    bench = InstantBench()
+    restored = make_tuner(bench=bench, custom_data_storage=fresh)
+    for n in (100, 200):
+        launch(restored, n)
+        assert restored.last_decision == "restored"
+    assert bench.calls == 0
+
+
+# --- errors and the entry points ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["frobnicate"],
+        ["merge"],
+        ["prune", "--older-than", "last tuesday"],
+        ["show"],
+        [],
+        ["list", "--prefer", "x"],
+    ],
+)
+def test_bad_arguments_exit_with_status_2(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err
+
+
+def test_missing_root_is_an_error(capsys, tmp_path):
+    assert run("list", "--root", str(tmp_path / "nowhere")) == 1
+    assert "no storage at" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_command_line(root):
+    env = {**os.environ, "TRITON_DEJAVU_STORAGE": str(root)}
+    ok = subprocess.run(
+        [sys.executable, "-m", "triton_dejavu_like", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert len(json.loads(ok.stdout)["files"]) == 3
+    bad = subprocess.run(
+        [sys.executable, "-m", "triton_dejavu_like", "show", "nope"], capture_output=True, text=True, env=env
+    )
+    assert bad.returncode == 1 and "error: nothing stored matches" in bad.stderr

@@ -1,0 +1,294 @@
+"""``import-dejavu``: triton-dejavu's string-encoded keys and configs, parsed strictly, never evaluated."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+from hypothesis import given
+from hypothesis import strategies as st
+from storage_helpers import stored_entries
+
+from triton_dejavu_like import cli, dejavu_import, identity, storage
+from triton_dejavu_like._compat import CONFIG_FIELDS
+from triton_dejavu_like.codec import config_id
+from triton_dejavu_like.dejavu_import import FormatError, parse_config, parse_key
+
+# --- the parsers ----------------------------------------------------------------------------------------
+
+
+def test_parse_key_gives_back_typed_values():
+    assert parse_key("('1024', '512', 'torch.float16', 'True', '-3', '0.5', 'None')") == (
+        1024, 512, "torch.float16", True, -3, 0.5, None,
+    )  # fmt: skip
+    assert parse_key("(1024, 'torch.float32')") == (1024, "torch.float32")  # older files kept the types
+    assert parse_key("()") == ()
+
+
+@given(
+    st.lists(
+        st.one_of(st.integers(), st.sampled_from(["torch.float16", "torch.bfloat16", "fp32"])), max_size=6
+    )
+)
+def test_parse_key_reads_what_triton_dejavu_writes(key):
+    written = str(tuple(str(v) for v in key))  # triton-dejavu stores str() of every element
+    assert parse_key(written) == tuple(key)
+
+
+def test_parse_config_reads_a_triton_config_string():
+    config, dropped = parse_config(
+        "BLOCK_M: 64, BLOCK_N: 64, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None"
+    )
+    assert config.kwargs == {"BLOCK_M": 64, "BLOCK_N": 64}
+    assert (config.num_warps, config.num_ctas, config.num_stages) == (4, 1, 3)
+    assert dropped == ([] if "maxnreg" in CONFIG_FIELDS else ["maxnreg"])
+
+
+def test_parse_config_drops_fields_of_other_triton_releases():
+    text = "BLOCK: 32, num_warps: 8, num_stages: 2, enable_warp_specialization: False, pre_hook: None"
+    config, dropped = parse_config(text)
+    assert config.kwargs == {"BLOCK": 32} and dropped == ["enable_warp_specialization"]
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[A-Z][A-Z_]{0,8}", fullmatch=True).filter(lambda n: n not in CONFIG_FIELDS),
+        st.one_of(st.integers(-(2**40), 2**40), st.booleans(), st.sampled_from(["relu", "fp16"])),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from([1, 2, 4, 8, 16]),
+    st.integers(1, 6),
+)
+def test_parse_config_inverts_str_of_a_triton_config(kwargs, num_warps, num_stages):
+    config = triton.Config(kwargs, num_warps=num_warps, num_stages=num_stages)
+    parsed, _ = parse_config(str(config))
+    assert config_id(parsed) == config_id(config)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "BLOCK: __import__('os').system('touch /tmp/pwned')",
+        "BLOCK: (lambda: 1)()",
+        "BLOCK: [1, 2]",
+        "BLOCK 64",
+        "BLOCK: 64, BLOCK: 32",
+        "num_warps: 'four'",
+        "",
+        "x" * 20_000,
+    ],
+)
+def test_parse_config_refuses_anything_but_name_literal_pairs(text):
+    with pytest.raises(FormatError):
+        parse_config(text)
+
+
+@pytest.mark.parametrize("text", ["__import__('os').getcwd()", "[1, 2]", "('a',) + ('b',)", "(1,"])
+def test_parse_key_refuses_anything_but_a_tuple_of_literals(text):
+    with pytest.raises(FormatError):
+        parse_key(text)
+
+
+# --- the command ----------------------------------------------------------------------------------------
+
+MODULE = """
+import triton
+import triton.language as tl
+
+import triton_dejavu_like as tdl
+
+BENCHMARKS = []
+
+
+def bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):
+    BENCHMARKS.append(1)
+    return [1.0, 1.0, 1.0]
+
+
+@tdl.autotune(
+    key=["n"],
+    configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (16, 32) for w in (2, 4)],
+    do_bench=bench,
+)
+@triton.jit
+def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 3, mask=mask)
+"""
+
+F32 = "torch.float32"
+
+
+def dejavu_doc(cache: dict[str, str], timings: dict[str, object]) -> dict:
+    return {
+        "signature": "JITFunction(mykernels:scale)",
+        "total_bench_time_s": 3.5,
+        "total_configs": 4,
+        "current_eval": {},
+        "keys": ["n"],
+        "cache": cache,
+        "timings": timings,
+        "timings_data": {"labels": ["ms", "min_ms", "max_ms"], "rep_t_ms": 100, "warmup_t_ms": 25},
+    }
+
+
+def key_text(n: int) -> str:
+    return str((str(n), F32, F32))
+
+
+def config_text(block: int, warps: int) -> str:
+    return f"BLOCK: {block}, num_warps: {warps}, num_ctas: 1, num_stages: 3, maxnreg: None"
+
+
+@pytest.fixture
+def kernel_spec(tmp_path) -> str:
+    module = tmp_path / "mykernels.py"
+    module.write_text(textwrap.dedent(MODULE))
+    return f"{module}:scale"
+
+
+def write_dejavu(path: Path, doc: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=4))
+    return path
+
+
+def test_imported_results_are_restored_without_tuning(tmp_path, kernel_spec, capsys):
+    source = write_dejavu(
+        tmp_path / "old" / "cache.json",
+        dejavu_doc(
+            {key_text(100): config_text(32, 4), key_text(200): config_text(16, 2)},
+            {key_text(100): [0.5, 0.45, 0.55], key_text(200): {"values": [0.7], "lables": ["ms"]}},
+        ),
+    )
+    root = tmp_path / "root"
+    assert cli.main(["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(root)]) == 0
+    assert "imported 2 keys from 1 triton-dejavu file(s)" in capsys.readouterr().out
+    tuner = dejavu_import.load_tuner(kernel_spec)
+    tuner.custom_data_storage = root
+    entries = stored_entries(tuner.cache_path())
+    assert {e["key"][0]: e["config"]["kwargs"]["BLOCK"] for e in entries.values()} == {100: 32, 200: 16}
+    assert {e["strategy"] for e in entries.values()} == {dejavu_import.STRATEGY}
+    for n, block in ((100, 32), (200, 16)):
+        x = torch.arange(n, dtype=torch.float32)
+        out = torch.empty_like(x)
+        tuner[lambda meta, n=n: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+        assert torch.equal(out, x * 3)
+        assert tuner.last_decision == "restored" and tuner.best_config.kwargs == {"BLOCK": block}
+    assert tuner.user_do_bench.__globals__["BENCHMARKS"] == []  # the module's do_bench never ran
+
+
+def test_the_platform_and_tag_come_from_the_triton_dejavu_path(tmp_path, kernel_spec):
+    tree = tmp_path / "dejavu-data"
+    path = (
+        tree / "dejavu_0.7" / "cuda_12.4" / "torch_2.5.1+cu124" / "triton_3.2.0" / "gpu_NVIDIA H100 80GB HBM3"
+        / "scale" / "autotune_config-aa" / "code_version-bb" / "tune_features-cc" / "kernel_configs-dd"
+        / "nightly" / "cache.json"
+    )  # fmt: skip
+    write_dejavu(path, dejavu_doc({key_text(64): config_text(16, 4)}, {key_text(64): [0.1, 0.1, 0.1]}))
+    root = tmp_path / "root"
+    assert cli.main(["import-dejavu", str(tree), "--kernel", kernel_spec, "--root", str(root)]) == 0
+    [written] = list(root.rglob("cache.json"))
+    doc = storage.read_document(written)
+    assert {k: doc.identity[k] for k in ("triton", "toolchain", "gpu", "kernel", "tag")} == {
+        "triton": "3.2.0",
+        "toolchain": "cuda_12.4",
+        "gpu": "NVIDIA_H100_80GB_HBM3",
+        "kernel": "scale",
+        "tag": "nightly",
+    }
+    assert written.parent.name == "nightly" and "triton_3.2.0" in written.parts
+
+
+def test_keys_that_cannot_be_converted_are_skipped_and_reported(tmp_path, kernel_spec, capsys, monkeypatch):
+    payload = "__import__('pathlib').Path('PWNED').touch()"
+    source = write_dejavu(
+        tmp_path / "cache.json",
+        dejavu_doc(
+            {
+                key_text(1): config_text(64, 4),  # not one of the kernel's configs
+                key_text(2): config_text(16, 4),  # no timing
+                key_text(3): payload,
+                payload: config_text(16, 4),
+                key_text(4): config_text(32, 2),
+            },
+            {key_text(1): [1.0], key_text(3): [1.0], payload: [1.0], key_text(4): [float("inf")], "x": 1},
+        ),
+    )
+    root = tmp_path / "root"
+    monkeypatch.chdir(tmp_path)  # where the payload would create its file
+    assert (
+        cli.main(["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(root), "--json"]) == 0
+    )
+    out = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert out["imported"] == 0 and len(out["skipped"]) == 5
+    reasons = " ".join(s["reason"] for s in out["skipped"])
+    assert "not among the kernel's configs" in reasons and "no timing" in reasons and "not finite" in reasons
+    assert not (tmp_path / "PWNED").exists()
+    assert not root.exists()
+
+
+def test_files_of_other_kernels_are_left_out(tmp_path, kernel_spec, capsys):
+    doc = dejavu_doc({key_text(1): config_text(16, 4)}, {key_text(1): [1.0]})
+    doc["signature"] = "JITFunction(other.module:matmul)"
+    source = write_dejavu(tmp_path / "cache.json", doc)
+    assert (
+        cli.main(["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(tmp_path / "r")]) == 0
+    )
+    assert "made for kernel 'matmul'" in capsys.readouterr().out
+
+
+def test_existing_results_win_unless_overwrite(tmp_path, kernel_spec):
+    root = tmp_path / "root"
+    first = write_dejavu(
+        tmp_path / "a" / "cache.json", dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [1.0]})
+    )
+    second = write_dejavu(
+        tmp_path / "b" / "cache.json", dejavu_doc({key_text(5): config_text(32, 4)}, {key_text(5): [1.0]})
+    )
+    args = ["--kernel", kernel_spec, "--root", str(root)]
+    assert cli.main(["import-dejavu", str(first), *args]) == 0
+    assert cli.main(["import-dejavu", str(second), *args]) == 0
+    [path] = list(root.rglob("cache.json"))
+    assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [16]
+    assert cli.main(["import-dejavu", str(second), *args, "--overwrite"]) == 0
+    assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [32]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--kernel", "no_such_module_xyz:scale"], "cannot load --kernel"),
+        (["--kernel", "os:path"], "not a kernel decorated with triton_dejavu_like.autotune"),
+        (["--kernel", "scale"], "MODULE:NAME"),
+    ],
+)
+def test_a_bad_kernel_argument_is_a_clear_error(tmp_path, capsys, argv, message):
+    source = write_dejavu(tmp_path / "cache.json", dejavu_doc({}, {}))
+    assert cli.main(["import-dejavu", str(source), *argv, "--root", str(tmp_path / "r")]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_an_unreadable_triton_dejavu_file_is_an_error(tmp_path, kernel_spec, capsys):
+    bad = tmp_path / "cache.json"
+    bad.write_text('{"cache": ')
+    assert cli.main(["import-dejavu", str(bad), "--kernel", kernel_spec, "--root", str(tmp_path / "r")]) == 1
+    assert str(bad) in capsys.readouterr().err
+    assert cli.main(["import-dejavu", str(tmp_path / "missing"), "--kernel", kernel_spec]) == 1
+
+
+def test_the_platform_defaults_to_this_machine(tmp_path, kernel_spec):
+    source = write_dejavu(
+        tmp_path / "x" / "cache.json", dejavu_doc({key_text(7): config_text(16, 4)}, {key_text(7): [1.0]})
+    )
+    root = tmp_path / "root"
+    assert cli.main(["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(root)]) == 0
+    [written] = list(root.rglob("cache.json"))
+    here = identity.detect_platform(True)
+    assert storage.read_document(written).identity["toolchain"] == here.toolchain

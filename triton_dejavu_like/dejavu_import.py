@@ -1,0 +1,375 @@
+"""Convert triton-dejavu (0.7) ``cache.json`` files into this package's storage.
+
+A triton-dejavu file looks like::
+
+    {"signature": "JITFunction(my.module:matmul_kernel)", "total_bench_time_s": 12.3,
+     "total_configs": 24, "keys": ["M", "N", "K"],
+     "cache": {"('1024', '1024', '512', 'torch.float16')":
+               "BLOCK_M: 64, BLOCK_N: 64, num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None"},
+     "timings": {"('1024', '1024', '512', 'torch.float16')": [0.041, 0.040, 0.043]}}
+
+Keys are ``str()`` of a tuple and configs ``str()`` of a ``triton.Config``. They are read with a
+small strict parser: Python's own tokenizer/AST (``ast.parse``) and a whitelist of literal nodes
+(numbers, strings, ``True``/``False``/``None``, tuples); nothing is evaluated. Assumptions, taken
+from triton-dejavu's source, are documented in ``docs/storage.md``:
+
+- triton-dejavu stores every key element as a string (``str(value)``): an element that reads as an
+  int, a float, ``True``/``False`` or ``None`` is converted back to that type; anything else (such
+  as ``'torch.float16'``) stays a string, as this package's keys have it.
+- in a config string, names Triton knows as ``Config`` fields (``num_warps``, ``maxnreg``, ...) are
+  fields, ``pre_hook`` is ignored, every other name is a kernel parameter; a value that is a bare word
+  (``str(Config)`` prints strings unquoted) is taken as a string.
+- ``timings`` hold ``[median, p20, p80]`` in milliseconds (older files: ``{"values": [...]}``).
+
+An imported entry must name one of the kernel's current configs; any other is skipped and reported.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as _dt
+import importlib
+import importlib.util
+import json
+import math
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import _compat, identity, storage
+from ._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config
+from .bench import QUANTILES, normalise
+from .codec import config_id, encode_config, encode_key, key_id
+
+MAX_TEXT = 10_000
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_PAIR = re.compile(rf"^({_NAME}): (.*)$", re.DOTALL)
+_PAIR_SPLIT = re.compile(rf", (?={_NAME}: )")
+_BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_SIGNATURE = re.compile(r"^\w+\((?:[\w.]+:)?(\w+)\)$")
+_TRITON_DIR = re.compile(r"^triton_\d+\.\d+[\w.+-]*$")
+_TOOLCHAIN_DIR = re.compile(r"^(cuda|rocm)_\d+(\.\d+)*$")
+STRATEGY = "imported:triton-dejavu"
+
+
+class FormatError(ValueError):
+    """Text that is not what triton-dejavu writes."""
+
+
+# --- the strict literal parser ---------------------------------------------------------------------
+
+
+def _literal(node: ast.AST) -> Any:
+    if isinstance(node, ast.Constant) and (
+        node.value is None or isinstance(node.value, (bool, int, float, str))
+    ):
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, (ast.USub, ast.UAdd))
+        and isinstance(node.operand, ast.Constant)
+        and isinstance(node.operand.value, (int, float))
+        and not isinstance(node.operand.value, bool)
+    ):
+        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+    if isinstance(node, ast.Tuple):
+        return tuple(_literal(e) for e in node.elts)
+    raise FormatError(f"not a plain literal: {ast.dump(node)[:80]}")
+
+
+def parse_literal(text: str) -> Any:
+    """A number, string, bool, None, or a tuple of them, from its Python spelling; never evaluated."""
+    if len(text) > MAX_TEXT:
+        raise FormatError(f"text of {len(text)} characters is too long")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise FormatError(f"cannot parse {text[:80]!r}") from exc
+    return _literal(tree.body)
+
+
+def _typed(text: str) -> Any:
+    """A key element triton-dejavu stored as a string, back to the type it had."""
+    try:
+        value = parse_literal(text)
+    except FormatError:
+        return text
+    return value if isinstance(value, (bool, int, float)) or value is None else text
+
+
+def parse_key(text: str) -> tuple[Any, ...]:
+    """``"('1024', '512', 'torch.float16')"`` -> ``(1024, 512, 'torch.float16')``."""
+    value = parse_literal(text)
+    if not isinstance(value, tuple):
+        raise FormatError(f"a key is a tuple, not {text[:80]!r}")
+    return tuple(_typed(v) if isinstance(v, str) else v for v in value)
+
+
+def _config_value(raw: str) -> Any:
+    if raw in ("inf", "-inf", "nan"):
+        return float(raw)
+    if _BARE_WORD.match(raw) and raw not in ("None", "True", "False"):
+        return raw  # str(Config) prints a string parameter without quotes
+    return parse_literal(raw)
+
+
+def parse_config(text: str) -> tuple[Config, list[str]]:
+    """``"BLOCK_M: 64, num_warps: 4, maxnreg: None"`` -> a Config, and the fields dropped.
+
+    Fields this Triton lacks (``maxnreg`` on 3.2, ``enable_warp_specialization``, ...) are dropped
+    and named; ``pre_hook`` is ignored; any text that is not ``name: literal`` pairs is refused.
+    """
+    if len(text) > MAX_TEXT:
+        raise FormatError(f"config text of {len(text)} characters is too long")
+    kwargs: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    dropped: list[str] = []
+    for piece in _PAIR_SPLIT.split(text.strip()):
+        match = _PAIR.match(piece)
+        if match is None:
+            raise FormatError(f"not a 'name: value' pair: {piece[:80]!r}")
+        name, raw = match.groups()
+        if name == "pre_hook":
+            continue
+        value = _config_value(raw)
+        if name in CONFIG_FIELDS:
+            if value is not None and not isinstance(value, (bool, int)):
+                raise FormatError(f"config field {name} holds {raw[:40]!r}")
+            options[name] = value
+        elif name in CONFIG_FIELDS_ANY_RELEASE:
+            dropped.append(name)
+        elif name in kwargs:
+            raise FormatError(f"parameter {name} appears twice")
+        else:
+            kwargs[name] = value
+    if not kwargs and not options:
+        raise FormatError("an empty config")
+    return Config(kwargs, **options), dropped
+
+
+def _timings(raw: Any) -> list[float]:
+    if isinstance(raw, dict):
+        raw = raw.get("values")
+    values = normalise(raw, len(QUANTILES))
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise FormatError(f"timings are not finite, non-negative times: {values}")
+    return values
+
+
+# --- where a triton-dejavu file says it comes from ----------------------------------------------------
+
+
+@dataclass
+class DejavuOrigin:
+    """What a triton-dejavu path and file tell about the tuning: platform, kernel and tag."""
+
+    triton: str | None = None
+    toolchain: str | None = None
+    gpu: str | None = None
+    kernel: str | None = None
+    tag: str | None = None
+
+
+def origin_of(path: Path, doc: dict[str, Any]) -> DejavuOrigin:
+    """What a triton-dejavu path says, e.g.
+    ``<root>/dejavu_0.7/cuda_12.4/torch_2.5.1/triton_3.2.0/gpu_NAME/<kernel>/autotune_config-h/...
+    /kernel_configs-h/<tag>/cache.json``, and the kernel named by the file's ``signature``."""
+    origin = DejavuOrigin()
+    parts = path.parts
+    for i, part in enumerate(parts):
+        if _TRITON_DIR.match(part) and origin.triton is None:
+            origin.triton = part.removeprefix("triton_")
+        elif _TOOLCHAIN_DIR.match(part) and origin.toolchain is None:
+            origin.toolchain = part
+        elif part.startswith("gpu_") and origin.gpu is None:
+            origin.gpu = identity.sanitize(part.removeprefix("gpu_"))
+        elif part.startswith("autotune_config-") and i > 0:
+            origin.kernel = parts[i - 1]
+    if len(parts) >= 3 and parts[-3].startswith("kernel_configs-"):
+        origin.tag = parts[-2]
+    signature = doc.get("signature")
+    if isinstance(signature, str) and (m := _SIGNATURE.match(signature.strip())):
+        origin.kernel = m.group(1)
+    return origin
+
+
+# --- finding the user's kernel ------------------------------------------------------------------------
+
+
+def load_tuner(spec: str) -> Any:
+    """The autotuner named ``module.path:name`` or ``path/to/file.py:name`` (imports that module)."""
+    from .autotuner import Autotuner
+
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--kernel takes MODULE:NAME or FILE.py:NAME, not {spec!r}")
+    if module_name.endswith(".py"):
+        file = Path(module_name)
+        if not file.is_file():
+            raise ValueError(f"no such file: {file}")
+        name = f"_tdl_import_{file.stem}"
+        loader_spec = importlib.util.spec_from_file_location(name, file)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ValueError(f"cannot import {file}")
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module
+        loader_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise ValueError(f"{module_name} has no attribute {attr!r}")
+    current = target
+    while current is not None and not isinstance(current, Autotuner):
+        current = getattr(current, "fn", None)
+    if current is None:
+        raise ValueError(f"{spec} is not a kernel decorated with triton_dejavu_like.autotune")
+    return current
+
+
+# --- the conversion ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImportReport:
+    files: list[str] = field(default_factory=list)
+    imported: int = 0
+    kept_existing: int = 0
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (file, key, reason)
+    written: list[str] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
+
+
+def _candidate_ids(tuner: Any) -> dict[str, Config]:
+    return {config_id(c): c for c in tuner.configs}
+
+
+def convert(
+    path: Path, doc: dict[str, Any], tuner: Any, candidates: dict[str, Config], report: ImportReport
+) -> dict[str, dict[str, Any]]:
+    """Our entries for one triton-dejavu document (keys it cannot convert go to ``report.skipped``)."""
+    cache, timings = doc.get("cache"), doc.get("timings", {})
+    if not isinstance(cache, dict) or not isinstance(timings, dict):
+        raise FormatError("'cache' and 'timings' are not objects")
+    evaluated = doc.get("total_configs", doc.get("evaluated_configs"))
+    if not isinstance(evaluated, int) or isinstance(evaluated, bool) or evaluated < 0:
+        evaluated = len(candidates)
+    mtime = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc)
+    candidates_hash = identity.stable_hash(sorted(candidates))
+    entries = {}
+    for key_text, config_text in cache.items():
+        try:
+            key = parse_key(key_text)
+            if not isinstance(config_text, str):
+                raise FormatError("the config is not a string")
+            config, _ = parse_config(config_text)
+            chosen = candidates.get(config_id(config))
+            if chosen is None:
+                raise FormatError(f"config {config_text[:120]!r} is not among the kernel's configs")
+            if key_text not in timings:
+                raise FormatError("no timing stored for this key")
+            entry = {
+                "key": encode_key(key),
+                "config": encode_config(chosen),
+                "timings_ms": _timings(timings[key_text]),
+                "evaluated": evaluated,
+                "space_size": len(candidates),
+                "strategy": STRATEGY,
+                "budget": None,
+                "tuning_time_s": 0.0,
+                "tuned_at": mtime.isoformat(timespec="seconds"),
+                "candidates": candidates_hash,
+                "top": [],
+                "ruled_out": [],
+                "imported_from": str(path),
+            }
+            kid = key_id(key)
+            storage.validate_entry(kid, entry, parameters=tuner.arg_names)
+        except (FormatError, ValueError, TypeError) as exc:
+            report.skipped.append((str(path), str(key_text)[:200], str(exc)))
+            continue
+        entries[kid] = entry
+    return entries
+
+
+def dejavu_files(sources: Iterable[Path]) -> list[Path]:
+    found: list[Path] = []
+    for source in sources:
+        source = Path(source)
+        found.extend(sorted(source.rglob(storage.CACHE_FILE_NAME)) if source.is_dir() else [source])
+    return found
+
+
+def import_dejavu(
+    sources: Iterable[Path],
+    tuner: Any,
+    root: Path,
+    *,
+    tag: str | None = None,
+    platform: dict[str, str] | None = None,
+    overwrite: bool = False,
+    dry_run: bool = False,
+) -> ImportReport:
+    """Import the triton-dejavu files in ``sources`` that belong to ``tuner``'s kernel under ``root``.
+
+    The platform (Triton version, CUDA/ROCm version, GPU) comes from ``platform``, else from the
+    triton-dejavu path, else from this machine. Existing entries win unless ``overwrite``.
+    """
+    report = ImportReport()
+    here = identity.detect_platform(_compat.is_interpreted(tuner.fn))
+    candidates = _candidate_ids(tuner)
+    by_identity: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}
+    for path in dejavu_files(sources):
+        try:
+            doc = json.loads(storage.read_bounded(path).decode("utf-8"))
+            if not isinstance(doc, dict):
+                raise FormatError("the document is not an object")
+        except (OSError, ValueError, RecursionError, storage.InvalidCacheFile) as exc:
+            report.problems.append((str(path), str(exc)[:300]))
+            continue
+        origin = origin_of(path, doc)
+        if origin.kernel is not None and origin.kernel != tuner.base_fn.__name__:
+            report.skipped.append((str(path), "*", f"made for kernel {origin.kernel!r}"))
+            continue
+        try:
+            entries = convert(path, doc, tuner, candidates, report)
+        except FormatError as exc:
+            report.problems.append((str(path), str(exc)))
+            continue
+        report.files.append(str(path))
+        if not entries:
+            continue
+        fields = {
+            "triton": origin.triton or here.triton,
+            "toolchain": origin.toolchain or here.toolchain,
+            "gpu": origin.gpu or here.gpu,
+            **(platform or {}),
+        }
+        target = identity.Platform(fields["triton"], fields["toolchain"], fields["gpu"], here.backend, None)
+        ident = tuner.kernel_identity(target).as_dict()
+        ident["tag"] = tag or origin.tag or ident["tag"]
+        slot = by_identity.setdefault(storage.canonical_json(ident), (ident, {}))
+        slot[1].update(entries)
+    for ident, entries in by_identity.values():
+        cf = storage.CacheFile.for_identity(root, ident, parameters=tuner.arg_names)
+        try:
+            existing = storage.read_document(cf.path).entries if cf.path.exists() else {}
+        except (OSError, storage.InvalidCacheFile):
+            existing = {}  # a bad destination is moved aside by the write below
+        kept = set(existing) & set(entries) if not overwrite else set()
+        report.kept_existing += len(kept)
+        report.imported += len(entries) - len(kept)
+        if dry_run:
+            continue
+        if not cf.update(
+            lambda current, new=entries: {**current, **new} if overwrite else {**new, **current}
+        ):
+            report.problems.append((str(cf.path), "could not be written"))
+            continue
+        report.written.append(str(cf.path))
+    return report

@@ -1,0 +1,373 @@
+"""Managing stored results: find them, merge trees from several machines, prune, export.
+
+Everything here reads cache files with the same validation as the autotuner and writes them through
+:class:`~triton_dejavu_like.storage.CacheFile` (lock, re-read, atomic replace), so running these
+operations next to live tuning processes is safe. Nothing here prints; :mod:`.cli` does.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import logging
+import tarfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import storage
+from .codec import canonical_json, config_id, decode_config
+from .identity import sanitize, stable_hash
+
+log = logging.getLogger(__name__)
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+PLATFORM_FIELDS = ("dejavu", "triton", "toolchain", "gpu")
+PREFERENCES = ("newest", "fastest")
+
+
+@dataclass
+class StoredFile:
+    """One valid cache file: where it was read from, its identity and its entries."""
+
+    source: str  # a path, or "<archive>:<member>"
+    identity: dict[str, str]
+    entries: dict[str, dict[str, Any]]
+    rejected: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    path: Path | None = None  # on disk (None inside an archive)
+
+    @property
+    def identity_id(self) -> str:
+        """A short, stable name for the identity (what ``list`` shows and ``show`` accepts)."""
+        return stable_hash(self.identity)[:12]
+
+    @property
+    def relative_dir(self) -> Path:
+        return storage.identity_relative_dir(self.identity)
+
+    def last_tuned(self) -> _dt.datetime | None:
+        times = [storage.parse_timestamp(e["tuned_at"]) for e in self.entries.values()]
+        return max(times, default=None)
+
+    def matches(self, **wanted: str | None) -> bool:
+        """True when every given identity field (kernel, tag, triton, ...) has the wanted value."""
+        return all(value is None or self.identity.get(name) == value for name, value in wanted.items())
+
+
+@dataclass
+class Problem:
+    """A file that could not be used, and why."""
+
+    source: str
+    reason: str
+
+
+def is_archive(path: Path) -> bool:
+    return path.name.endswith(ARCHIVE_SUFFIXES)
+
+
+def _cache_files_under(directory: Path) -> Iterator[Path]:
+    for path in sorted(directory.rglob(storage.CACHE_FILE_NAME)):
+        if path.is_file():
+            yield path
+
+
+def _archive_members(archive: Path) -> Iterator[tuple[str, bytes]]:
+    """The cache files inside a .tar.gz, read in memory: nothing is extracted to disk."""
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar:
+            if not member.isfile() or Path(member.name).name != storage.CACHE_FILE_NAME:
+                continue
+            if member.size > storage.MAX_FILE_BYTES:
+                raise storage.InvalidCacheFile(f"{member.name}: {member.size} bytes, over the limit")
+            handle = tar.extractfile(member)
+            if handle is not None:
+                yield member.name, handle.read(storage.MAX_FILE_BYTES + 1)
+
+
+def read_sources(sources: Iterable[Path]) -> tuple[list[StoredFile], list[Problem]]:
+    """Every cache file in ``sources`` (storage trees, cache files or .tar.gz archives).
+
+    A source that does not exist or cannot be read, and every invalid file, is a :class:`Problem`;
+    invalid entries of a valid file are kept in ``StoredFile.rejected``.
+    """
+    files: list[StoredFile] = []
+    problems: list[Problem] = []
+
+    def parse(label: str, data: bytes, path: Path | None) -> None:
+        try:
+            doc = storage.parse_document(data)
+        except storage.InvalidCacheFile as exc:
+            problems.append(Problem(label, str(exc)))
+            return
+        files.append(StoredFile(label, doc.identity, doc.entries, doc.rejected, path))
+
+    for source in sources:
+        source = Path(source)
+        try:
+            if source.is_dir():
+                for path in _cache_files_under(source):
+                    try:
+                        parse(str(path), storage.read_bounded(path), path)
+                    except (OSError, storage.InvalidCacheFile) as exc:
+                        problems.append(Problem(str(path), str(exc)))
+            elif is_archive(source):
+                for name, data in _archive_members(source):
+                    parse(f"{source}:{name}", data, None)
+            else:
+                parse(str(source), storage.read_bounded(source), source)
+        except (OSError, tarfile.TarError, EOFError, storage.InvalidCacheFile) as exc:
+            problems.append(Problem(str(source), str(exc) or type(exc).__name__))
+    return files, problems
+
+
+def group_by_identity(files: Iterable[StoredFile]) -> dict[str, list[StoredFile]]:
+    groups: dict[str, list[StoredFile]] = {}
+    for f in files:
+        groups.setdefault(canonical_json(f.identity), []).append(f)
+    return groups
+
+
+# --- merging -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Conflict:
+    """Two results for one key that chose different configs; ``kept`` won under the preference."""
+
+    identity_id: str
+    kernel: str
+    key: str  # the key id
+    kept: dict[str, Any]
+    dropped: dict[str, Any]
+    kept_from: str
+    dropped_from: str
+
+
+def _sort_key(entry: Mapping[str, Any], prefer: str) -> tuple[float, float]:
+    """Larger is better: (newer, faster) or (faster, newer)."""
+    newer = storage.parse_timestamp(entry["tuned_at"]).timestamp()
+    faster = -float(entry["timings_ms"][0])
+    return (newer, faster) if prefer == "newest" else (faster, newer)
+
+
+def _same_choice(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return config_id(decode_config(a["config"])[0]) == config_id(decode_config(b["config"])[0])
+
+
+@dataclass
+class MergeResult:
+    entries: dict[str, dict[str, Any]]
+    origins: dict[str, str]
+    conflicts: list[Conflict] = field(default_factory=list)
+
+
+def merge_entries(
+    merged: MergeResult,
+    incoming: Mapping[str, dict[str, Any]],
+    origin: str,
+    prefer: str,
+    *,
+    about: StoredFile,
+) -> None:
+    """Fold ``incoming`` into ``merged``: per key the preferred entry wins (ties keep the one there).
+
+    ``about``: a file of this identity (named in the conflicts).
+    """
+    for kid, entry in incoming.items():
+        current = merged.entries.get(kid)
+        if current is None:
+            merged.entries[kid], merged.origins[kid] = entry, origin
+            continue
+        if current == entry:
+            continue
+        take = _sort_key(entry, prefer) > _sort_key(current, prefer)
+        winner, loser = (entry, current) if take else (current, entry)
+        win_from, lose_from = (origin, merged.origins[kid]) if take else (merged.origins[kid], origin)
+        if not _same_choice(current, entry):
+            merged.conflicts.append(
+                Conflict(about.identity_id, about.identity["kernel"], kid, winner, loser, win_from, lose_from)
+            )
+        merged.entries[kid], merged.origins[kid] = winner, win_from
+
+
+@dataclass
+class MergeReport:
+    written: list[str] = field(default_factory=list)
+    added: int = 0
+    replaced: int = 0
+    unchanged: int = 0
+    conflicts: list[Conflict] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _combine(
+    current: Mapping[str, dict[str, Any]], group: list[StoredFile], prefer: str, label: str
+) -> MergeResult:
+    result = MergeResult(dict(current), dict.fromkeys(current, label))
+    for f in group:
+        merge_entries(result, f.entries, f.source, prefer, about=group[0])
+    return result
+
+
+def _merge_group(
+    target: storage.CacheFile, group: list[StoredFile], prefer: str, dry_run: bool
+) -> tuple[dict[str, dict[str, Any]], MergeResult] | str:
+    """(the destination's entries before, the merge) or why the destination could not take it."""
+    label = str(target.path)
+    outcome: list[tuple[dict[str, dict[str, Any]], MergeResult]] = []
+
+    def change(current: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        outcome[:] = [(current, _combine(current, group, prefer, label))]
+        return dict(outcome[0][1].entries)
+
+    if dry_run:
+        try:
+            change(storage.read_document(target.path).entries if target.path.exists() else {})
+        except (OSError, storage.InvalidCacheFile) as exc:
+            return f"destination unreadable: {exc}"
+    elif not target.update(change):
+        return "it holds results for another identity" if not target.writable else "it cannot be written"
+    return outcome[0]
+
+
+def merge_into(
+    root: Path, files: Iterable[StoredFile], *, prefer: str = "newest", dry_run: bool = False
+) -> MergeReport:
+    """Merge the entries of ``files`` into the storage tree ``root``, one cache file per identity.
+
+    Files of one identity are combined with each other and with what ``root`` already holds; for a
+    key present more than once the ``prefer`` rule picks the winner ("newest": latest ``tuned_at``,
+    then fastest; "fastest": lowest median time, then newest). Keys whose candidates chose different
+    configs are reported as conflicts. A destination file made for another identity is not touched.
+    """
+    if prefer not in PREFERENCES:
+        raise ValueError(f"prefer must be one of {PREFERENCES}, not {prefer!r}")
+    report = MergeReport()
+    for group in group_by_identity(files).values():
+        target = storage.CacheFile.for_identity(root, group[0].identity)
+        outcome = _merge_group(target, group, prefer, dry_run)
+        if isinstance(outcome, str):
+            report.problems.append(Problem(str(target.path), f"not merged: {outcome}"))
+            continue
+        before, result = outcome
+        report.written.append(str(target.path))
+        report.added += sum(kid not in before for kid in result.entries)
+        report.replaced += sum(result.entries[kid] != entry for kid, entry in before.items())
+        report.unchanged += sum(result.entries[kid] == entry for kid, entry in before.items())
+        report.conflicts.extend(result.conflicts)
+    return report
+
+
+# --- pruning -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PruneReport:
+    removed_files: list[str] = field(default_factory=list)
+    removed_entries: int = 0
+    kept_entries: int = 0
+    removed_aside: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _aside_files(root: Path, kernel: str | None) -> list[Path]:
+    """Files moved aside as corrupt or rejected (under ``kernel``'s directories only, if given)."""
+    prefixes = tuple(storage.CACHE_FILE_NAME + s for s in (storage.CORRUPT_SUFFIX, storage.REJECTED_SUFFIX))
+    kernel_dir = sanitize(kernel) if kernel is not None else None
+    depth = len(storage.IDENTITY_FIELDS)
+    found = []
+    for path in root.rglob(storage.CACHE_FILE_NAME + ".*"):
+        parts = path.relative_to(root).parts
+        if path.name.startswith(prefixes) and (
+            kernel_dir is None or (len(parts) > depth and parts[4] == kernel_dir)
+        ):
+            found.append(path)
+    return sorted(found)
+
+
+def prune(
+    root: Path,
+    *,
+    keep: Mapping[str, str] | None = None,
+    older_than: _dt.datetime | None = None,
+    kernel: str | None = None,
+    aside: bool = False,
+    dry_run: bool = False,
+) -> PruneReport:
+    """Remove stored results under ``root``.
+
+    ``keep``: identity fields (triton, toolchain, gpu, dejavu) a file must have to stay; a file with
+    any other value is removed whole. ``older_than``: entries tuned before this moment are removed
+    (a file left empty is removed). ``kernel``: only consider this kernel's files. ``aside``: also
+    delete the files moved aside as corrupt or rejected. Invalid files are reported, never removed.
+    """
+    report = PruneReport()
+    files, report.problems = read_sources([root])
+    for f in files:
+        if kernel is not None and f.identity["kernel"] != kernel:
+            continue
+        drop_all = any(f.identity.get(name) != value for name, value in (keep or {}).items())
+
+        def change(current: dict[str, dict[str, Any]], drop_all=drop_all) -> dict[str, dict[str, Any]]:
+            if drop_all:
+                return {}
+            if older_than is None:
+                return current
+            return {k: e for k, e in current.items() if storage.parse_timestamp(e["tuned_at"]) >= older_than}
+
+        remaining = change(dict(f.entries))
+        report.removed_entries += len(f.entries) - len(remaining)
+        report.kept_entries += len(remaining)
+        if not remaining:
+            report.removed_files.append(f.source)
+        if dry_run or remaining == f.entries:
+            continue
+        target = storage.CacheFile(f.path or Path(f.source), f.identity, root=root)
+        if not target.update(change):
+            report.problems.append(Problem(f.source, "could not be rewritten"))
+    if aside:
+        for path in _aside_files(root, kernel):
+            report.removed_aside.append(str(path))
+            if not dry_run:
+                try:
+                    path.unlink()
+                except OSError as exc:
+                    report.problems.append(Problem(str(path), f"could not be removed: {exc}"))
+    return report
+
+
+# --- export --------------------------------------------------------------------------------------------
+
+
+def platforms(files: Iterable[StoredFile]) -> list[dict[str, str]]:
+    seen = {canonical_json({n: f.identity[n] for n in PLATFORM_FIELDS}) for f in files}
+    return [json.loads(s) for s in sorted(seen)]
+
+
+def write_archive(destination: Path, files: Iterable[StoredFile]) -> list[str]:
+    """A .tar.gz holding each identity's merged cache file at its path relative to a storage root.
+
+    Members are written from memory with fixed owner and mode, so the archive unpacks anywhere
+    (``tar xzf ... -C $TRITON_DEJAVU_STORAGE``) or merges with ``merge``.
+    """
+    members = []
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for group in group_by_identity(files).values():
+            merged = MergeResult({}, {})
+            for f in group:
+                merge_entries(merged, f.entries, f.source, "newest", about=group[0])
+            data = storage.dump_document(storage.new_document(group[0].identity, merged.entries))
+            name = (group[0].relative_dir / storage.CACHE_FILE_NAME).as_posix()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            moments = [storage.parse_timestamp(e["tuned_at"]) for e in merged.entries.values()]
+            info.mtime = int(max(moments).timestamp()) if moments else 0
+            tar.addfile(info, io.BytesIO(data))
+            members.append(name)
+    storage.atomic_write(destination, buffer.getvalue())
+    return members
