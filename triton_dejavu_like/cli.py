@@ -408,13 +408,13 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
             "kept_existing": r.kept_existing,
             "written": r.written,
             "skipped": [{"file": f, "key": k, "reason": why} for f, k, why in r.skipped],
-            "problems": [{"path": p, "reason": why} for p, why in r.problems],
+            "problems": problems_payload(r.problems),
         }
         for spec, r in results
     }
     emit(args, payload, "\n".join(lines))
     for _, r in results:
-        report_problems([inventory.Problem(p, why) for p, why in r.problems])
+        report_problems(r.problems)
     return 1 if failed else 0
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _compat, identity, storage
+from . import _compat, identity, inventory, storage
 from ._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config
 from .bench import QUANTILES, normalise
 from .codec import config_id, encode_config, encode_key, key_id
@@ -242,7 +242,7 @@ class ImportReport:
     kept_existing: int = 0
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (file, key, reason)
     written: list[str] = field(default_factory=list)
-    problems: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
+    problems: list[inventory.Problem] = field(default_factory=list)
 
 
 def _candidate_ids(tuner: Any) -> dict[str, Config]:
@@ -330,7 +330,7 @@ def import_dejavu(
             if not isinstance(doc, dict):
                 raise FormatError("the document is not an object")
         except (OSError, ValueError, RecursionError, storage.InvalidCacheFile) as exc:
-            report.problems.append((str(path), str(exc)[:300]))
+            report.problems.append(inventory.Problem(str(path), str(exc)[:300]))
             continue
         origin = origin_of(path, doc)
         if origin.kernel is not None and origin.kernel != tuner.base_fn.__name__:
@@ -339,7 +339,7 @@ def import_dejavu(
         try:
             entries = convert(path, doc, tuner, candidates, report)
         except FormatError as exc:
-            report.problems.append((str(path), str(exc)))
+            report.problems.append(inventory.Problem(str(path), str(exc)))
             continue
         report.files.append(str(path))
         if not entries:
@@ -369,7 +369,7 @@ def import_dejavu(
         if not cf.update(
             lambda current, new=entries: {**current, **new} if overwrite else {**new, **current}
         ):
-            report.problems.append((str(cf.path), "could not be written"))
+            report.problems.append(inventory.Problem(str(cf.path), "could not be written"))
             continue
         report.written.append(str(cf.path))
     return report
