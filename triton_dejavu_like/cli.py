@@ -197,7 +197,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ident = f.identity
         out.append(
             f"{ident['kernel']}  id {f.identity_id}  tag {ident['tag']}  triton {ident['triton']}  "
-            f"{ident['toolchain']}  gpu {ident['gpu']}  ({len(f.entries)} keys)"
+            f"{ident['toolchain']}  gpu {ident['gpu']}  ({len(f.entries)} key{'s' if len(f.entries) != 1 else ''})"
         )
         out.append(f"  {f.source}")
         entries = sorted(f.entries.values(), key=key_text)

@@ -348,8 +348,9 @@ def atomic_write(path: Path, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
-            with contextlib.suppress(FileNotFoundError):
-                os.chmod(handle.fileno(), stat.S_IMODE(os.stat(path).st_mode))
+            if hasattr(os, "fchmod"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.fchmod(handle.fileno(), stat.S_IMODE(os.stat(path).st_mode))
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
