@@ -14,9 +14,14 @@ class MissingExtraError(ImportError):
 
 
 def require_smac() -> None:
-    """Raise :class:`MissingExtraError` naming the ``bo`` extra when SMAC cannot be imported."""
+    """Raise :class:`MissingExtraError` naming the ``bo`` extra when SMAC cannot be imported.
+
+    The import leaves logging and warnings configuration as it was (see ``_global_state``)."""
+    from ._global_state import isolated
+
     try:
-        import smac  # noqa: F401
+        with isolated():
+            import smac  # noqa: F401
     except ImportError as exc:
         raise MissingExtraError(
             f"use_bo=True needs SMAC, which is not installed ({exc}). Install the extra: {BO_EXTRA_HINT}"

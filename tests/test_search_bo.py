@@ -1,0 +1,355 @@
+"""Bayesian optimisation (SMAC) and random search on CPU, against deterministic objectives."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import types
+
+import pytest
+
+import triton_dejavu_like as tdl
+from triton_dejavu_like.search import (
+    BO_EXTRA_HINT,
+    Budget,
+    MissingExtraError,
+    SearchRun,
+    SearchSpace,
+    base,
+    drive,
+    make_strategy,
+    require_smac,
+)
+
+pytest.importorskip("smac", reason="needs the bo extra")
+
+from smac.runhistory import StatusType, TrialInfo
+
+from triton_dejavu_like.search import _smac_session
+from triton_dejavu_like.search._global_state import isolated
+from triton_dejavu_like.search.bayesian import BayesianOptimization, BOSettings
+
+
+def grid_space(shape: tuple[int, ...], keep=lambda point: True) -> SearchSpace:
+    """Integer dimensions ``d0..``; grid points failing ``keep`` are not candidates."""
+    values = [list(range(n)) for n in shape]
+    rows = [p for p in itertools.product(*values) if keep(p)]
+    return SearchSpace.from_table([f"d{i}" for i in range(len(shape))], values, rows)
+
+
+def bowl(centre: tuple[int, ...]):
+    """A smooth objective with one minimum (1.0 at ``centre``)."""
+
+    def time_of(row: tuple[int, ...]) -> float:
+        return 1.0 + sum((a - b) ** 2 for a, b in zip(row, centre))
+
+    return time_of
+
+
+class Counting:
+    """An objective over a space's rows that records every index it is asked for."""
+
+    def __init__(self, space: SearchSpace, time_of) -> None:
+        self.space = space
+        self.time_of = time_of
+        self.calls: list[int] = []
+
+    def __call__(self, index: int) -> float:
+        self.calls.append(index)
+        return self.time_of(self.space.candidates[index])
+
+
+def bo_run(space, objective, budget, warm=()):
+    return drive(make_strategy("bayesian"), SearchRun(space, objective, budget), warm)
+
+
+def test_share_budget_is_spent_on_candidates_only():
+    space = grid_space((10, 10, 10), keep=lambda p: sum(p) % 2 == 0)  # half the grid is excluded
+    objective = Counting(space, bowl((6, 2, 4)))
+    run = bo_run(space, objective, Budget(max_share=0.08, seed=1))
+    assert len(space) == 500
+    assert len(objective.calls) == len(set(objective.calls)) == 40 == len(run.results)
+    assert all(0 <= i < len(space) for i in objective.calls)
+
+
+def test_non_candidates_and_failures_reach_smac_as_a_finite_penalty(tmp_path):
+    space = grid_space((6, 6), keep=lambda p: p != (0, 0))
+    with isolated():
+        session = _smac_session.SmacSession(
+            space,
+            initial=[0, 1],
+            seed=0,
+            settings=_smac_session.ModelSettings(),
+            penalty_factor=2.0,
+            workdir=tmp_path,
+        )
+
+    def told() -> list[float]:
+        return sorted(v.cost for v in session.runhistory.values() if v.status != StatusType.RUNNING)
+
+    failed = session.ask()
+    session.tell(failed, math.inf)  # no time known yet: the penalty waits
+    assert told() == []
+    measured = session.ask()
+    session.tell(measured, 3.0)
+    assert told() == [3.0, 6.0]
+    default = session.configspace.get_default_configuration()  # the grid point (0, 0)
+    assert session.index_of(default) is None  # is not a candidate
+    session.tell(_smac_session.Proposal(TrialInfo(config=default, seed=0), None), None)
+    assert told() == [3.0, 6.0, 6.0]
+
+
+def test_time_budget_stops_the_search(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(base, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    space = grid_space((8, 8, 8))
+    time_of = bowl((1, 2, 3))
+
+    def objective(index: int) -> float:
+        now[0] += 1.0  # each measurement takes one (fake) second
+        return time_of(space.candidates[index])
+
+    run = bo_run(space, objective, Budget(max_time_s=10.0, seed=0))
+    assert len(run.results) == 10
+
+
+def test_restarts_when_nothing_valid_was_found():
+    space = grid_space((10, 10, 5))
+    objective = Counting(space, lambda row: math.inf)
+    run = bo_run(space, objective, Budget(max_share=0.02, max_repeat=3, seed=0))
+    assert len(objective.calls) == len(set(objective.calls)) == 30  # 10 per attempt, none repeated
+    assert not run.found_valid and run.best() is None
+
+
+def test_same_seed_same_search_other_seed_other_search():
+    space = grid_space((9, 9, 9), keep=lambda p: p[0] + p[1] < 14)
+    orders = []
+    for seed in (3, 3, 4):
+        run = bo_run(space, Counting(space, bowl((7, 4, 2))), Budget(max_share=0.05, seed=seed))
+        orders.append(run.order)
+    assert orders[0] == orders[1]
+    assert orders[0] != orders[2]
+
+
+def test_warm_start_candidates_are_measured_first():
+    space = grid_space((9, 9, 9))
+    warm = [100, 7, 300]
+    run = bo_run(space, Counting(space, bowl((1, 1, 1))), Budget(max_share=0.03, seed=0), warm)
+    assert run.order[:3] == warm
+
+
+def test_model_finds_the_minimum_that_random_search_rarely_hits():
+    """1728 candidates, 60 evaluations: random search hits the single best one 3.5% of the time."""
+    space = grid_space((12, 12, 12))
+    for seed in range(3):
+        objective = Counting(space, bowl((8, 3, 5)))
+        run = bo_run(space, objective, Budget(max_share=60 / 1728, seed=seed))
+        assert space.candidates[run.best()] == (8, 3, 5), f"seed {seed}"
+
+
+def test_failed_candidates_are_avoided_without_trouble(caplog):
+    space = grid_space((10, 10, 10))
+    inner = bowl((2, 8, 5))
+    objective = Counting(space, lambda row: math.inf if row[0] >= 5 else inner(row))
+    with caplog.at_level(logging.WARNING, logger="triton_dejavu_like"):
+        run = bo_run(space, objective, Budget(max_share=0.06, seed=2))
+    assert len(run.results) == 60
+    assert math.isfinite(run.results[run.best()])
+    failed = sum(math.isinf(v) for v in run.results.values())
+    assert failed < 30  # the model learns where candidates fail (random: half of them)
+    assert not caplog.records
+
+
+def test_smac_failure_falls_back_to_random_proposals_with_one_warning(monkeypatch, caplog):
+    calls = [0]
+    real_ask = _smac_session.SmacSession.ask
+
+    def flaky_ask(self):
+        calls[0] += 1
+        if calls[0] > 12:
+            raise RuntimeError("model exploded")
+        return real_ask(self)
+
+    monkeypatch.setattr(_smac_session.SmacSession, "ask", flaky_ask)
+    space = grid_space((10, 10, 10))
+    objective = Counting(space, bowl((3, 3, 3)))
+    with caplog.at_level(logging.WARNING, logger="triton_dejavu_like"):
+        run = bo_run(space, objective, Budget(max_share=0.05, seed=0))
+    assert len(run.results) == 50 == len(set(objective.calls))
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "model exploded" in warnings[0].getMessage()
+
+
+def test_tiny_spaces_are_measured_without_a_model(monkeypatch):
+    monkeypatch.setattr(_smac_session, "SmacSession", None)  # would fail if used
+    space = grid_space((2, 3))
+    run = bo_run(space, Counting(space, bowl((1, 1))), Budget(seed=0))
+    assert len(run.results) == 6
+
+
+def test_initial_design_size_rule():
+    settings = BOSettings()
+    assert settings.initial_size(dimensions=2, max_evaluations=1000) == 5
+    assert settings.initial_size(dimensions=10, max_evaluations=1000) == 20
+    assert settings.initial_size(dimensions=10, max_evaluations=40) == 10  # a quarter of the budget
+    assert BayesianOptimization().settings()["strategy"] == "bayesian"
+
+
+def test_smac_writes_nothing_outside_a_removed_temp_dir(tmp_path, monkeypatch):
+    cwd = tmp_path / "cwd"
+    tmp = tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    space = grid_space((8, 8, 8))
+    for _ in range(2):  # a second run in the same place never finds (or asks about) an old one
+        bo_run(space, Counting(space, bowl((5, 5, 5))), Budget(max_share=0.04, seed=0))
+    assert list(cwd.iterdir()) == []
+    assert list(tmp.iterdir()) == []
+
+
+CHECK_GLOBALS = """
+import json, logging, sys, warnings
+import triton_dejavu_like.search as search
+
+def state():
+    root = logging.getLogger()
+    return {
+        "root": [root.level, [repr(h) for h in root.handlers]],
+        "app": [logging.getLogger("app").level, logging.getLogger("app").propagate],
+        "disable": logging.root.manager.disable,
+        "filters": [repr(f) for f in warnings.filters],
+        "tornado": [logging.getLogger("tornado").level, len(logging.getLogger("tornado").handlers)],
+    }
+
+logging.getLogger("app").setLevel(logging.ERROR)
+before = state()
+search.require_smac()
+space = search.SearchSpace.from_table(["a", "b"], [list(range(9)), list(range(9))],
+                                       [(a, b) for a in range(9) for b in range(9)])
+objective = lambda i: 1.0 + sum(space.candidates[i])
+run = search.drive(search.make_strategy("bayesian"),
+                   search.SearchRun(space, objective, search.Budget(max_share=0.3)))
+after = state()
+print(json.dumps({"same": before == after, "before": before, "after": after, "n": len(run.results)}))
+"""
+
+
+def test_logging_and_warnings_configuration_is_left_alone(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", CHECK_GLOBALS], capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, result.stdout  # SMAC printed nothing
+    report = json.loads(lines[0])
+    assert report["n"] == 25
+    assert report["same"], (report["before"], report["after"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_smac_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "smac", None)  # as if not installed
+    with pytest.raises(MissingExtraError, match=r"triton_dejavu_like\[bo\]"):
+        require_smac()
+    with pytest.raises(MissingExtraError) as caught:
+        make_strategy("bayesian")
+    assert BO_EXTRA_HINT in str(caught.value)
+    from kernels import add_kernel, block_configs
+
+    with pytest.raises(MissingExtraError, match="bo"):
+        tdl.autotune(key=["n"], configs=block_configs(), use_bo=True)(add_kernel)
+
+
+E2E_SCRIPT = """
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+import triton
+import triton.language as tl
+import triton_dejavu_like as tdl
+
+measured = []
+seen = {}
+
+
+def remember(nargs, reset_only=False):
+    if not reset_only:
+        seen["config"] = (nargs["BLOCK"], nargs["SPLIT"])
+
+
+def fake_bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):
+    kernel_call()
+    block, split = seen["config"]
+    measured.append([block, split])
+    t = 1.0 + abs(block - 64) / 16 + abs(split - 3)
+    return [t, t, t]
+
+
+@tdl.autotune(
+    key=["n"],
+    configs=[triton.Config({"BLOCK": b, "SPLIT": s}) for b in (16, 32, 48, 64, 80, 96, 112, 128)
+             for s in (1, 2, 3, 4, 5, 6)],
+    use_bo=True,
+    search_max_share=0.5,
+    search_seed=7,
+    do_bench=fake_bench,
+    pre_hook=remember,
+)
+@triton.jit
+def add(x_ptr, out_ptr, n, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + SPLIT, mask=mask)
+
+
+n = 40
+x = torch.arange(n, dtype=torch.float32)
+out = torch.empty_like(x)
+add[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+assert torch.equal(out, x + add.best_config.kwargs["SPLIT"]), "wrong result"
+doc = json.loads(add.cache_path().read_text())
+(entry,) = doc["entries"].values()
+print(json.dumps({"decision": add.last_decision, "measured": measured, "best": add.best_config.kwargs,
+                  "entry": {k: entry.get(k) for k in ("strategy", "budget", "evaluated", "space_size",
+                                                       "tuning_time_s", "ruled_out")}}))
+"""
+
+
+def test_use_bo_tunes_stores_its_budget_and_restores_in_a_new_process(tmp_path):
+    script = tmp_path / "kernel.py"
+    script.write_text(textwrap.dedent(E2E_SCRIPT))
+    env = {**os.environ, "TRITON_DEJAVU_STORAGE": str(tmp_path / "store")}
+
+    def run() -> dict:
+        result = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    first = run()
+    assert first["decision"] == "tuned"
+    assert first["best"] == {"BLOCK": 64, "SPLIT": 3}
+    entry = first["entry"]
+    assert entry["strategy"] == "bayesian"
+    assert entry["budget"]["max_share"] == 0.5 and entry["budget"]["seed"] == 7
+    assert entry["evaluated"] == 24 and entry["space_size"] == 48  # half of the configs
+    # blocks that are not powers of two fail to compile: evaluated, ruled out, never benchmarked
+    distinct = {tuple(c) for c in first["measured"]}
+    assert all(block in (16, 32, 64, 128) for block, _ in distinct)
+    assert len(distinct) + len(entry["ruled_out"]) == 24
+    assert entry["tuning_time_s"] > 0
+    second = run()
+    assert second["decision"] == "restored"
+    assert second["measured"] == []
+    assert second["best"] == first["best"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel.py", "store"]
