@@ -277,6 +277,20 @@ def test_a_file_that_is_not_ours_is_never_used_nor_overwritten(tmp_path, warning
     assert len(warnings()) == 1 and str(tuner.cache_path()) in warnings()[0]
 
 
+def test_a_file_that_cannot_be_read_is_not_overwritten(tmp_path, warnings, monkeypatch):
+    cf = cache_file(tmp_path)
+    original = write_document(cf.path, IDENTITY, entries_for([(1,)]))
+
+    def denied(path, max_bytes=None):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(storage, "read_bounded", denied)
+    assert cf.load() == {}
+    assert not cf.record(entries_for([(2,)]))
+    assert cf.path.read_bytes() == original
+    assert len(warnings()) == 1 and str(cf.path) in warnings()[0]
+
+
 # --- permissions ----------------------------------------------------------------------------------------
 
 

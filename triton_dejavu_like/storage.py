@@ -484,8 +484,10 @@ class CacheFile:
             else:
                 warn_once("invalid", str(self.path), "ignoring invalid tuning cache %s: %s", self.path, exc)
             return None
-        except OSError as exc:
-            warn_once("unreadable", str(self.path), "cannot read tuning cache %s: %s", self.path, exc)
+        except OSError as exc:  # what cannot be read cannot be merged: leave it as it is
+            self._refuse(
+                "unreadable", "cannot read tuning cache %s (%s); it is neither used nor overwritten", exc
+            )
             return None
         if doc.identity != self.identity:
             self._refuse(
