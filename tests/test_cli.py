@@ -72,7 +72,7 @@ def test_list_json_and_filters(capsys, root):
     [only] = out["files"]
     assert only["identity"] == IDENTITY and only["keys"] == 2
     assert Path(only["path"]) == cache_file(root).path
-    assert only["last_tuned"].startswith("2025-03-01 10:00:00")
+    assert only["last_tuned"] == "2025-03-01T10:00:00+00:00"
 
 
 def test_list_uses_the_package_default_root(capsys, root, monkeypatch):
@@ -296,6 +296,16 @@ def test_bad_arguments_exit_with_status_2(capsys, argv):
         cli.main(argv)
     assert exc.value.code == 2
     assert capsys.readouterr().err
+
+
+def test_an_unwritable_destination_is_an_error_not_a_traceback(capsys, root, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("in the way")
+    assert (
+        run("export", str(blocker / "kernels.tar.gz"), "--root", str(root), "--gpu", "NVIDIA_A100-SXM4-80GB")
+        == 1
+    )
+    assert "error:" in capsys.readouterr().err
 
 
 def test_missing_root_is_an_error(capsys, tmp_path):

@@ -94,7 +94,7 @@ def file_summary(f: inventory.StoredFile) -> dict[str, Any]:
         "identity": f.identity,
         "keys": len(f.entries),
         "rejected": len(f.rejected),
-        "last_tuned": f.last_tuned(),
+        "last_tuned": f.last_tuned().isoformat() if f.entries else None,
     }
 
 
@@ -195,9 +195,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     payload: dict[str, Any] = {"files": []}
     for f in sorted(files, key=lambda f: f.source):
         ident = f.identity
+        keys = f"{len(f.entries)} key" + ("" if len(f.entries) == 1 else "s")
         out.append(
             f"{ident['kernel']}  id {f.identity_id}  tag {ident['tag']}  triton {ident['triton']}  "
-            f"{ident['toolchain']}  gpu {ident['gpu']}  ({len(f.entries)} key{'s' if len(f.entries) != 1 else ''})"
+            f"{ident['toolchain']}  gpu {ident['gpu']}  ({keys})"
         )
         out.append(f"  {f.source}")
         entries = sorted(f.entries.values(), key=key_text)
@@ -524,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.setLevel(logging.WARNING)
     try:
         return args.func(args)
-    except CliError as exc:
+    except (CliError, OSError) as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # e.g. piped into head

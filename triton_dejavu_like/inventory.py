@@ -369,5 +369,6 @@ def write_archive(destination: Path, files: Iterable[StoredFile]) -> list[str]:
             info.mtime = int(max(moments).timestamp()) if moments else 0
             tar.addfile(info, io.BytesIO(data))
             members.append(name)
+    destination.parent.mkdir(parents=True, exist_ok=True)
     storage.atomic_write(destination, buffer.getvalue())
     return members
