@@ -84,11 +84,13 @@ def through_json(data: Any) -> Any:
 
 
 @given(values)
+@settings(deadline=None)
 def test_every_value_round_trips_exactly(value):
     assert_same(decode_value(through_json(encode_value(value))), value)
 
 
 @given(keys)
+@settings(deadline=None)
 def test_every_key_round_trips_and_files_under_the_same_name(key):
     restored = decode_key(through_json(encode_key(key)))
     assert_same(restored, key)
@@ -96,7 +98,7 @@ def test_every_key_round_trips_and_files_under_the_same_name(key):
 
 
 @given(st.lists(keys, min_size=1, max_size=4, unique_by=key_id))
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)
 def test_keys_survive_a_whole_cache_file(key_list):
     entries = {}
     for key in key_list:
@@ -137,6 +139,7 @@ configs = st.builds(
 
 
 @given(configs)
+@settings(deadline=None)
 def test_every_config_round_trips_exactly(config):
     restored, dropped = decode_config(through_json(encode_config(config)))
     assert dropped == []
@@ -149,6 +152,7 @@ def test_every_config_round_trips_exactly(config):
 
 
 @given(st.dictionaries(identifiers, values, min_size=1, max_size=4), st.randoms())
+@settings(deadline=None)
 def test_a_config_id_does_not_depend_on_the_order_of_its_parameters(kwargs, rng):
     shuffled = list(kwargs.items())
     rng.shuffle(shuffled)
@@ -156,6 +160,7 @@ def test_a_config_id_does_not_depend_on_the_order_of_its_parameters(kwargs, rng)
 
 
 @given(st.sampled_from(TRITON_DTYPES))
+@settings(deadline=None)
 def test_a_triton_type_that_cannot_come_back_is_refused_when_stored(dtype):
     pointer = tl.pointer_type(dtype)
     try:
@@ -166,6 +171,7 @@ def test_a_triton_type_that_cannot_come_back_is_refused_when_stored(dtype):
 
 
 @given(st.text(alphabet=string.printable, max_size=40))
+@settings(deadline=None)
 def test_decoding_arbitrary_dtype_names_never_executes_or_crashes(name):
     for tag in ("torch.dtype", "triton.dtype"):
         try:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from storage_helpers import IDENTITY, cache_file, entries_for, stored_entries
 
@@ -45,6 +45,7 @@ def identity_with(**names: str) -> dict[str, str]:
     toolchain=st.text(),
 )
 @example(kernel="..", tag="../../..", gpu="/", triton="..", toolchain=".")
+@settings(deadline=None)
 def test_every_component_is_one_plain_path_segment(kernel, tag, gpu, triton, toolchain):
     rel = storage.identity_relative_dir(
         identity_with(kernel=kernel, tag=tag, gpu=gpu, triton=triton, toolchain=toolchain)
@@ -59,6 +60,7 @@ def test_every_component_is_one_plain_path_segment(kernel, tag, gpu, triton, too
 
 
 @given(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,60}[A-Za-z0-9]", fullmatch=True))
+@settings(deadline=None)
 def test_names_made_of_safe_characters_are_kept_as_they_are(name):
     assert sanitize(name) == name
 
