@@ -269,10 +269,13 @@ def test_existing_results_win_unless_overwrite(tmp_path, kernel_spec):
         (["--kernel", "no_such_module_xyz:scale"], "cannot load --kernel"),
         (["--kernel", "os:path"], "not a kernel decorated with triton_dejavu_like.autotune"),
         (["--kernel", "scale"], "MODULE:NAME"),
+        (["--kernel", "{tmp}/broken.py:scale"], "SyntaxError"),
     ],
 )
 def test_a_bad_kernel_argument_is_a_clear_error(tmp_path, capsys, argv, message):
     source = write_dejavu(tmp_path / "cache.json", dejavu_doc({}, {}))
+    (tmp_path / "broken.py").write_text("def scale(:\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert cli.main(["import-dejavu", str(source), *argv, "--root", str(tmp_path / "r")]) == 1
     assert message in capsys.readouterr().err
 

@@ -379,17 +379,20 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
     for spec in args.kernel:
         try:
             tuner = dejavu_import.load_tuner(spec)
-        except (ImportError, ValueError, OSError) as exc:
-            raise CliError(f"cannot load --kernel {spec}: {exc}") from exc
-        report = dejavu_import.import_dejavu(
-            [Path(s).expanduser() for s in args.sources],
-            tuner,
-            root,
-            tag=args.tag,
-            platform=platform,
-            overwrite=args.overwrite,
-            dry_run=args.dry_run,
-        )
+        except Exception as exc:  # importing the user's module may raise anything
+            raise CliError(f"cannot load --kernel {spec}: {type(exc).__name__}: {exc}") from exc
+        try:
+            report = dejavu_import.import_dejavu(
+                [Path(s).expanduser() for s in args.sources],
+                tuner,
+                root,
+                tag=args.tag,
+                platform=platform,
+                overwrite=args.overwrite,
+                dry_run=args.dry_run,
+            )
+        except (ValueError, TypeError) as exc:  # e.g. the kernel's identity cannot be computed
+            raise CliError(f"cannot import for {spec}: {exc}") from exc
         failed = failed or bool(report.problems)
         results.append((spec, report))
     lines = []
