@@ -12,8 +12,10 @@ import sys
 import tempfile
 import textwrap
 import types
+from pathlib import Path
 
 import pytest
+from kernels import FakeBench, add_kernel, block_configs, run_add, tuned_add
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like.search import (
@@ -263,8 +265,6 @@ def test_missing_smac_names_the_extra(monkeypatch):
     with pytest.raises(MissingExtraError) as caught:
         make_strategy("bayesian")
     assert BO_EXTRA_HINT in str(caught.value)
-    from kernels import add_kernel, block_configs
-
     with pytest.raises(MissingExtraError, match="bo"):
         tdl.autotune(key=["n"], configs=block_configs(), use_bo=True)(add_kernel)
 
@@ -353,3 +353,69 @@ def test_use_bo_tunes_stores_its_budget_and_restores_in_a_new_process(tmp_path):
     assert second["measured"] == []
     assert second["best"] == first["best"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel.py", "store"]
+
+
+# --- warm start from the same kernel stored for other GPUs ----------------------------------------
+
+
+def store_as_other_gpu(tuner: tdl.Autotuner, gpu: str) -> Path:
+    """Move the tuner's cache file to where a machine with another GPU would have written it."""
+    from triton_dejavu_like.storage import identity_relative_dir
+
+    own = tuner.cache_path()
+    doc = json.loads(own.read_text())
+    doc["identity"]["gpu"] = gpu
+    root = Path(os.environ["TRITON_DEJAVU_STORAGE"])
+    foreign = root / identity_relative_dir(doc["identity"]) / own.name
+    foreign.parent.mkdir(parents=True)
+    foreign.write_text(json.dumps(doc))
+    own.unlink()
+    return foreign
+
+
+def first_measured_block(with_foreign_store: bool) -> int:
+    if with_foreign_store:
+        elsewhere = FakeBench({16: 1.0, 32: 5.0, 64: 5.0, 128: 5.0})  # BLOCK=16 wins on the other GPU
+        run_add(tuned_add(elsewhere, use_random_search=True, search_seed=0))
+        store_as_other_gpu(tuned_add(elsewhere, use_random_search=True, search_seed=0), "NVIDIA_H100")
+    here = FakeBench()
+    run_add(tuned_add(here, use_random_search=True, search_seed=1, search_max_share=0.5), n=300)
+    return here.blocks[0]
+
+
+def test_a_new_gpu_measures_the_winner_stored_for_another_gpu_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(tmp_path / "without"))
+    assert first_measured_block(with_foreign_store=False) != 16  # this seed would not start there
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(tmp_path / "with"))
+    assert first_measured_block(with_foreign_store=True) == 16
+
+
+def test_foreign_winners_come_from_sibling_files_read_as_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from triton_dejavu_like.codec import config_id
+    from triton_dejavu_like.storage import identity_relative_dir
+    from triton_dejavu_like.warm_start import foreign_winners, sibling_cache_files
+
+    root = Path(os.environ["TRITON_DEJAVU_STORAGE"])
+    bench = FakeBench({16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0})
+    tuner = tuned_add(bench, use_random_search=True)
+    for n in (10, 20, 30):
+        run_add(tuner, n=n)
+    identity = json.loads(tuner.cache_path().read_text())["identity"]
+    store_as_other_gpu(tuner, "gpu_a")
+    other = dict(identity, gpu="gpu_b", tag="nightly")
+    garbage = root / identity_relative_dir(other) / "cache.json"
+    garbage.parent.mkdir(parents=True)
+    garbage.write_text("__import__('os').system('touch pwned')")  # data, never executed
+    unrelated = dict(identity, gpu="gpu_c", code_version="0" * 16)
+    (root / identity_relative_dir(unrelated)).mkdir(parents=True)
+    (root / identity_relative_dir(unrelated) / "cache.json").write_text("{}")
+    own = root / identity_relative_dir(identity) / "cache.json"
+    found = sibling_cache_files(root, identity, own)
+    assert {p.parent for p in found} == {
+        root / identity_relative_dir(dict(identity, gpu="gpu_a")),
+        garbage.parent,
+    }
+    winners = foreign_winners(root, identity, own)
+    assert winners == [config_id(tdl.Config({"BLOCK": 16}, num_warps=1))]
+    assert not Path("pwned").exists()

@@ -526,13 +526,25 @@ class Autotuner(_compat.UpstreamAutotuner):
         return _Decision(best, "tuned", trial.timings[best], trial.timings, duration, entry)
 
     def _warm_start(self, state: _ProcessState, candidates: list[Config]) -> list[int]:
-        """Indices of candidates that won other stored keys: good first guesses for a new key."""
-        if self.strategy_name == "exhaustive" or not state.restored:
+        """Indices of candidates that won other stored keys, then of the winners of this kernel
+        stored for other GPUs and platforms (a few): good first guesses for a new key."""
+        if self.strategy_name == "exhaustive":
             return []
+        from .warm_start import MAX_FOREIGN_SEEDS, foreign_winners
+
         index = {config_id(c): i for i, c in enumerate(candidates)}
-        seeds = []
-        for entry in state.restored.values():
-            i = index.get(config_id_of_entry(entry))
+        winners = [config_id_of_entry(entry) for entry in state.restored.values()]
+        store = state.cache_file
+        if store is not None:
+            try:
+                foreign = foreign_winners(store.root, store.identity, store.path, store.parameters)
+            except (OSError, ValueError, KeyError) as exc:
+                log.debug("%s: no warm start from other platforms (%s)", self._name, exc)
+                foreign = []
+            winners += [cid for cid in foreign if cid in index][:MAX_FOREIGN_SEEDS]
+        seeds: list[int] = []
+        for cid in winners:
+            i = index.get(cid)
             if i is not None and i not in seeds:
                 seeds.append(i)
         return seeds

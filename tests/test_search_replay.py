@@ -1,0 +1,101 @@
+"""The replay benchmark on measured GPU tuning spaces, in CI-sized form."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("smac", reason="needs the bo extra")
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "search_replay.py"
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("search_replay", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+replay = _load_benchmark()
+DATA = replay.DATA_DIR
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"no measured spaces at {DATA}")
+
+
+@pytest.fixture(scope="module")
+def pnpoly():
+    return replay.load(DATA / "pnpoly_RTX_3090.json.gz")
+
+
+@pytest.fixture(scope="module")
+def convolutions():
+    return [replay.load(DATA / f"convolution_{gpu}.json.gz") for gpu in ("RTX_2080_Ti", "milo_A6000")]
+
+
+@needs_data
+def test_a_measured_file_becomes_candidates_times_and_costs(convolutions):
+    conv = convolutions[0]
+    assert len(conv.space) == len(conv.records) < conv.space.grid_size  # restrictions: not candidates
+    invalid = [i for i, t in enumerate(conv.mean_ms) if math.isinf(t)]
+    assert len(invalid) == 1512
+    assert all(conv.cost_ms[i] > 0 for i in invalid[:50])  # a failed config still cost its compile time
+    best = min(range(len(conv.mean_ms)), key=conv.mean_ms.__getitem__)
+    assert conv.space.value_of(best) == {n: conv.records[best][n] for n in conv.space.names}
+    assert conv.random_expectation(0.05) == pytest.approx((len(conv.space) + 1) / (12 + 1))
+
+
+@needs_data
+def test_warm_seeds_are_the_other_gpus_best_configs_mapped_on_shared_parameters(convolutions):
+    a, b = convolutions
+    shared = [p for p in b.params if p in a.params]
+
+    def key(record):
+        return tuple(record[p] for p in shared)
+
+    seeds = replay.warm_seeds(b, a)
+    in_target = {key(r) for r in a.records}
+    ranked = sorted(range(len(b.records)), key=b.mean_ms.__getitem__)
+    best_mappable = [key(b.records[i]) for i in ranked if key(b.records[i]) in in_target][: replay.WARM_SEEDS]
+    assert {key(a.records[j]) for j in seeds} == set(best_mappable)
+    assert sorted(seeds) == sorted(j for j, r in enumerate(a.records) if key(r) in set(best_mappable))
+    assert replay.warm_pairs(convolutions) == [(b, a), (a, b)]
+
+
+@needs_data
+def test_ci_sized_replay_runs_the_real_strategies(pnpoly, tmp_path):
+    path = str(DATA / "pnpoly_RTX_3090.json.gz")
+    outcomes = [
+        replay.replay(replay.Job(path, strategy, seed, cap=150, noise=True))
+        for strategy in ("random", "bayesian")
+        for seed in range(3)
+    ]
+    again = replay.replay(replay.Job(path, "bayesian", 0, cap=150, noise=True))
+    assert again.evaluations == outcomes[3].evaluations  # seeded: the replay is reproducible
+    rows = replay.build_rows([pnpoly], outcomes)
+    by_label = {row.label: row for row in rows}
+    bo = by_label["bayesian"]
+    assert all(o.evaluated <= 150 for o in bo.outcomes)
+    assert bo.missed(0.05) == 0
+    assert bo.median_evals(0.05) < pnpoly.random_expectation(0.05)
+    table = replay.results_table(rows)
+    assert "| pnpoly_RTX_3090 | bayesian | 3 |" in table
+
+
+def test_readme_section_is_replaced_and_other_sections_are_kept(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "# Benchmarks\n\n## Hot path\n\nkeep me\n\n## Search replay\n\nold\n\n## Later\n\nme too\n"
+    )
+    replay.write_section("## Search replay\n\nnew table", readme)
+    text = readme.read_text()
+    assert "old" not in text and "new table" in text
+    assert text.index("## Hot path") < text.index("new table") < text.index("## Later")
+    assert "keep me" in text and "me too" in text
+    fresh = tmp_path / "fresh.md"
+    replay.write_section("## Search replay\n\nfirst", fresh)
+    assert fresh.read_text().startswith("# Benchmarks\n\n## Search replay\n\nfirst")
