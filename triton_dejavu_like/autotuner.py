@@ -33,6 +33,8 @@ from .codec import (
 )
 from .config_space import ConfigSpace, platform_check_for
 from .evaluate import Evaluator, InProcessEvaluator, LaunchContext
+from .isolation import IsolatedEvaluator, IsolationSettings
+from .numerics import CheckedEvaluator, NumericalCheck
 from .progress import progress_bar
 from .search import Budget, SearchRun, SearchSpace, drive, make_strategy, require_smac
 from .storage import CACHE_FILE_NAME, CacheFile, KernelIdentity, default_root, default_tag, warn_once
@@ -101,6 +103,14 @@ class Autotuner(_compat.UpstreamAutotuner):
         ignore_dtypes: bool = False,
         timing: TimingPolicy | None = None,
         tag: str | None = None,
+        use_isolated_process: bool | None = None,
+        isolation_timeout_s: float | None = None,
+        isolation_start_method: str | None = None,
+        numerical_check: bool | None = None,
+        reference_fn: Callable[..., Any] | None = None,
+        check_outputs: Sequence[str] | None = None,
+        check_rtol: float | None = None,
+        check_atol: float | None = None,
     ) -> None:
         arg_names = list(arg_names)
         key = list(key)
@@ -169,6 +179,15 @@ class Autotuner(_compat.UpstreamAutotuner):
         self._arg_set = frozenset(arg_names)
         self._key_plan = tuple((name, arg_names.index(name)) for name in key)
         self._meta_names = self._tuned_names()
+        _check_names(arg_names, check_outputs=check_outputs)
+        self.isolation = IsolationSettings(use_isolated_process, isolation_timeout_s, isolation_start_method)
+        self.numerical_check = NumericalCheck(
+            numerical_check,
+            reference_fn,
+            tuple(check_outputs) if check_outputs is not None else None,
+            check_rtol,
+            check_atol,
+        )
 
     # --- the config list ----------------------------------------------------------------------
 
@@ -321,6 +340,8 @@ class Autotuner(_compat.UpstreamAutotuner):
             settings["timing"] = self.timing.settings()
         if self.strategy_name != "exhaustive":
             settings["budget"] = self.budget.as_dict()
+        if self.numerical_check.active():  # it can rule out the config that would otherwise win
+            settings["numerical_check"] = self.numerical_check.settings()
         return settings
 
     def kernel_identity(self, platform: identity.Platform) -> KernelIdentity:
@@ -479,7 +500,11 @@ class Autotuner(_compat.UpstreamAutotuner):
             kernel_name=self._name,
             interpreted=state.interpreted,
         )
-        return InProcessEvaluator(ctx)
+        check = self.numerical_check if self.numerical_check.active() else None
+        if self.isolation.active():
+            return IsolatedEvaluator(ctx, tuner=self, settings=self.isolation, check=check)
+        evaluator = InProcessEvaluator(ctx)
+        return CheckedEvaluator(evaluator, check) if check is not None else evaluator
 
     def _tune(
         self,
@@ -720,6 +745,14 @@ def autotune(
     search_seed: int = 0,
     timing: TimingPolicy | None = None,
     tag: str | None = None,
+    use_isolated_process: bool | None = None,
+    isolation_timeout_s: float | None = None,
+    isolation_start_method: str | None = None,
+    numerical_check: bool | None = None,
+    reference_fn: Callable[..., Any] | None = None,
+    check_outputs: Sequence[str] | None = None,
+    check_rtol: float | None = None,
+    check_atol: float | None = None,
 ) -> Callable[[Any], Autotuner]:
     """Tune a ``@triton.jit`` kernel once per identity and restore the result in every later process.
 
@@ -739,6 +772,18 @@ def autotune(
     (``timing=TimingPolicy(...)`` sets the budgets; ``TimingPolicy(finalists=0)`` times every
     candidate with ``triton.testing.do_bench(warmup, rep)`` as upstream does). ``warmup``, ``rep``
     and ``use_cuda_graph`` keep upstream's meaning for the careful stage.
+
+    ``use_isolated_process=True`` (None: ``TRITON_DEJAVU_USE_ISOLATED_PROCESS``) compiles and times
+    the candidates in a reusable worker process: a candidate that crashes it or takes longer than
+    ``isolation_timeout_s`` (None: ``TRITON_DEJAVU_ISOLATION_TIMEOUT``, else 120 s) is ruled out and
+    tuning goes on in a new worker. ``isolation_start_method`` ("fork", "forkserver", "spawn"; None:
+    fork under the interpreter, forkserver on a GPU); with forkserver/spawn the decorated kernel must
+    be a module-level global. ``numerical_check=True`` (None: on with ``TRITON_DEJAVU_NUMERICAL_CHECK=1``
+    or any of the next arguments) rules out candidates whose outputs differ from the reference's:
+    ``reference_fn(**kernel_args)`` (writes the expected outputs, or returns ``{name: tensor}``) or
+    else the first candidate that runs. ``check_outputs`` names the output arguments (default: the
+    tensor arguments the reference changes); ``check_rtol``/``check_atol`` replace the dtype-aware
+    tolerances. See docs/isolation.md.
     """
     if _looks_like_configs(key) and (configs is None or _looks_like_names(configs)):
         # upstream order: triton.autotune(configs, key)
@@ -771,6 +816,14 @@ def autotune(
             ignore_dtypes=ignore_dtypes,
             timing=timing,
             tag=tag,
+            use_isolated_process=use_isolated_process,
+            isolation_timeout_s=isolation_timeout_s,
+            isolation_start_method=isolation_start_method,
+            numerical_check=numerical_check,
+            reference_fn=reference_fn,
+            check_outputs=check_outputs,
+            check_rtol=check_rtol,
+            check_atol=check_atol,
         )
 
     return decorator

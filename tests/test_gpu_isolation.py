@@ -1,0 +1,147 @@
+"""Isolated tuning on a GPU: candidates that fault, hang or compute wrong values are ruled out.
+
+The scenario runs as a script in a subprocess (the test process runs Triton's interpreter). Its
+kernel is a module-level global of that script, so forkserver workers import it as ``__main__``.
+Among the candidates, one stores without a mask far past the end of its buffer (an illegal memory
+access, which leaves the worker's CUDA context unusable), one waits forever on a flag, and one tiles
+its block so that part of it is never written. Tuning must finish with a valid config, the caller's
+CUDA context must still work, and the stored entry must give each bad candidate its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 20
+
+SCENARIO = textwrap.dedent(
+    """
+    import json
+    import sys
+    import time
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    import triton_dejavu_like as tdl
+    from triton_dejavu_like.isolation import IsolationError
+
+    FAR = tl.constexpr(1 << 40)  # elements past the end of the buffer: no allocation reaches that far
+
+
+    def config(block, tile, bug=0, warps=4):
+        return triton.Config({"BLOCK": block, "TILE": tile, "BUG": bug}, num_warps=warps)
+
+
+    CONFIGS = [
+        config(256, 256),
+        config(1024, 1024, warps=8),
+        config(4096, 4096, bug=1, warps=8),  # unmasked store far out of bounds
+        config(1024, 512),
+        config(768, 512),  # 768 // 512 = 1 tile: the last 256 elements of each block are never written
+        config(512, 512, bug=2),  # waits forever on a flag nobody sets
+        config(2048, 1024, warps=8),
+        config(512, 256),
+    ]
+
+
+    @tdl.autotune(
+        key=["n"],
+        configs=CONFIGS,
+        use_isolated_process=True,
+        isolation_timeout_s=float(sys.argv[2]),
+        numerical_check=True,
+        check_outputs=["out_ptr"],
+    )
+    @triton.jit
+    def tiled_copy(x_ptr, out_ptr, flag_ptr, n, BLOCK: tl.constexpr, TILE: tl.constexpr, BUG: tl.constexpr):
+        pid = tl.program_id(0)
+        if BUG == 2:
+            while tl.load(flag_ptr, volatile=True) == 0:
+                pass
+        for t in tl.static_range(BLOCK // TILE):
+            offs = pid * BLOCK + t * TILE + tl.arange(0, TILE)
+            mask = offs < n
+            x = tl.load(x_ptr + offs, mask=mask)
+            if BUG == 1:
+                tl.store(out_ptr + offs.to(tl.int64) + FAR, x)
+            else:
+                tl.store(out_ptr + offs, x, mask=mask)
+
+
+    def tune(n):
+        x = torch.randn(n, device="cuda")
+        out = torch.zeros(n, device="cuda")
+        flag = torch.zeros(1, dtype=torch.int32, device="cuda")
+        start = time.perf_counter()
+        tiled_copy[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, flag, n)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start, bool(torch.equal(out, x))
+
+
+    def fork_refusal():
+        forked = tdl.autotune(
+            key=["n"], configs=CONFIGS[:2], use_isolated_process=True, isolation_start_method="fork"
+        )
+        try:
+            forked(tiled_copy.fn)[(1,)](*(torch.zeros(1, device="cuda") for _ in range(3)), 1)
+        except IsolationError as exc:
+            return str(exc)
+        return None
+
+
+    if __name__ == "__main__":
+        first_s, first_ok = tune(int(sys.argv[1]))
+        entry = json.loads(tiled_copy.cache_path().read_text())["entries"]
+        (first,) = entry.values()
+        second_s, second_ok = tune(int(sys.argv[1]) // 2 + 1)  # a second key, tuned by new workers
+        y = torch.arange(10, device="cuda", dtype=torch.float32) * 2  # the caller's context works
+        print(json.dumps({
+            "first_s": first_s,
+            "second_s": second_s,
+            "results_ok": first_ok and second_ok and bool((y.sum() == 90).item()),
+            "best": first["config"]["kwargs"],
+            "ruled_out": [[r["config"]["kwargs"], r["reason"]] for r in first["ruled_out"]],
+            "fork_refusal": fork_refusal(),
+        }))
+    """
+)
+
+
+def test_faulting_hanging_and_wrong_candidates_are_ruled_out_on_the_gpu(tmp_path):
+    script = tmp_path / "gpu_isolation_scenario.py"
+    script.write_text(SCENARIO)
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "storage")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, str(script), "1000000", str(TIMEOUT_S)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(report, indent=1))  # the reasons and timings, for the record (pytest -s)
+    assert report["results_ok"]
+    best = report["best"]
+    assert best["BUG"] == 0 and best["BLOCK"] % best["TILE"] == 0
+    reasons = {(c["BLOCK"], c["TILE"], c["BUG"]): r for c, r in report["ruled_out"]}
+    assert set(reasons) == {(4096, 4096, 1), (512, 512, 2), (768, 512, 0)}
+    assert reasons[(4096, 4096, 1)].startswith("CandidateCrashed")
+    assert reasons[(512, 512, 2)].startswith(f"CandidateTimedOut: no result within {TIMEOUT_S} s")
+    assert reasons[(768, 512, 0)].startswith("NumericalMismatch: 'out_ptr'")
+    assert "'fork' cannot be used once CUDA is initialised" in report["fork_refusal"]

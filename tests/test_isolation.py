@@ -1,0 +1,361 @@
+"""Isolated benchmarking under the interpreter: candidates that raise, hang, or kill their worker.
+
+Tuning must finish, pick the best candidate that ran, and store the others with one-line reasons;
+one worker serves candidates until one kills it; hooks run in the worker, on its own copies of the
+arguments. Most tests fork their workers (the default under the interpreter); a few start them
+from a fork server, which imports this module to find ``fs_add`` by name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from kernels import FakeBench, accumulate_kernel, add_kernel, grid, observe_block
+
+import triton_dejavu_like as tdl
+from triton_dejavu_like import isolation
+from triton_dejavu_like.isolation import IsolationError, IsolationSettings
+
+TIMEOUT_S = 1.5
+PID_LOG = "TDL_TEST_PID_LOG"  # an environment variable, so that a fork server's workers see it too
+
+
+def log_pid(nargs, reset_only=False):
+    """A hook that appends the pid of the process it runs in to the file named by $TDL_TEST_PID_LOG."""
+    if not reset_only and os.environ.get(PID_LOG):
+        with open(os.environ[PID_LOG], "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def pids_logged(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def exit_3(nargs):
+    os._exit(3)
+
+
+def sigkill(nargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def segfault(nargs):
+    faulthandler.disable()  # no Python stack dump in the test log
+    ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+
+def boom(nargs):
+    raise RuntimeError("boom")
+
+
+@triton.jit
+def faulty_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, MODE: tl.constexpr):
+    """out = x + y, except: MODE 1 fails a compile-time assertion, MODE 2 never ends."""
+    tl.static_assert(MODE != 1)
+    if MODE == 2:
+        i = 0
+        while i < 1:
+            i += MODE - 2  # a step of 0
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def launch_add(tuner, n=200):
+    x = torch.arange(n, dtype=torch.float32)
+    y = torch.ones(n)
+    out = torch.empty(n)
+    tuner[grid(n)](x, y, out, n)
+    assert torch.equal(out, x + y)
+
+
+def stored_entry(tuner) -> dict:
+    (entry,) = json.loads(tuner.cache_path().read_text())["entries"].values()
+    return entry
+
+
+def reasons_by_block(entry: dict) -> dict[int, str]:
+    return {r["config"]["kwargs"]["BLOCK"]: r["reason"] for r in entry["ruled_out"]}
+
+
+def test_bad_candidates_are_ruled_out_and_the_best_that_ran_wins():
+    bench = FakeBench({8: 0.1, 16: 4.0, 32: 2.0, 64: 0.2, 128: 0.3, 256: 0.4, 512: 0.5, 1024: 0.6})
+    configs = [
+        triton.Config({"BLOCK": 8, "MODE": 0}, pre_hook=segfault),
+        triton.Config({"BLOCK": 16, "MODE": 0}),
+        triton.Config({"BLOCK": 32, "MODE": 0}),
+        triton.Config({"BLOCK": 64, "MODE": 1}),  # fails to compile
+        triton.Config({"BLOCK": 128, "MODE": 2}),  # loops forever
+        triton.Config({"BLOCK": 256, "MODE": 0}, pre_hook=exit_3),
+        triton.Config({"BLOCK": 512, "MODE": 0}, pre_hook=sigkill),
+        triton.Config({"BLOCK": 1024, "MODE": 0}, pre_hook=boom),
+    ]
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=configs,
+        do_bench=bench,
+        pre_hook=observe_block(bench),
+        use_isolated_process=True,
+        isolation_timeout_s=TIMEOUT_S,
+    )(faulty_add)
+    launch_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32, "MODE": 0}
+    entry = stored_entry(tuner)
+    reasons = reasons_by_block(entry)
+    assert sorted(reasons) == [8, 64, 128, 256, 512, 1024]
+    assert "CandidateCrashed: worker killed by SIGSEGV" in reasons[8]
+    assert "AssertionError" in reasons[64]
+    assert reasons[128].startswith(f"CandidateTimedOut: no result within {TIMEOUT_S:g} s")
+    assert reasons[256] == "CandidateCrashed: worker exited with code 3"
+    assert reasons[512] == "CandidateCrashed: worker killed by SIGKILL"
+    assert reasons[1024] == "RuntimeError: boom"
+    assert all("\n" not in r for r in reasons.values())
+    assert [t["config"]["kwargs"]["BLOCK"] for t in entry["top"]] == [32, 16]
+    assert entry["timings_ms"][0] == 2.0
+
+
+def test_one_worker_serves_candidates_until_one_kills_it(tmp_path, monkeypatch):
+    log = tmp_path / "pids"
+    monkeypatch.setenv(PID_LOG, str(log))
+    blocks = [16, 32, 64, 128, 256, 512]
+    configs = [triton.Config({"BLOCK": b}, pre_hook=exit_3 if b == 64 else None) for b in blocks]
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=configs,
+        do_bench=lambda call, quantiles: (call(), call(), [1.0, 1.0, 1.0])[-1],
+        pre_hook=log_pid,
+        use_isolated_process=True,
+        isolation_timeout_s=30,
+    )(add_kernel)
+    launch_add(tuner)
+    pids = pids_logged(log)
+    assert os.getpid() not in pids  # every benchmark launch ran in a worker
+    # two launches per candidate; 64 kills its worker in its own pre_hook, before the tuner's runs
+    assert len(pids) == 2 * (len(blocks) - 1)
+    first, second = pids[:4], pids[4:]  # 16 and 32 in the first worker, the rest in its replacement
+    assert len(set(first)) == 1 and len(set(second)) == 1 and first[0] != second[0]
+
+
+def test_hooks_run_in_the_worker_around_each_launch_on_its_own_copies(tmp_path):
+    """acc += x, timed three launches per candidate: the hooks must restore acc around each one."""
+    n = 64
+    x = torch.arange(n, dtype=torch.float32)
+    original = torch.full((n,), 5.0)
+    launched: dict[str, torch.Tensor] = {}
+
+    def remember(nargs):  # a per-config pre_hook, run in the worker before each launch
+        launched["acc"] = nargs["acc_ptr"]
+
+    def checking_bench(expected):
+        def do_bench(call, quantiles):
+            for _ in range(3):
+                call()
+                assert torch.equal(launched["acc"], expected), "the hooks did not run around the launch"
+            return [1.0, 1.0, 1.0]
+
+        return do_bench
+
+    configs = [triton.Config({"BLOCK": b}, pre_hook=remember) for b in (16, 32)]
+    for hooks, after_each_launch, after_the_call in (
+        ({"reset_to_zero": ["acc_ptr"]}, x, x),
+        ({"restore_value": ["acc_ptr"]}, original, original + x),
+    ):
+        tuner = tdl.autotune(
+            key=["n"],
+            configs=configs,
+            do_bench=checking_bench(after_each_launch),
+            use_isolated_process=True,
+            custom_data_storage=tmp_path / next(iter(hooks)),
+            **hooks,
+        )(accumulate_kernel)
+        acc = original.clone()
+        tuner[grid(n)](acc, x, n)
+        assert [t[0] for t in tuner.configs_timings.values()] == [1.0, 1.0]  # no candidate failed
+        assert torch.equal(acc, after_the_call)
+
+
+def test_benchmark_launches_never_touch_the_callers_tensors(tmp_path):
+    """Without hooks, in-process tuning of acc += x leaves acc changed by every benchmark launch."""
+    n = 64
+    x = torch.arange(n, dtype=torch.float32)
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32)]
+    three_launches = lambda call, quantiles: (call(), call(), call(), [1.0, 1.0, 1.0])[-1]  # noqa: E731
+    for isolated, launches in ((False, 7), (True, 1)):
+        tuner = tdl.autotune(
+            key=["n"],
+            configs=configs,
+            do_bench=three_launches,
+            use_isolated_process=isolated,
+            custom_data_storage=tmp_path / str(isolated),
+        )(accumulate_kernel)
+        acc = torch.zeros(n)
+        tuner[grid(n)](acc, x, n)
+        assert torch.equal(acc, launches * x)
+
+
+def test_forked_workers_copy_large_tensors_after_this_process_used_its_thread_pool():
+    """A child forked after torch ran a parallel CPU op deadlocks in the next one unless it stays serial."""
+    big = torch.arange(1 << 21, dtype=torch.float32)
+    assert float((big * 2).sum()) > 0  # large enough for torch's CPU thread pool
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32)]
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=configs,
+        do_bench=lambda call, quantiles: (call(), [1.0] * 3)[-1],
+        use_isolated_process=True,
+    )(add_kernel)
+    out = torch.zeros_like(big)
+    start = time.perf_counter()
+    tuner[grid(64)](big, big, out, 64)  # the worker copies all three 8 MB storages
+    assert time.perf_counter() - start < 60
+    assert torch.equal(out[:64], 2 * big[:64])
+
+
+def test_environment_turns_isolation_on_and_sets_the_timeout(tmp_path, monkeypatch):
+    log = tmp_path / "pids"
+    monkeypatch.setenv(PID_LOG, str(log))
+    monkeypatch.setenv("TRITON_DEJAVU_USE_ISOLATED_PROCESS", "1")
+    monkeypatch.setenv("TRITON_DEJAVU_ISOLATION_TIMEOUT", "1")
+    bench = FakeBench({16: 1.0, 32: 2.0})
+
+    def observe(nargs, reset_only=False):
+        observe_block(bench)(nargs, reset_only)
+        log_pid(nargs, reset_only)
+
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=[triton.Config({"BLOCK": 16, "MODE": 2}), triton.Config({"BLOCK": 32, "MODE": 0})],
+        do_bench=bench,
+        pre_hook=observe,
+    )(faulty_add)
+    launch_add(tuner)
+    assert tuner.best_config.kwargs["BLOCK"] == 32
+    assert reasons_by_block(stored_entry(tuner))[16].startswith("CandidateTimedOut: no result within 1 s")
+    assert pids_logged(log) and os.getpid() not in pids_logged(log)
+
+    monkeypatch.setenv("TRITON_DEJAVU_ISOLATION_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="TRITON_DEJAVU_ISOLATION_TIMEOUT must be a number of seconds"):
+        launch_add(
+            tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": b}) for b in (16, 32)])(add_kernel)
+        )
+
+
+def test_every_candidate_crashing_is_a_clear_error():
+    configs = [triton.Config({"BLOCK": b}, pre_hook=exit_3) for b in (16, 32, 64)]
+    tuner = tdl.autotune(key=["n"], configs=configs, use_isolated_process=True)(add_kernel)
+    with pytest.raises(
+        tdl.AutotuningError, match=r"all 3 candidate configs failed.*worker exited with code 3"
+    ):
+        launch_add(tuner)
+
+
+def test_decorator_checks_isolation_arguments():
+    with pytest.raises(ValueError, match="isolation_start_method must be one of fork, forkserver, spawn"):
+        tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], isolation_start_method="thread")(
+            add_kernel
+        )
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match="isolation_timeout_s must be > 0"):
+            tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], isolation_timeout_s=bad)(
+                add_kernel
+            )
+
+
+def test_start_method_follows_the_platform(monkeypatch):
+    assert IsolationSettings().method(interpreted=True) == "fork"
+    monkeypatch.setattr(isolation, "_cuda_initialized", lambda: True)
+    assert IsolationSettings().method(interpreted=False) == "forkserver"
+    assert IsolationSettings().method(interpreted=True) == "forkserver"  # CUDA is up: no fork
+    assert IsolationSettings(start_method="spawn").method(interpreted=False) == "spawn"
+    with pytest.raises(IsolationError, match="'fork' cannot be used once CUDA is initialised"):
+        IsolationSettings(start_method="fork").method(interpreted=True)
+
+
+# --- workers that import the kernel (forkserver): it must be reachable by name --------------------
+
+FS_BENCH = FakeBench({16: 3.0, 32: 1.0, 64: 0.5, 128: 2.0})
+
+
+def fs_observe(nargs, reset_only=False):
+    observe_block(FS_BENCH)(nargs, reset_only)
+    log_pid(nargs, reset_only)
+
+
+@tdl.autotune(
+    key=["n"],
+    configs=[triton.Config({"BLOCK": b}, pre_hook=exit_3 if b == 64 else None) for b in (16, 32, 64, 128)],
+    do_bench=FS_BENCH,
+    pre_hook=fs_observe,
+    use_isolated_process=True,
+    isolation_start_method="forkserver",
+    isolation_timeout_s=60,
+)
+@triton.jit
+def fs_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def test_forkserver_workers_import_the_kernel_and_receive_the_tensors(tmp_path, monkeypatch):
+    log = tmp_path / "pids"
+    monkeypatch.setenv(PID_LOG, str(log))
+    n = 300
+    x, y, out = torch.arange(n, dtype=torch.float32), torch.ones(n), torch.empty(n)
+    pointers = [t.data_ptr() for t in (x, y, out)]
+    fs_add[grid(n)](x, y, out, n)
+    assert torch.equal(out, x + y)
+    assert fs_add.best_config.kwargs == {"BLOCK": 32}
+    assert reasons_by_block(stored_entry(fs_add)) == {64: "CandidateCrashed: worker exited with code 3"}
+    pids = pids_logged(log)
+    assert os.getpid() not in pids and len(set(pids)) == 2  # the first worker, and its replacement
+    assert [t.data_ptr() for t in (x, y, out)] == pointers  # not moved to shared memory
+
+
+def test_kernels_a_fresh_process_cannot_import_fail_before_any_worker_starts():
+    @triton.jit
+    def local_kernel(x_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32)]
+    tuner = tdl.autotune(
+        key=["n"], configs=configs, use_isolated_process=True, isolation_start_method="spawn"
+    )
+    with pytest.raises(IsolationError, match="is defined inside a function"):
+        tuner(local_kernel)[(1,)](torch.zeros(4), 4)
+    rebound = tuner(add_kernel)  # the module-level name add_kernel is the bare kernel, not this tuner
+    with pytest.raises(IsolationError, match="is not this autotuner"):
+        launch_add(rebound)
+
+
+def test_a_worker_that_cannot_import_the_kernel_fails_tuning_clearly(tmp_path, monkeypatch):
+    source = Path(__file__).with_name("kernels.py").read_text()
+    module = tmp_path / "vanishing_kernels.py"
+    module.write_text(
+        source
+        + "\n@tdl.autotune(key=['n'], configs=block_configs((16, 32)), use_isolated_process=True,"
+        + " isolation_start_method='forkserver')\n@triton.jit\n"
+        + "def vanishing(x_ptr, n, BLOCK: tl.constexpr):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import vanishing_kernels
+
+    try:
+        module.unlink()  # this process has imported it; a worker cannot any more
+        start = time.perf_counter()
+        with pytest.raises(IsolationError, match="a worker could not start: ModuleNotFoundError"):
+            vanishing_kernels.vanishing[(1,)](torch.zeros(4), 4)
+        assert time.perf_counter() - start < 60
+    finally:
+        sys.modules.pop("vanishing_kernels", None)

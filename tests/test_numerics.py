@@ -1,0 +1,251 @@
+"""The numerical check: candidates whose outputs differ from the reference's are ruled out.
+
+Kernels run under the interpreter; a deterministic ``do_bench`` makes the broken configs the
+fastest, so a test fails if the check lets one through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from kernels import FakeBench, add_kernel, grid, observe_block
+
+import triton_dejavu_like as tdl
+from triton_dejavu_like.numerics import DEFAULT_TOLERANCES, compare
+
+
+@triton.jit
+def double_in_tiles(x_ptr, out_ptr, n, BLOCK: tl.constexpr, TILE: tl.constexpr):
+    """out = 2 * x; each program covers BLOCK elements in BLOCK // TILE tiles of TILE.
+
+    A TILE that does not divide BLOCK leaves the end of every block unwritten: the mask is right,
+    the tiling is not.
+    """
+    pid = tl.program_id(0)
+    for t in range(BLOCK // TILE):
+        offs = pid * BLOCK + t * TILE + tl.arange(0, TILE)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+@triton.jit
+def double_in_place(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2 + 1, mask=mask)
+
+
+@triton.jit
+def double_with_partial_sums(x_ptr, out_ptr, partial_ptr, n, BLOCK: tl.constexpr):
+    """out = 2 * x, and partial[pid] = the sum of the block: scratch whose layout depends on BLOCK."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, x * 2, mask=mask)
+    tl.store(partial_ptr + pid, tl.sum(x, axis=0))
+
+
+# BLOCK identifies a config; 96/64 is the broken tiling, and the fastest.
+TILED = [(32, 16), (96, 64), (64, 32), (128, 128)]
+TILED_TIMES = {32: 4.0, 96: 0.5, 64: 2.0, 128: 3.0}
+
+
+def timed_by_block(kernel, times, **options):
+    """``kernel`` under an autotuner keyed on n, timed by ``times[BLOCK]`` wherever it runs."""
+    bench = FakeBench(times)
+    return tdl.autotune(key=["n"], do_bench=bench, pre_hook=observe_block(bench), **options)(kernel)
+
+
+def tiled_tuner(**options):
+    options.setdefault("configs", [triton.Config({"BLOCK": b, "TILE": t}) for b, t in TILED])
+    return timed_by_block(double_in_tiles, TILED_TIMES, **options)
+
+
+def run_tiled(tuner, n=1000):
+    x = torch.arange(1, n + 1, dtype=torch.float32)
+    out = torch.zeros(n)
+    tuner[grid(n)](x, out, n)
+    return x, out
+
+
+def ruled_out(tuner) -> dict[int, str]:
+    (entry,) = json.loads(tuner.cache_path().read_text())["entries"].values()
+    return {r["config"]["kwargs"]["BLOCK"]: r["reason"] for r in entry["ruled_out"]}
+
+
+def test_without_the_check_the_broken_tiling_wins():
+    tuner = tiled_tuner()
+    run_tiled(tuner)  # correct by luck: earlier benchmark launches filled the gaps in this out
+    assert tuner.best_config.kwargs == {"BLOCK": 96, "TILE": 64}
+    x, out = run_tiled(tuner)
+    assert not torch.equal(out, 2 * x)  # on a fresh buffer, the gaps show
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["in_process", "isolated"])
+def test_a_tiling_that_breaks_masking_is_ruled_out(isolated):
+    tuner = tiled_tuner(numerical_check=True, use_isolated_process=isolated)
+    x, out = run_tiled(tuner)
+    assert torch.equal(out, 2 * x)
+    assert tuner.best_config.kwargs == {"BLOCK": 64, "TILE": 32}
+    reasons = ruled_out(tuner)
+    assert list(reasons) == [96]
+    assert reasons[96].startswith("NumericalMismatch: 'out_ptr': 320 of 1000 elements differ, max abs err")
+    assert "\n" not in reasons[96]
+
+
+def exit_4(nargs):
+    os._exit(4)
+
+
+def test_a_replacement_worker_recomputes_the_reference():
+    """The reference (the first config) ran in a worker that a later candidate killed."""
+    configs = [
+        triton.Config({"BLOCK": 32, "TILE": 16}),
+        triton.Config({"BLOCK": 256, "TILE": 256}, pre_hook=exit_4),
+        triton.Config({"BLOCK": 96, "TILE": 64}),
+        triton.Config({"BLOCK": 64, "TILE": 32}),
+    ]
+    tuner = tiled_tuner(configs=configs, numerical_check=True, use_isolated_process=True)
+    x, out = run_tiled(tuner)
+    assert torch.equal(out, 2 * x)
+    reasons = ruled_out(tuner)
+    assert reasons[256] == "CandidateCrashed: worker exited with code 4"
+    assert reasons[96].startswith("NumericalMismatch: 'out_ptr'")
+    assert set(reasons) == {256, 96}  # 64/32 matched the reference the new worker recomputed
+
+
+def reference_double(x_ptr, out_ptr, n):
+    out_ptr.copy_(2 * x_ptr)
+
+
+def test_a_reference_function_catches_a_wrong_first_candidate(tmp_path):
+    wrong_first = [triton.Config({"BLOCK": b, "TILE": t}) for b, t in [(96, 64), (32, 16), (64, 32)]]
+    for name, reference in (
+        ("writes", reference_double),
+        ("returns", lambda x_ptr, out_ptr, n: {"out_ptr": 2 * x_ptr}),
+    ):
+        tuner = tiled_tuner(configs=wrong_first, reference_fn=reference, custom_data_storage=tmp_path / name)
+        x, out = run_tiled(tuner)
+        assert torch.equal(out, 2 * x)
+        assert list(ruled_out(tuner)) == [96]
+
+
+def test_an_in_place_kernel_is_checked_on_its_original_inputs():
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+    tuner = timed_by_block(
+        double_in_place, {16: 3.0, 32: 2.0, 64: 1.0}, configs=configs, numerical_check=True
+    )
+    x0 = torch.arange(100, dtype=torch.float32)
+    x = x0.clone()
+    tuner[grid(100)](x, 100)
+    assert len(tuner.configs_timings) == 3 and all(t[0] < 10 for t in tuner.configs_timings.values())
+    assert torch.equal(x, 2 * x0 + 1)  # the inputs were restored after tuning, then launched once
+
+
+def test_declared_outputs_leave_scratch_buffers_out_of_the_comparison(tmp_path):
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+
+    def tune(**check):
+        storage = tmp_path / "-".join(sorted(check))
+        tuner = timed_by_block(
+            double_with_partial_sums,
+            {16: 3.0, 32: 2.0, 64: 1.0},
+            configs=configs,
+            numerical_check=True,
+            custom_data_storage=storage,
+            **check,
+        )
+        x = torch.arange(200, dtype=torch.float32)
+        out, partial = torch.zeros(200), torch.zeros(16)
+        tuner[grid(200)](x, out, partial, 200)
+        assert torch.equal(out, 2 * x)
+        return ruled_out(tuner)
+
+    detected = tune()  # both out and the per-block sums change: other block sizes differ on the latter
+    assert set(detected) == {32, 64} and all("'partial_ptr'" in r for r in detected.values())
+    assert tune(check_outputs=["out_ptr"]) == {}
+
+
+def test_environment_turns_the_check_on_and_it_is_part_of_the_storage_identity(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_DEJAVU_NUMERICAL_CHECK", raising=False)
+    unchecked = tiled_tuner().cache_path()
+    monkeypatch.setenv("TRITON_DEJAVU_NUMERICAL_CHECK", "1")
+    tuner = tiled_tuner()
+    assert tuner.cache_path() != unchecked  # a result tuned without the check is not restored
+    x, out = run_tiled(tuner)
+    assert torch.equal(out, 2 * x)
+    assert list(ruled_out(tuner)) == [96]
+    assert tiled_tuner(numerical_check=False).cache_path() == unchecked
+
+
+def test_check_arguments_are_validated():
+    with pytest.raises(ValueError, match="check_outputs names 'result'"):
+        tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], check_outputs=["result"])(add_kernel)
+    with pytest.raises(ValueError, match="check_rtol must be >= 0"):
+        tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], check_rtol=-1)(add_kernel)
+    tuner = tdl.autotune(
+        key=["n"], configs=[triton.Config({"BLOCK": b}) for b in (16, 32)], check_outputs=["n"]
+    )(add_kernel)
+    with pytest.raises(ValueError, match="check_outputs names 'n', which are not tensor arguments"):
+        tuner[grid(8)](torch.zeros(8), torch.zeros(8), torch.zeros(8), 8)
+
+
+def test_a_failing_reference_function_fails_tuning_with_its_error():
+    def broken_reference(**arguments):
+        raise KeyError("no reference today")
+
+    tuner = tiled_tuner(reference_fn=broken_reference)
+    with pytest.raises(KeyError, match="no reference today"):
+        run_tiled(tuner)
+
+
+# --- compare: dtype-aware tolerances --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_default_tolerance_admits_rounding_and_rejects_real_errors(dtype):
+    rtol, _ = DEFAULT_TOLERANCES[str(dtype).removeprefix("torch.")]
+    reference = torch.linspace(-50, 50, 1001, dtype=torch.float64)
+    near = reference * (1 + rtol / 2)
+    assert compare("out", near.to(dtype), reference.to(dtype)) is None
+    far = reference.clone()
+    far[123] += 5.0  # a wrong element: off by a tenth of the output's scale
+    reason = compare("out", far.to(dtype), reference.to(dtype))
+    assert reason is not None and reason.startswith("'out': 1 of 1001 elements differ, max abs err")
+
+
+def test_small_values_are_judged_against_the_outputs_scale():
+    reference = torch.tensor([1000.0, 1e-3, -2e-3])
+    summed_in_another_order = reference + torch.tensor([0.0, 4e-3, 4e-3])  # cancellation noise
+    assert compare("out", summed_in_another_order, reference) is None
+    assert compare("out", summed_in_another_order, reference, atol=1e-5, rtol=1e-4) is not None
+
+
+def test_integers_must_match_exactly_and_nans_match_nans():
+    assert compare("idx", torch.tensor([1, 2, 2**40 + 1]), torch.tensor([1, 2, 2**40 + 1])) is None
+    assert compare("idx", torch.tensor([1, 2, 2**40 + 1]), torch.tensor([1, 2, 2**40])) == (
+        "'idx': 1 of 3 elements differ, max abs err 1 (rtol 0, atol 0)"
+    )
+    assert compare("idx", torch.tensor([1, 3]), torch.tensor([1, 2]), atol=1) is None
+    nan = float("nan")
+    assert compare("out", torch.tensor([nan, 1.0]), torch.tensor([nan, 1.0])) is None
+    assert "max abs err nan" in compare("out", torch.tensor([nan, 1.0]), torch.tensor([0.0, 1.0]))
+    assert compare("out", torch.tensor([float("inf")]), torch.tensor([float("inf")])) is None
+    assert (
+        compare("out", torch.zeros(2, 3), torch.zeros(3, 2)) == "'out' has shape (2, 3), the reference (3, 2)"
+    )
+
+
+def test_fp8_outputs_are_compared_in_float32_within_two_units():
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("no float8 in this torch")
+    reference = torch.tensor([1.0, 2.0, 4.0, 8.0]).to(torch.float8_e4m3fn)
+    one_unit_up = torch.tensor([1.125, 2.25, 4.5, 9.0]).to(torch.float8_e4m3fn)
+    assert compare("q", one_unit_up, reference) is None
+    assert compare("q", (torch.tensor([1.0, 2.0, 4.0, 12.0])).to(torch.float8_e4m3fn), reference) is not None
