@@ -35,9 +35,9 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -167,8 +167,9 @@ def replay(job: Job) -> Outcome:
         return value
 
     budget = Budget(max_share=1.0, seed=job.seed)
+    strategy = make_strategy(job.strategy)  # imports SMAC once per process, outside the timing
     started = time.perf_counter()
-    drive(make_strategy(job.strategy), SearchRun(replay_space.space, objective, budget), warm)
+    drive(strategy, SearchRun(replay_space.space, objective, budget), warm)
     wall = time.perf_counter() - started
     evaluations: dict[float, int | None] = {}
     cost: dict[float, float | None] = {}
@@ -213,53 +214,57 @@ class Row:
 TARGET_RATIO = {0.05: 1 / 3, 0.01: 1 / 2}
 
 
-def _fmt(value: float | None, cap: int, digits: int = 0) -> str:
-    if value is None:
-        return f"> {cap}"
-    return f"{value:,.{digits}f}"
+def _evals(value: float | None, cap: int) -> str:
+    return f"> {cap:,}" if value is None else f"{value:,.1f}"
+
+
+def _seconds(value: float | None) -> str:
+    return "not reached" if value is None else f"{value:,.1f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int) -> str:
+    """A Markdown table; columns after the first ``text_columns`` are right-aligned numbers."""
+    align = ["---"] * text_columns + ["---:"] * (len(header) - text_columns)
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in (header, align, *rows))
 
 
 def space_table(spaces: list[ReplaySpace]) -> str:
-    lines = [
-        "| space | kernel, GPU | N candidates | invalid | grid points | best (ms) | k 5% | k 1% "
-        "| random exp. 5% | random exp. 1% |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    header = ["space", "kernel, GPU", "N candidates", "invalid", "grid points", "best (ms)", "k 5%", "k 1%"]
+    header += ["random exp. 5%", "random exp. 1%"]
+    rows = []
     for s in spaces:
         invalid = sum(not math.isfinite(t) for t in s.mean_ms)
-        lines.append(
-            f"| {s.name} | {s.kernel}, {s.device} | {len(s.space):,} | {invalid:,} | {s.space.grid_size:,} "
-            f"| {s.best_ms:.3f} | {len(s.within(0.05))} | {len(s.within(0.01))} "
-            f"| {s.random_expectation(0.05):,.1f} | {s.random_expectation(0.01):,.1f} |"
+        rows.append(
+            [s.name, f"{s.kernel}, {s.device}", f"{len(s.space):,}", f"{invalid:,}", f"{s.space.grid_size:,}"]
+            + [f"{s.best_ms:.3f}", str(len(s.within(0.05))), str(len(s.within(0.01)))]
+            + [f"{s.random_expectation(m):,.1f}" for m in MARGINS]
         )
-    return "\n".join(lines)
+    return markdown_table(header, rows, 2)
 
 
 def results_table(rows: list[Row]) -> str:
-    lines = [
-        "| space | strategy | runs | evals to 5% | x random exp. | compile+bench s to 5% "
-        "| evals to 1% | x random exp. | compile+bench s to 1% | not reached (5%/1%) | overhead/eval |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    header = ["space", "strategy", "runs"]
+    for margin in MARGINS:
+        pct = f"{margin:.0%}"
+        header += [f"evals to {pct}", "x random exp.", f"compile+bench s to {pct}"]
+    header += ["not reached (5%/1%)", "overhead/eval"]
+    lines = []
     for r in rows:
         cells = [r.space, r.label, str(len(r.outcomes))]
         for margin in MARGINS:
             ratio = r.ratio(margin)
-            mark = (
-                ""
-                if ratio is None or r.label == "random"
-                else (" ✓" if ratio <= TARGET_RATIO[margin] else " ✗")
-            )
-            cells += [
-                _fmt(r.median_evals(margin), r.cap, 1),
-                ("> " + f"{r.cap / r.expectation[margin]:.2f}" if ratio is None else f"{ratio:.3f}") + mark,
-                _fmt(r.median_cost(margin), r.cap, 1),
-            ]
-        cells.append(f"{r.missed(0.05)}/{r.missed(0.01)}")
+            if ratio is None:
+                shown = f"> {r.cap / r.expectation[margin]:.2f}"
+            else:
+                shown = f"{ratio:.3f}"
+            if r.label != "random":
+                shown += " ✓" if ratio is not None and ratio <= TARGET_RATIO[margin] else " ✗"
+            cells += [_evals(r.median_evals(margin), r.cap), shown, _seconds(r.median_cost(margin))]
+        cells.append("/".join(str(r.missed(m)) for m in MARGINS))
         overhead = statistics.median(o.overhead_s for o in r.outcomes)
         cells.append(f"{overhead * 1e3:.1f} ms")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append(cells)
+    return markdown_table(header, lines, 2)
 
 
 def warm_pairs(spaces: list[ReplaySpace]) -> list[tuple[ReplaySpace, ReplaySpace]]:
@@ -292,11 +297,56 @@ def label(job: Job) -> str:
     return job.strategy
 
 
-def run_all(jobs: list[Job], workers: int) -> list[Outcome]:
+def run_all(jobs: list[Job], workers: int, on_done: Callable[[list[Outcome]], None]) -> list[Outcome]:
+    """Every job, in order; one progress line per finished run goes to stderr."""
+    outcomes: list[Outcome] = []
+
+    def done(outcome: Outcome) -> Outcome:
+        outcomes.append(outcome)
+        on_done(outcomes)
+        job = outcome.job
+        print(
+            f"[{len(outcomes)}/{len(jobs)}] {Path(job.path).name} {label(job)} seed {job.seed}: "
+            f"{outcome.evaluated} evaluations",
+            file=sys.stderr,
+            flush=True,
+        )
+        return outcome
+
     if workers <= 1:
-        return [replay(job) for job in jobs]
+        return [done(replay(job)) for job in jobs]
     with ProcessPoolExecutor(workers, initializer=_quiet_worker) as pool:
-        return list(pool.map(replay, jobs, chunksize=1))
+        return [done(o) for o in pool.map(replay, jobs, chunksize=1)]
+
+
+def save_outcomes(outcomes: list[Outcome], run: dict[str, Any], path: Path) -> None:
+    """The raw results and how they were made, so that the tables can be rendered again."""
+    data = [
+        {
+            "job": asdict(o.job),
+            "evaluations": {str(m): o.evaluations[m] for m in MARGINS},
+            "cost_s": {str(m): o.cost_s[m] for m in MARGINS},
+            "evaluated": o.evaluated,
+            "overhead_s": o.overhead_s,
+        }
+        for o in outcomes
+    ]
+    path.write_text(json.dumps({"run": run, "outcomes": data}, indent=1))
+
+
+def load_outcomes(path: Path) -> tuple[list[Outcome], dict[str, Any]]:
+    saved = json.loads(path.read_text())
+    outcomes = [
+        Outcome(
+            Job(**item["job"]),
+            {m: item["evaluations"][str(m)] for m in MARGINS},
+            {m: item["cost_s"][str(m)] for m in MARGINS},
+            item["evaluated"],
+            item["overhead_s"],
+        )
+        for item in saved["outcomes"]
+    ]
+    return outcomes, saved["run"]
 
 
 def _quiet_worker() -> None:
@@ -330,25 +380,24 @@ def warm_start_notes(spaces: list[ReplaySpace]) -> str:
     return "\n".join(notes)
 
 
-def render(spaces: list[ReplaySpace], rows: list[Row], args: argparse.Namespace, elapsed: float) -> str:
-    mode = "full" if args.full else "CI-sized"
-    return "\n\n".join(
-        [
-            SECTION,
-            f"Produced by `python benchmarks/search_replay.py{' --full' if args.full else ''}` ({mode}: "
-            f"{args.seeds} seeds per row, noise {'on' if args.noise else 'off'}, {elapsed / 60:.1f} min on "
-            f"{os.cpu_count()} cores). Medians over seeds; 'x random exp.' divides the median by the "
-            "random-search expectation (N+1)/(k+1); targets for Bayesian optimisation: at most 1/3 of it "
-            "for 5% and 1/2 for 1% (✓/✗). Compile+bench seconds sum the measured compile and benchmark "
-            "time of every config evaluated until the margin was reached. '> cap' means more than half "
-            "the runs did not reach the margin within the cap. Overhead/eval is the strategy's own time "
-            "per evaluation on this machine (the replayed measurements cost nothing).",
-            space_table(spaces),
-            results_table(rows),
-            "Warm start:\n\n"
-            + (warm_start_notes(spaces) or "- no pair of spaces measures one kernel on two GPUs"),
-        ]
+def render(spaces: list[ReplaySpace], rows: list[Row], run: dict[str, Any]) -> str:
+    command = "python benchmarks/search_replay.py" + (" --full" if run["full"] else "")
+    how = (
+        f"Produced by `{command}` ({'full' if run['full'] else 'CI-sized'}: {run['seeds']} seeds per row, "
+        f"noise {'on' if run['noise'] else 'off'}, {run['elapsed_s'] / 60:.1f} min on {run['cores']} cores). "
+        "Every row runs the package's own strategy (`make_strategy`) on the file's configs; grid points "
+        "absent from the file are not candidates. With noise on, each measurement is one of the "
+        "config's measured repeats; a config counts as reached when its mean time is within the "
+        "margin of the space's best mean. Medians over seeds; 'x random exp.' divides the median by "
+        "the random-search expectation (N+1)/(k+1). Targets for Bayesian optimisation: at most 1/3 "
+        "of it for 5% and 1/2 for 1% (✓/✗). Compile+bench s sums the measured compile and benchmark "
+        "time of every config evaluated until the margin was reached. A run stops at the 1% margin "
+        "or at its cap (random: N; Bayesian: the random expectation for 1%); '> cap' means more "
+        "than half the runs did not reach the margin. Overhead/eval is the strategy's own time per "
+        "evaluation on this machine (replayed measurements cost nothing)."
     )
+    notes = warm_start_notes(spaces) or "- no pair of spaces measures one kernel on two GPUs"
+    return "\n\n".join([SECTION, how, space_table(spaces), results_table(rows), "Warm start:\n\n" + notes])
 
 
 def write_section(text: str, path: Path = README) -> None:
@@ -371,6 +420,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no-noise", dest="noise", action="store_false", help="answer the mean time")
     parser.add_argument("--write", action="store_true", help="write the tables into benchmarks/README.md")
+    parser.add_argument("--save", type=Path, help="write the raw results (JSON) here as runs finish")
+    parser.add_argument("--render", type=Path, help="render the tables from results saved with --save")
     args = parser.parse_args(argv)
     args.seeds = args.seeds or (20 if args.full else 3)
     files = sorted(args.data.glob("*.json.gz"))
@@ -390,10 +441,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         full_cap = math.ceil(space.random_expectation(min(MARGINS)))
         return min(len(space.space), full_cap if args.full else 200)
 
-    started = time.perf_counter()
-    outcomes = run_all(plan(spaces, paths, args.seeds, cap_of, args.noise), args.workers)
-    elapsed = time.perf_counter() - started
-    text = render(spaces, build_rows(spaces, outcomes), args, elapsed)
+    if args.render:
+        outcomes, run = load_outcomes(args.render)
+    else:
+        started = time.perf_counter()
+        run = {"full": args.full, "seeds": args.seeds, "noise": args.noise, "cores": os.cpu_count()}
+
+        def checkpoint(done: list[Outcome]) -> None:
+            run["elapsed_s"] = time.perf_counter() - started
+            if args.save:
+                save_outcomes(done, run, args.save)
+
+        outcomes = run_all(plan(spaces, paths, args.seeds, cap_of, args.noise), args.workers, checkpoint)
+    text = render(spaces, build_rows(spaces, outcomes), run)
     print(text)
     if args.full or args.write:
         write_section(text)

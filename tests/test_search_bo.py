@@ -419,3 +419,82 @@ def test_foreign_winners_come_from_sibling_files_read_as_data(tmp_path, monkeypa
     winners = foreign_winners(root, identity, own)
     assert winners == [config_id(tdl.Config({"BLOCK": 16}, num_warps=1))]
     assert not Path("pwned").exists()
+
+
+# --- on a GPU (run there with: python -m pytest -m gpu tests/test_search_bo.py) -------------------
+
+GPU_SCRIPT = """
+import json, sys, time
+import torch
+import triton
+import triton.language as tl
+import triton_dejavu_like as tdl
+
+STRATEGY = sys.argv[1]
+configs = [
+    triton.Config({"BM": m, "BN": n, "BK": k}, num_warps=w, num_stages=s)
+    for m in (32, 64, 128) for n in (32, 64, 128) for k in (32, 64) for w in (4, 8) for s in (2, 3, 4)
+]
+
+
+@tdl.autotune(key=["M", "N", "K"], configs=configs, use_bo=STRATEGY == "bayesian",
+              search_max_share=0.25 if STRATEGY == "bayesian" else 1.0, search_seed=0)
+@triton.jit
+def matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + rk
+        x = tl.load(a + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        y = tl.load(b + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(x, y)
+    inside = (rm[:, None] < M) & (rn[None, :] < N)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=inside)
+
+
+M = N = K = 2048
+a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))
+launch = lambda: matmul[grid](a, b, c, M, N, K)
+started = time.perf_counter()
+launch()
+tuning_s = time.perf_counter() - started
+torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=1e-1, rtol=1e-2)
+best = triton.testing.do_bench(launch, warmup=25, rep=200)
+entry = next(iter(json.loads(matmul.cache_path().read_text())["entries"].values()))
+print(json.dumps({"decision": matmul.last_decision, "best_ms": best, "tuning_s": tuning_s,
+                  "evaluated": entry["evaluated"], "strategy": entry["strategy"],
+                  "space": entry["space_size"]}))
+"""
+
+
+@pytest.mark.gpu
+def test_bo_on_a_gpu_tunes_a_quarter_of_a_matmul_space_and_restores(tmp_path):
+    script = tmp_path / "matmul.py"
+    script.write_text(GPU_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "store")
+
+    def run(strategy: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, str(script), strategy], capture_output=True, text=True, env=env, timeout=900
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    bo = run("bayesian")
+    assert bo["decision"] == "tuned" and bo["strategy"] == "bayesian"
+    assert bo["space"] == 108 and bo["evaluated"] == 27
+    again = run("bayesian")
+    assert again["decision"] == "restored"
+    full = run("exhaustive")
+    assert full["evaluated"] == 108
+    print(
+        f"\nBO (27 of 108 configs): {bo['best_ms']:.4f} ms after {bo['tuning_s']:.1f} s; exhaustive: "
+        f"{full['best_ms']:.4f} ms after {full['tuning_s']:.1f} s; BO/exhaustive time of the pick: "
+        f"{bo['best_ms'] / full['best_ms']:.3f}"
+    )
