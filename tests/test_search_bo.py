@@ -88,8 +88,7 @@ def test_non_candidates_and_failures_reach_smac_as_a_finite_penalty(tmp_path):
             space,
             initial=[0, 1],
             seed=0,
-            settings=_smac_session.ModelSettings(),
-            penalty_factor=2.0,
+            settings=BOSettings(penalty_factor=2.0),
             workdir=tmp_path,
         )
 

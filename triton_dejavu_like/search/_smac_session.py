@@ -48,18 +48,13 @@ from smac.runhistory import StatusType, TrialInfo, TrialValue
 from smac.runhistory.encoder import RunHistoryLogScaledEncoder
 
 from .base import SearchSpace
+from .bayesian import BOSettings
 
-__all__ = ["ModelSettings", "SmacSession"]
+__all__ = ["Proposal", "SmacSession"]
 
 
-@dataclass(frozen=True)
-class ModelSettings:
-    """The surrogate and proposal settings (the same for every space; see docs/search.md)."""
-
-    n_trees: int = 10
-    random_probability: float = 0.2
-    refit_growth: int = 100
-    challengers: int = 64
+#: How many ranked candidates one acquisition maximisation hands to SMAC's selector.
+CHALLENGERS = 64
 
 
 class Candidate(Configuration):
@@ -185,12 +180,11 @@ class SmacSession:
         *,
         initial: Sequence[int],
         seed: int,
-        settings: ModelSettings,
-        penalty_factor: float,
+        settings: BOSettings,
         workdir: Path,
     ) -> None:
         self.space = space
-        self._penalty_factor = penalty_factor
+        self._penalty_factor = settings.penalty_factor
         self._worst: float | None = None
         self._pending: list[TrialInfo] = []
         self._rng = np.random.default_rng(seed)
@@ -228,7 +222,7 @@ class SmacSession:
             ),
             acquisition_function=acquisition,
             acquisition_maximizer=CandidatePoolMaximizer(
-                self.configspace, self._open_pool, self._configs, self._draw, settings.challengers, seed
+                self.configspace, self._open_pool, self._configs, self._draw, CHALLENGERS, seed
             ),
             initial_design=RandomInitialDesign(
                 scenario, n_configs=0, additional_configs=[self._configs[i] for i in initial]
@@ -237,7 +231,7 @@ class SmacSession:
             intensifier=Intensifier(scenario, max_config_calls=1, seed=seed),
             runhistory_encoder=RunHistoryLogScaledEncoder(scenario),
             config_selector=_ConfigSelector(
-                scenario, refit_growth=settings.refit_growth, max_batch=settings.challengers // 2
+                scenario, refit_growth=settings.refit_growth, max_batch=CHALLENGERS // 2
             ),
             logging_level=False,
             overwrite=True,

@@ -86,26 +86,18 @@ class BayesianOptimization(Strategy):
     def _initial_design(self, run: SearchRun, warm_start: Sequence[int], seed: int, size: int) -> list[int]:
         """Warm-start candidates, those already measured (a restart), then random candidates."""
         first = ordered(warm_start, sorted(run.results))
-        rest = [i for i in range(len(run.space)) if i not in set(first)]
+        taken = set(first)
+        rest = [i for i in range(len(run.space)) if i not in taken]
         fill = random.Random(seed).sample(rest, min(len(rest), max(0, size - len(warm_start))))
         return first + fill
 
     def _open(self, run: SearchRun, initial: list[int], seed: int, workdir: Path) -> Any:
         try:
             with isolated():
-                from ._smac_session import ModelSettings, SmacSession
+                from ._smac_session import SmacSession
 
                 return SmacSession(
-                    run.space,
-                    initial=initial,
-                    seed=seed % (2**31 - 1),
-                    settings=ModelSettings(
-                        n_trees=self.config.n_trees,
-                        random_probability=self.config.random_probability,
-                        refit_growth=self.config.refit_growth,
-                    ),
-                    penalty_factor=self.config.penalty_factor,
-                    workdir=workdir,
+                    run.space, initial=initial, seed=seed % (2**31 - 1), settings=self.config, workdir=workdir
                 )
         except Exception as exc:
             raise SmacFailure("SMAC could not be set up") from exc
