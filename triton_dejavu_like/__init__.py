@@ -19,6 +19,7 @@ from ._compat import Config
 from .autotuner import Autotuner, AutotuningError, autotune
 from .bench import TimingPolicy
 from .config_space import ConfigSpace
+from .isolation import IsolationError
 from .search import MissingExtraError
 
 _logger = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ __all__ = [
     "AutotuningError",
     "Config",
     "ConfigSpace",
+    "IsolationError",
     "MissingExtraError",
     "TimingPolicy",
     "__version__",

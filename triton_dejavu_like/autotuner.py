@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from . import _compat, _env, identity
 from ._compat import Config
 from .bench import QUANTILES, Benchmarker, TimingPolicy, make_benchmarker
@@ -32,7 +34,7 @@ from .codec import (
     key_id,
 )
 from .config_space import ConfigSpace, platform_check_for
-from .evaluate import Evaluator, InProcessEvaluator, LaunchContext
+from .evaluate import Evaluator, InProcessEvaluator, LaunchContext, one_line_reason
 from .isolation import IsolatedEvaluator, IsolationSettings
 from .numerics import CheckedEvaluator, NumericalCheck
 from .progress import progress_bar
@@ -45,6 +47,13 @@ log = logging.getLogger(__name__)
 TOP_K = 5
 #: How many ruled-out candidates an entry lists with their reasons.
 MAX_RULED_OUT = 64
+
+
+#: What a hit launches with: the config, its launch kwargs, and its pre_hook (or None).
+_Launch = tuple[Config, dict[str, Any], Callable[..., Any] | None]
+#: Types that never carry a dtype: skipped without an attribute lookup on the hot path.
+_NO_DTYPE = frozenset({int, float, bool, str, type(None)})
+_Tensor = torch.Tensor
 
 
 class AutotuningError(_compat.AutotunerErrorBase):
@@ -175,9 +184,13 @@ class Autotuner(_compat.UpstreamAutotuner):
         self._state: _ProcessState | None = None
         self._lock = threading.RLock()
         # hot path
-        self._launch: dict[tuple[Any, ...], tuple[Config, dict[str, Any]]] = {}
+        self._launch: dict[tuple[Any, ...], _Launch] = {}
         self._arg_set = frozenset(arg_names)
+        self._n_args = len(arg_names)
         self._key_plan = tuple((name, arg_names.index(name)) for name in key)
+        self._key_positions = tuple(pos for _, pos in self._key_plan)
+        self._last_key_position = max(self._key_positions, default=-1)
+        self._dtypes_in_key = not self.ignore_dtypes
         self._meta_names = self._tuned_names()
         _check_names(arg_names, check_outputs=check_outputs)
         self.isolation = IsolationSettings(use_isolated_process, isolation_timeout_s, isolation_start_method)
@@ -242,21 +255,55 @@ class Autotuner(_compat.UpstreamAutotuner):
 
     # --- the hot path ------------------------------------------------------------------------------
 
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        """``kernel[grid](*args)``: a launcher whose in-memory hit costs as little as possible.
+
+        The common launch passes every kernel argument positionally: then the lookup key is the
+        key arguments' values and the dtype objects of the arguments (no string formatting, no
+        dict building), and a hit launches the kernel directly. Everything else goes through
+        :meth:`run`.
+        """
+        fn_run = self.fn.run
+        table = self._launch
+        positions = self._key_positions
+        low, high = self._last_key_position, self._n_args
+        dtypes = self._dtypes_in_key
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            if not kwargs and low < len(args) <= high:
+                key = []
+                for p in positions:  # a loop, not a comprehension: cheaper before Python 3.12
+                    key.append(args[p])
+                if dtypes:
+                    for arg in args:
+                        kind = type(arg)
+                        if kind is _Tensor or (kind not in _NO_DTYPE and hasattr(arg, "dtype")):
+                            key.append(arg.dtype)
+                hit = table.get(tuple(key))
+                if hit is not None and hit[2] is None:
+                    self.best_config = hit[0]
+                    return fn_run(*args, grid=grid, warmup=False, **hit[1])
+            return self.run(*args, grid=grid, warmup=False, **kwargs)
+
+        return launch
+
     def run(self, *args: Any, **kwargs: Any) -> Any:
         if self._meta_names and not self._meta_names.isdisjoint(kwargs):
             return self._passthrough(args, kwargs)
-        key = self._tuning_key(args, kwargs)
-        try:
-            config, launch_kwargs = self._launch[key]
-        except KeyError:
-            config, launch_kwargs = self._on_miss(key, args, kwargs)
+        key = self._key(args, kwargs, dtype_strings=False)
+        launch = self._launch.get(key)
+        if launch is None:
+            launch = self._on_miss(key, args, kwargs)
+        config, launch_kwargs, config_pre_hook = launch
         self.best_config = config
-        if config.pre_hook is not None:
-            config.pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **launch_kwargs})
+        if config_pre_hook is not None:
+            config_pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **launch_kwargs})
         return self.fn.run(*args, **kwargs, **launch_kwargs)
 
-    def _tuning_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """Upstream's key: values of the key arguments passed, then str(dtype) of every argument."""
+    def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, dtype_strings: bool) -> tuple[Any, ...]:
+        """Values of the key arguments passed (in key order), then the dtype of every argument that
+        has one (positional, then keyword), as upstream builds it; with ``dtype_strings`` the dtypes
+        are ``str(dtype)`` exactly as in upstream's key, otherwise the dtype objects (cheaper)."""
         n = len(args)
         key = []
         for name, pos in self._key_plan:
@@ -264,14 +311,16 @@ class Autotuner(_compat.UpstreamAutotuner):
                 key.append(args[pos])
             elif name in kwargs:
                 key.append(kwargs[name])
-        if not self.ignore_dtypes:
-            for arg in args[: len(self.arg_names)]:
-                if hasattr(arg, "dtype"):
-                    key.append(str(arg.dtype))
-            for name, arg in kwargs.items():
-                if name in self._arg_set and hasattr(arg, "dtype"):
-                    key.append(str(arg.dtype))
+        if self._dtypes_in_key:
+            named = [*args[: self._n_args], *(v for k, v in kwargs.items() if k in self._arg_set)]
+            for arg in named:
+                if type(arg) not in _NO_DTYPE and hasattr(arg, "dtype"):
+                    key.append(str(arg.dtype) if dtype_strings else arg.dtype)
         return tuple(key)
+
+    def tuning_key(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """The key upstream's autotuner would file this call under (what ``.cache`` is keyed by)."""
+        return self._key(args, kwargs, dtype_strings=True)
 
     def _passthrough(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         missing = sorted(self._meta_names.difference(kwargs))
@@ -286,45 +335,50 @@ class Autotuner(_compat.UpstreamAutotuner):
 
     # --- a miss ---------------------------------------------------------------------------------------
 
-    def _on_miss(
-        self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Config, dict[str, Any]]:
+    def _on_miss(self, lookup: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Launch:
         with self._lock:
-            hit = self._launch.get(key)
+            hit = self._launch.get(lookup)
             if hit is not None:
                 return hit
-            state = self._process_state()
-            nargs = dict(zip(self.arg_names, args))
-            decision = self._decide(state, key, args, kwargs, nargs)
-            config = decision.config
-            launch = (config, config.all_kwargs())
-            self.cache[key] = config
-            self._launch[key] = launch
-            self.last_decision = decision.source
-            if decision.source == "tuned":
-                self.configs_timings = decision.configs_timings
-                self.bench_time = decision.duration_s
-            self._report(key, decision, state)
+            key = self._key(args, kwargs, dtype_strings=True)
+            config = self.cache.get(key)  # decided for an equal key, or filled in by the caller
+            if config is None:
+                state = self._process_state()
+                nargs = dict(zip(self.arg_names, args))
+                decision = self._decide(state, key, args, kwargs, nargs)
+                config = decision.config
+                self.cache[key] = config
+                self.last_decision = decision.source
+                if decision.source == "tuned":
+                    self.configs_timings = decision.configs_timings
+                    self.bench_time = decision.duration_s
+                self._report(key, decision, state)
+            launch = (config, config.all_kwargs(), config.pre_hook)
+            self._launch[lookup] = launch
             return launch
 
     def _process_state(self) -> _ProcessState:
         if self._state is None:
             interpreted = _compat.is_interpreted(self.fn)
             platform = identity.detect_platform(interpreted)
-            benchmarker = make_benchmarker(
-                do_bench=self.user_do_bench,
-                warmup=self.num_warmups,
-                rep=self.num_reps,
-                use_cuda_graph=self.use_cuda_graph,
-                interpreted=interpreted,
-                policy=self.timing,
-            )
+            benchmarker = self.make_benchmarker(interpreted)
             cache_file = self._open_storage(platform)
             restored = cache_file.load() if cache_file is not None else {}
             if restored:
                 log.debug("%s: restored %d tuned keys from %s", self._name, len(restored), cache_file.path)
             self._state = _ProcessState(interpreted, platform, benchmarker, cache_file, restored)
         return self._state
+
+    def make_benchmarker(self, interpreted: bool) -> Benchmarker:
+        """The benchmarker for this tuner's settings (in this process, or in an isolation worker)."""
+        return make_benchmarker(
+            do_bench=self.user_do_bench,
+            warmup=self.num_warmups,
+            rep=self.num_reps,
+            use_cuda_graph=self.use_cuda_graph,
+            interpreted=interpreted,
+            policy=self.timing,
+        )
 
     def settings(self) -> dict[str, Any]:
         """The tuner settings that change its decisions (hashed into the storage path)."""
@@ -389,7 +443,7 @@ class Autotuner(_compat.UpstreamAutotuner):
             return _Decision(candidates[0], "single")
         try:
             kid: str | None = key_id(key)
-        except EncodingError as exc:
+        except (EncodingError, ValueError) as exc:  # ValueError: e.g. an int too long to print
             warn_once(
                 "key",
                 self._name,
@@ -649,7 +703,6 @@ class Autotuner(_compat.UpstreamAutotuner):
             )
 
 
-
 class _Trial:
     """The measurements of one tuning run: screened timings, failures, and refined finalists."""
 
@@ -674,7 +727,7 @@ class _Trial:
         try:
             result = evaluator.measure(config)
         except Exception as exc:  # the candidate is ruled out, tuning goes on
-            return self.rule_out(config, f"{type(exc).__name__}: {exc}".strip())
+            return self.rule_out(config, one_line_reason(exc))
         finally:
             self.on_measured(1)
         self.timings[config] = result

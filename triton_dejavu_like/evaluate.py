@@ -68,6 +68,12 @@ class Evaluator(ABC):
         self.close()
 
 
+def one_line_reason(exc: BaseException) -> str:
+    """``Type: first non-empty line of the message`` (compile errors span many lines), capped."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__)[:500]
+
+
 def make_kernel_call(ctx: LaunchContext, config: Config) -> Callable[[], None]:
     """One launch of ``config`` wrapped in the hooks, exactly as upstream's ``_bench`` does."""
     current, full_nargs = ctx.full_args(config)

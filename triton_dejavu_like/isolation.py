@@ -47,7 +47,6 @@ from typing import Any
 
 from . import _compat, _env
 from ._compat import Config
-from .bench import make_benchmarker
 from .codec import EncodingError, config_id, decode_config, encode_config
 from .evaluate import Evaluator, InProcessEvaluator, LaunchContext
 from .numerics import CheckedEvaluator, NumericalCheck
@@ -561,14 +560,7 @@ class _RemoteBootstrap:
         if "grid" not in kwargs:
             kwargs["grid"] = _GridTable()
         interpreted = _compat.is_interpreted(tuner.fn)
-        benchmarker = make_benchmarker(
-            do_bench=tuner.user_do_bench,
-            warmup=tuner.num_warmups,
-            rep=tuner.num_reps,
-            use_cuda_graph=tuner.use_cuda_graph,
-            interpreted=interpreted,
-            policy=tuner.timing,
-        )
+        benchmarker = tuner.make_benchmarker(interpreted)
         ctx = LaunchContext(
             fn=tuner.fn,
             args=args,

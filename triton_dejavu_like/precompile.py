@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from . import _compat
 from ._compat import Config
-from .evaluate import LaunchContext
+from .evaluate import LaunchContext, one_line_reason
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,6 @@ def compile_threads() -> int:
         except ValueError:
             log.warning("%s=%r is not a number; compiling with the default", ENV_COMPILE_THREADS, configured)
     return min(16, os.cpu_count() or 1)
-
-
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()[:500]
 
 
 def precompile(
@@ -68,7 +64,7 @@ def precompile(
             try:
                 warm(config)
             except Exception as exc:
-                failures[config] = _reason(exc)
+                failures[config] = one_line_reason(exc)
         return failures
 
     submitted: dict[Config, Future] = {}
@@ -79,14 +75,14 @@ def precompile(
             try:
                 warm(config)
             except Exception as exc:  # raised before the compilation was handed over (binding, front end)
-                failures[config] = _reason(exc)
+                failures[config] = one_line_reason(exc)
                 continue
             if len(futures) > before:
                 submitted[config] = futures[-1]
     for config, future in submitted.items():
         exc = future.exception()
         if exc is not None:
-            failures[config] = _reason(exc)
+            failures[config] = one_line_reason(exc)
     log.debug(
         "%s: compiled %d candidates on %d threads (%d failed)",
         ctx.kernel_name,
