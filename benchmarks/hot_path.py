@@ -72,46 +72,67 @@ def bench_do_bench(fn, quantiles):
     return [1.0, 1.0, 1.0]
 
 
+def add_case(stub: bool):
+    n = 1024
+    if stub:
+        kernel = StubKernel(add_kernel)
+        tensors = (torch.empty(n), torch.empty(n), torch.empty(n))
+    else:
+        kernel = add_kernel
+        tensors = (
+            torch.randn(n, device="cuda"),
+            torch.randn(n, device="cuda"),
+            torch.empty(n, device="cuda"),
+        )
+
+    def launch(k, inputs, **meta):
+        return k[(1,)](*inputs, n, **meta)
+
+    return "vector add (1024)", kernel, CONFIGS, ["n"], tensors, launch
+
+
+def rmsnorm_case():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gpu_cases import rmsnorm_case as make
+
+    case = make(rows=4, cols=4096)
+    return "rmsnorm (4x4096 fp16)", case.kernel, case.configs, case.key, case.make_inputs(), case.launch
+
+
+def measure(case, stub: bool, iters: int, repeats: int) -> list[tuple[str, float]]:
+    _, kernel, configs, key, inputs, launch = case
+    do_bench = bench_do_bench if stub else None
+    sync = (lambda: None) if stub else torch.cuda.synchronize
+    ours = tdl.autotune(key=key, configs=configs, do_bench=do_bench)(kernel)
+    upstream = triton.autotune(configs=configs, key=key, do_bench=do_bench)(kernel)
+    launch(ours, inputs)
+    launch(upstream, inputs)
+    best = ours.best_config
+    as_written = {**best.kwargs, "num_warps": best.num_warps}  # how tutorials launch a fixed config
+    rows = [
+        ("plain jit: meta-params + num_warps", lambda: launch(kernel, inputs, **as_written)),
+        ("plain jit: every Config option", lambda: launch(kernel, inputs, **best.all_kwargs())),
+        ("triton_dejavu_like.autotune (hit)", lambda: launch(ours, inputs)),
+        ("triton.autotune (hit)", lambda: launch(upstream, inputs)),
+    ]
+    return [(row, per_launch_us(fn, iters, repeats, sync)) for row, fn in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stub", action="store_true", help="measure wrapper overhead with a no-op kernel")
     parser.add_argument("--iters", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-
-    n = 1024
-    if args.stub:
-        kernel = StubKernel(add_kernel)
-        x = y = out = torch.empty(n)
-        do_bench = bench_do_bench
-
-        def sync():
-            return None
-    else:
-        kernel = add_kernel
-        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
-        out = torch.empty_like(x)
-        do_bench = None
-        sync = torch.cuda.synchronize
-
-    ours = tdl.autotune(key=["n"], configs=CONFIGS, do_bench=do_bench)(kernel)
-    upstream = triton.autotune(configs=CONFIGS, key=["n"], do_bench=do_bench)(kernel)
-    grid = (1,)
-    ours[grid](x, y, out, n)
-    upstream[grid](x, y, out, n)
-    fixed = ours.best_config.all_kwargs()  # the very launch options a tuned call passes
-    rows = [
-        ("plain triton.jit, fixed config", lambda: kernel[grid](x, y, out, n, **fixed)),
-        ("triton_dejavu_like.autotune (hit)", lambda: ours[grid](x, y, out, n)),
-        ("triton.autotune (hit)", lambda: upstream[grid](x, y, out, n)),
-    ]
-    results = {name: per_launch_us(fn, args.iters, args.repeats, sync) for name, fn in rows}
-    plain = results[rows[0][0]]
+    cases = [add_case(args.stub)] + ([] if args.stub else [rmsnorm_case()])
     device = "stub (no launch)" if args.stub else torch.cuda.get_device_name()
     print(f"hot path per launch, {device}, triton {triton.__version__}, torch {torch.__version__}")
-    print(f"{'path':<38}{'us/launch':>10}{'vs plain':>10}{'over plain':>12}")
-    for name, value in results.items():
-        print(f"{name:<38}{value:>10.2f}{value / plain:>9.2f}x{value - plain:>+10.2f}us")
+    print("| kernel | path | us/launch | vs plain | over plain |\n| --- | --- | --- | --- | --- |")
+    for case in cases:
+        results = measure(case, args.stub, args.iters, args.repeats)
+        plain = results[0][1]
+        for row, value in results:
+            print(f"| {case[0]} | {row} | {value:.2f} | {value / plain:.2f}x | {value - plain:+.2f} us |")
 
 
 if __name__ == "__main__":

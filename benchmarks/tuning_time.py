@@ -73,11 +73,13 @@ def role(name: str, case_name: str, extra: dict) -> dict:
         tdl_bench.GpuBenchmarker._timed = counted(tdl_bench.GpuBenchmarker._timed)
         tuner = tdl.autotune(key=case.key, configs=case.configs)(case.kernel)
         ms = _first_call_ms(lambda: case.launch(tuner, inputs))
+        entries = json.loads(tuner.cache_path().read_text())["entries"]
         return {
             "ms": ms,
             "best": _config_dict(tuner.best_config),
             "decision": tuner.last_decision,
             "benchmark_calls": len(benchmark_calls),
+            "phases_s": next(iter(entries.values())).get("phases_s"),
         }
     if name == "plain-first":
         config = next(c for c in case.configs if _config_dict(c) == extra["config"])
@@ -183,6 +185,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     print(report(results))
+    for r in results:
+        print(f"{r['case']}: our tuning phases (s): {r['ours_tune']['phases_s']}")
 
 
 if __name__ == "__main__":

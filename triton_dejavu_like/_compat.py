@@ -5,6 +5,7 @@ The rest of the package asks this module instead of testing ``triton.__version__
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Callable
@@ -212,6 +213,26 @@ def async_compile_mode(executor: Any) -> Any | None:
     if mode is None:
         return None
     return mode(executor, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=1)
+def launch_option_defaults() -> dict[str, Any]:
+    """The compile options a launch gets when it does not pass them (``num_warps``, ``num_stages``,
+    ``num_ctas``, ...) for the active GPU's backend; empty without a GPU.
+
+    A launch that leaves out an option equal to its default compiles to the same kernel, and each
+    keyword ``JITFunction.run`` does not have to bind makes the launch cheaper.
+    """
+    target = current_target()
+    if target is None:
+        return {}
+    try:
+        from triton.compiler.compiler import make_backend
+
+        options = make_backend(target).parse_options({})
+    except Exception:
+        return {}
+    return {name: getattr(options, name) for name in CONFIG_FIELDS if hasattr(options, name)}
 
 
 def current_target() -> Any | None:

@@ -8,13 +8,14 @@ miss reaches storage, the miss policy and the search.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
 import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -300,6 +301,16 @@ class Autotuner(_compat.UpstreamAutotuner):
             config_pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **launch_kwargs})
         return self.fn.run(*args, **kwargs, **launch_kwargs)
 
+    def _launch_kwargs(self, config: Config) -> dict[str, Any]:
+        """What a launch with ``config`` passes: its meta-parameters, and its options except those
+        equal to the backend's defaults (the same kernel, and a cheaper launch)."""
+        defaults = {} if _compat.is_interpreted(self.fn) else _compat.launch_option_defaults()
+        options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
+        return {
+            **config.kwargs,
+            **{k: v for k, v in options.items() if k not in defaults or defaults[k] != v},
+        }
+
     def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, dtype_strings: bool) -> tuple[Any, ...]:
         """Values of the key arguments passed (in key order), then the dtype of every argument that
         has one (positional, then keyword), as upstream builds it; with ``dtype_strings`` the dtypes
@@ -353,7 +364,7 @@ class Autotuner(_compat.UpstreamAutotuner):
                     self.configs_timings = decision.configs_timings
                     self.bench_time = decision.duration_s
                 self._report(key, decision, state)
-            launch = (config, config.all_kwargs(), config.pre_hook)
+            launch = (config, self._launch_kwargs(config), config.pre_hook)
             self._launch[lookup] = launch
             return launch
 
@@ -580,16 +591,19 @@ class Autotuner(_compat.UpstreamAutotuner):
             with self._evaluator(state, args, kwargs, nargs) as evaluator:
                 run = SearchRun(space, lambda index: trial.measure(evaluator, index), self.budget)
                 planned = strategy.planned(run, warm, self.budget.seed)
-                if planned:
-                    for config, reason in evaluator.prepare([candidates[i] for i in planned]).items():
-                        trial.rule_out(config, reason)
+                with trial.phase("compile"):
+                    if planned:
+                        for config, reason in evaluator.prepare([candidates[i] for i in planned]).items():
+                            trial.rule_out(config, reason)
                 bar = progress_bar(len(planned) if planned else run.limit, f"tuning {self._name}")
                 trial.on_measured = bar.update
                 try:
-                    drive(strategy, run, warm)
+                    with trial.phase("measure"):
+                        drive(strategy, run, warm)
                 finally:
                     bar.close()
-                trial.refine(evaluator, state.benchmarker.finalists)
+                with trial.phase("refine"):
+                    trial.refine(evaluator, state.benchmarker.finalists)
         finally:
             self.nargs = None
         duration = time.perf_counter() - start
@@ -648,6 +662,7 @@ class Autotuner(_compat.UpstreamAutotuner):
                 "budget": self.budget.as_dict() if self.strategy_name != "exhaustive" else None,
                 "refined": len(trial.refined),
                 "tuning_time_s": round(duration, 6),
+                "phases_s": trial.phases,
                 "tuned_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "candidates": candidates_hash,
                 "top": [
@@ -713,6 +728,16 @@ class _Trial:
         self.failures: dict[Config, str] = {}
         self.refined: dict[Config, list[float]] = {}
         self.on_measured: Callable[[int], Any] = lambda n: None
+        self.phases: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase of the run (compile, measure, refine): stored with the entry."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - start, 6)
 
     def rule_out(self, config: Config, reason: str) -> float:
         self.failures[config] = reason[:500]
