@@ -278,15 +278,15 @@ def warm_pairs(spaces: list[ReplaySpace]) -> list[tuple[ReplaySpace, ReplaySpace
     return pairs
 
 
-def plan(spaces: list[ReplaySpace], paths: dict[str, str], seeds: int, cap_of, noise: bool) -> list[Job]:
+def plan(spaces: list[ReplaySpace], paths: dict[str, str], seeds: range, cap_of, noise: bool) -> list[Job]:
     jobs = []
     for s in spaces:
         for strategy in STRATEGIES:
-            jobs += [Job(paths[s.name], strategy, seed, cap_of(s, strategy), noise) for seed in range(seeds)]
+            jobs += [Job(paths[s.name], strategy, seed, cap_of(s, strategy), noise) for seed in seeds]
     for source, target in warm_pairs(spaces):
         jobs += [
             Job(paths[target.name], "bayesian", seed, cap_of(target, "bayesian"), noise, paths[source.name])
-            for seed in range(seeds)
+            for seed in seeds
         ]
     return jobs
 
@@ -380,24 +380,36 @@ def warm_start_notes(spaces: list[ReplaySpace]) -> str:
     return "\n".join(notes)
 
 
-def render(spaces: list[ReplaySpace], rows: list[Row], run: dict[str, Any]) -> str:
-    command = "python benchmarks/search_replay.py" + (" --full" if run["full"] else "")
+def describe(run: dict[str, Any]) -> str:
+    command = run.get("command") or "python benchmarks/search_replay.py" + (" --full" if run["full"] else "")
+    first = f", from seed {run['first_seed']}" if run.get("first_seed") else ""
+    return (
+        f"Produced by `{command}` ({run['seeds']} seeds per row{first}, noise "
+        f"{'on' if run['noise'] else 'off'}, {run['elapsed_s'] / 60:.1f} min on {run['cores']} cores)."
+    )
+
+
+def render(spaces: list[ReplaySpace], results: list[tuple[list[Row], dict[str, Any]]]) -> str:
+    """The README section: the first result set in full, further ones (other seeds) as tables."""
+    (rows, run), *further = results
     how = (
-        f"Produced by `{command}` ({'full' if run['full'] else 'CI-sized'}: {run['seeds']} seeds per row, "
-        f"noise {'on' if run['noise'] else 'off'}, {run['elapsed_s'] / 60:.1f} min on {run['cores']} cores). "
-        "Every row runs the package's own strategy (`make_strategy`) on the file's configs; grid points "
-        "absent from the file are not candidates. With noise on, each measurement is one of the "
-        "config's measured repeats; a config counts as reached when its mean time is within the "
-        "margin of the space's best mean. Medians over seeds; 'x random exp.' divides the median by "
-        "the random-search expectation (N+1)/(k+1). Targets for Bayesian optimisation: at most 1/3 "
-        "of it for 5% and 1/2 for 1% (✓/✗). Compile+bench s sums the measured compile and benchmark "
-        "time of every config evaluated until the margin was reached. A run stops at the 1% margin "
-        "or at its cap (random: N; Bayesian: the random expectation for 1%); '> cap' means more "
-        "than half the runs did not reach the margin. Overhead/eval is the strategy's own time per "
-        "evaluation on this machine (replayed measurements cost nothing)."
+        describe(run) + " Every row runs the package's own strategy (`make_strategy`) on the file's "
+        "configs; grid points absent from the file are not candidates. With noise on, each "
+        "measurement is one of the config's measured repeats; a config counts as reached when its "
+        "mean time is within the margin of the space's best mean. Medians over seeds; 'x random "
+        "exp.' divides the median by the random-search expectation (N+1)/(k+1). Targets for "
+        "Bayesian optimisation: at most 1/3 of it for 5% and 1/2 for 1% (✓/✗). Compile+bench s sums "
+        "the measured compile and benchmark time of every config evaluated until the margin was "
+        "reached. A run stops at the 1% margin or at its cap (random: N; Bayesian: the random "
+        "expectation for 1%; CI-sized runs: 200); '> cap' means more than half the runs did not "
+        "reach the margin. Overhead/eval is the strategy's own time per evaluation on this machine "
+        "(replayed measurements cost nothing)."
     )
     notes = warm_start_notes(spaces) or "- no pair of spaces measures one kernel on two GPUs"
-    return "\n\n".join([SECTION, how, space_table(spaces), results_table(rows), "Warm start:\n\n" + notes])
+    parts = [SECTION, how, space_table(spaces), results_table(rows), "Warm start:\n\n" + notes]
+    for more_rows, more_run in further:
+        parts += ["Further seeds, same settings. " + describe(more_run), results_table(more_rows)]
+    return "\n\n".join(parts)
 
 
 def write_section(text: str, path: Path = README) -> None:
@@ -415,13 +427,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--full", action="store_true", help="every file, 20 seeds, full caps; writes README")
     parser.add_argument("--seeds", type=int, help="runs per space and strategy (default 3, --full 20)")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds start here (default 0)")
     parser.add_argument("--data", type=Path, default=DATA_DIR)
     parser.add_argument("--only", nargs="*", help="file names (without .json.gz) to replay")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no-noise", dest="noise", action="store_false", help="answer the mean time")
-    parser.add_argument("--write", action="store_true", help="write the tables into benchmarks/README.md")
+    parser.add_argument(
+        "--write", action="store_true", help="write the tables into benchmarks/README.md (--full does)"
+    )
     parser.add_argument("--save", type=Path, help="write the raw results (JSON) here as runs finish")
-    parser.add_argument("--render", type=Path, help="render the tables from results saved with --save")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        help="render saved results (--save); the first file is the main one",
+    )
+    parser.add_argument("--full-caps", action="store_true", help="the caps of --full (implied by --full)")
     args = parser.parse_args(argv)
     args.seeds = args.seeds or (20 if args.full else 3)
     files = sorted(args.data.glob("*.json.gz"))
@@ -439,23 +460,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         if strategy == "random":
             return len(space.space)
         full_cap = math.ceil(space.random_expectation(min(MARGINS)))
-        return min(len(space.space), full_cap if args.full else 200)
+        return min(len(space.space), full_cap if args.full or args.full_caps else 200)
 
     if args.render:
-        outcomes, run = load_outcomes(args.render)
+        loaded = [load_outcomes(path) for path in args.render]
+        results = [(build_rows(spaces, outcomes), run) for outcomes, run in loaded]
     else:
         started = time.perf_counter()
-        run = {"full": args.full, "seeds": args.seeds, "noise": args.noise, "cores": os.cpu_count()}
+        run = {"full": args.full, "seeds": args.seeds, "first_seed": args.first_seed, "noise": args.noise}
+        run["cores"] = os.cpu_count()
+        given = [a for a in (sys.argv[1:] if argv is None else argv) if a]
+        run["command"] = " ".join(["python benchmarks/search_replay.py", *given])
 
         def checkpoint(done: list[Outcome]) -> None:
             run["elapsed_s"] = time.perf_counter() - started
             if args.save:
                 save_outcomes(done, run, args.save)
 
-        outcomes = run_all(plan(spaces, paths, args.seeds, cap_of, args.noise), args.workers, checkpoint)
-    text = render(spaces, build_rows(spaces, outcomes), run)
+        outcomes = run_all(
+            plan(spaces, paths, range(args.first_seed, args.first_seed + args.seeds), cap_of, args.noise),
+            args.workers,
+            checkpoint,
+        )
+        results = [(build_rows(spaces, outcomes), run)]
+    text = render(spaces, results)
     print(text)
-    if args.full or args.write:
+    if args.write or (args.full and not args.render):
         write_section(text)
     return 0
 
