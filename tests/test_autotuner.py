@@ -474,3 +474,25 @@ def test_listener_is_called_where_triton_has_one(monkeypatch):
     monkeypatch.setattr(knobs.autotuning, "listener", lambda **kw: seen.append(kw))
     run_add(tuned_add(FakeBench()))
     assert seen and seen[0]["cache_hit"] is False and seen[0]["best_config"].kwargs == {"BLOCK": 128}
+
+
+def test_config_pre_hook_gets_every_argument_and_config_value_at_launch():
+    seen = []
+    configs = [
+        triton.Config({"BLOCK": 16}, num_warps=2, pre_hook=lambda nargs: seen.append(dict(nargs))),
+        triton.Config({"BLOCK": 32}, num_warps=2),
+    ]
+    bench = FakeBench({16: 1.0, 32: 2.0})
+    tuner = tuned_add(bench, configs=configs)
+    run_add(tuner)  # tunes (one benchmark of BLOCK=16), then launches the winner through the hook
+    x, y, out = torch.arange(100.0), torch.ones(100), torch.empty(100)
+    seen.clear()
+    tuner[grid(100)](x, y, out, 100)  # an in-memory hit: the fast launcher
+    tuner.run(x, y, out, n=100, grid=grid(100), warmup=False)  # the general path
+    assert bench.calls == 2
+    assert len(seen) == 2
+    for nargs in seen:
+        assert nargs["x_ptr"] is x and nargs["out_ptr"] is out and nargs["n"] == 100
+        assert nargs["BLOCK"] == 16 and nargs["num_warps"] == 2 and "num_stages" in nargs
+        assert "grid" in nargs
+    assert torch.equal(out, x + y)

@@ -261,8 +261,8 @@ class Autotuner(_compat.UpstreamAutotuner):
 
         The common launch passes every kernel argument positionally: then the lookup key is the
         key arguments' values and the dtype objects of the arguments (no string formatting, no
-        dict building), and a hit launches the kernel directly. Everything else goes through
-        :meth:`run`.
+        dict building), and a hit launches the kernel directly (after the config's ``pre_hook``,
+        if it has one). Everything else goes through :meth:`run`.
         """
         fn_run = self.fn.run
         table = self._launch
@@ -281,9 +281,12 @@ class Autotuner(_compat.UpstreamAutotuner):
                         if kind is _Tensor or (kind not in _NO_DTYPE and hasattr(arg, "dtype")):
                             key.append(arg.dtype)
                 hit = table.get(tuple(key))
-                if hit is not None and hit[2] is None:
-                    self.best_config = hit[0]
-                    return fn_run(*args, grid=grid, warmup=False, **hit[1])
+                if hit is not None:
+                    config, launch_kwargs, config_pre_hook = hit
+                    self.best_config = config
+                    if config_pre_hook is not None:
+                        config_pre_hook(self._hook_args(args, {"grid": grid, "warmup": False}, config))
+                    return fn_run(*args, grid=grid, warmup=False, **launch_kwargs)
             return self.run(*args, grid=grid, warmup=False, **kwargs)
 
         return launch
@@ -298,8 +301,13 @@ class Autotuner(_compat.UpstreamAutotuner):
         config, launch_kwargs, config_pre_hook = launch
         self.best_config = config
         if config_pre_hook is not None:
-            config_pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **launch_kwargs})
+            config_pre_hook(self._hook_args(args, kwargs, config))
         return self.fn.run(*args, **kwargs, **launch_kwargs)
+
+    def _hook_args(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Config) -> dict[str, Any]:
+        """What a config's ``pre_hook`` receives at launch: every argument by name, the call's
+        keywords and all of the config's values (as upstream passes them)."""
+        return {**dict(zip(self.arg_names, args)), **kwargs, **config.all_kwargs()}
 
     def _launch_kwargs(self, config: Config) -> dict[str, Any]:
         """What a launch with ``config`` passes: its meta-parameters, and its options except those
