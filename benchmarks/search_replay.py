@@ -382,6 +382,7 @@ def warm_start_notes(spaces: list[ReplaySpace]) -> str:
 
 def describe(run: dict[str, Any]) -> str:
     command = run.get("command") or "python benchmarks/search_replay.py" + (" --full" if run["full"] else "")
+    command = re.sub(r" --save \S+", "", command)  # where the raw results went is beside the point
     first = f", from seed {run['first_seed']}" if run.get("first_seed") else ""
     return (
         f"Produced by `{command}` ({run['seeds']} seeds per row{first}, noise "
