@@ -5,7 +5,7 @@ Every dimension of a :class:`SearchSpace` becomes a hyperparameter whose values 
 that dimension's values: an ordinal one when the values are numbers (sorted, so their order carries
 information for the model), a categorical one otherwise.
 
-Three parts differ from SMAC's hyperparameter-optimisation facade, each for a stated reason:
+What differs from SMAC's hyperparameter-optimisation facade, each for a stated reason:
 
 - the acquisition function is maximised over the candidates not yet evaluated (scored all at
   once), and random interleaved proposals are drawn among them too: a tuning space is a finite
@@ -16,7 +16,9 @@ Three parts differ from SMAC's hyperparameter-optimisation facade, each for a st
   scale, i.e. on relative speed-ups;
 - the best predicted observation is found with one batched prediction instead of one call per
   observation, and past 100 observations the model is refit after every 1% growth of the data
-  rather than after every one.
+  rather than after every one;
+- configurations compare by their vectors (SMAC tests list membership of configurations many
+  times per proposal).
 """
 
 from __future__ import annotations
