@@ -53,17 +53,21 @@ class StubKernel:
         return lambda *args, **kwargs: self.run(*args, grid=grid, warmup=False, **kwargs)
 
 
-def per_launch_us(launch, iters: int, repeats: int, sync) -> float:
-    launch()
+def per_launch_us(launches: list, iters: int, repeats: int, sync) -> list[float]:
+    """Median wall time per launch of each callable, measured in interleaved rounds (so drift in
+    clocks or load hits every row alike)."""
+    for launch in launches:
+        launch()
     sync()
-    samples = []
+    samples: list[list[float]] = [[] for _ in launches]
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            launch()
-        sync()
-        samples.append((time.perf_counter() - t0) / iters * 1e6)
-    return statistics.median(samples)
+        for row, launch in enumerate(launches):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                launch()
+            sync()
+            samples[row].append((time.perf_counter() - t0) / iters * 1e6)
+    return [statistics.median(s) for s in samples]
 
 
 def bench_do_bench(fn, quantiles):
@@ -115,14 +119,15 @@ def measure(case, stub: bool, iters: int, repeats: int) -> list[tuple[str, float
         ("triton_dejavu_like.autotune (hit)", lambda: launch(ours, inputs)),
         ("triton.autotune (hit)", lambda: launch(upstream, inputs)),
     ]
-    return [(row, per_launch_us(fn, iters, repeats, sync)) for row, fn in rows]
+    times = per_launch_us([fn for _, fn in rows], iters, repeats, sync)
+    return [(row, t) for (row, _), t in zip(rows, times)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stub", action="store_true", help="measure wrapper overhead with a no-op kernel")
-    parser.add_argument("--iters", type=int, default=20000)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--iters", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=21)
     args = parser.parse_args()
     cases = [add_case(args.stub)] + ([] if args.stub else [rmsnorm_case()])
     device = "stub (no launch)" if args.stub else torch.cuda.get_device_name()

@@ -85,6 +85,26 @@ def role(name: str, case_name: str, extra: dict) -> dict:
                 miss_ms.append((time.perf_counter() - start) * 1e3)
 
         tdl.Autotuner._on_miss = timed_miss
+        parts: dict[str, float] = {}
+
+        def timed_part(owner, attr, label):
+            original = getattr(owner, attr)
+
+            def wrapper(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    parts[label] = parts.get(label, 0.0) + (time.perf_counter() - start) * 1e3
+
+            setattr(owner, attr, wrapper)
+
+        from triton_dejavu_like import _compat, identity, storage
+
+        timed_part(identity, "detect_platform", "platform")
+        timed_part(tdl.Autotuner, "kernel_identity", "identity")
+        timed_part(storage.CacheFile, "load", "load")
+        timed_part(_compat, "launch_option_defaults", "backend defaults")
         tuner = tdl.autotune(key=case.key, configs=case.configs)(case.kernel)
         ms = _first_call_ms(lambda: case.launch(tuner, inputs))
         entries = json.loads(tuner.cache_path().read_text())["entries"]
@@ -95,6 +115,7 @@ def role(name: str, case_name: str, extra: dict) -> dict:
             "benchmark_calls": len(benchmark_calls),
             "phases_s": next(iter(entries.values())).get("phases_s"),
             "miss_ms": sum(miss_ms),
+            "miss_parts_ms": parts,
         }
     if name == "plain-first":
         config = next(c for c in case.configs if _config_dict(c) == extra["config"])
@@ -148,6 +169,10 @@ def measure_case(case: str, work: Path, repeats: int) -> dict:
         "decision": ",".join(sorted({r["decision"] for r in restores})),
         "benchmark_calls": sum(r["benchmark_calls"] for r in restores),
         "runs": len(restores),
+        "miss_parts_ms": {
+            k: statistics.median(r["miss_parts_ms"].get(k, 0.0) for r in restores)
+            for k in restores[0]["miss_parts_ms"]
+        },
     }
     out["plain_first"] = {"ms": statistics.median(p["ms"] for p in plains)}
     out["careful"] = spawn("careful", case, our_env)
@@ -214,6 +239,8 @@ def main() -> None:
     print(report(results))
     for r in results:
         print(f"{r['case']}: our tuning phases (s): {r['ours_tune']['phases_s']}")
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in r["ours_restore"]["miss_parts_ms"].items())
+        print(f"{r['case']}: our work on the restoring first call (ms, medians): {parts}")
 
 
 if __name__ == "__main__":

@@ -182,6 +182,7 @@ class Autotuner(_compat.UpstreamAutotuner):
         self.best_config: Config | None = None
         self.last_decision: str | None = None
         self.nargs: dict[str, Any] | None = None
+        self._config_ids: dict[int, tuple[Config, str]] = {}
         self._state: _ProcessState | None = None
         self._lock = threading.RLock()
         # hot path
@@ -417,6 +418,18 @@ class Autotuner(_compat.UpstreamAutotuner):
             settings["numerical_check"] = self.numerical_check.settings()
         return settings
 
+    def _config_id(self, config: Config) -> str:
+        """``config_id(config)``, remembered per Config object (configs are hashed several times
+        on a miss: for the storage identity, the candidate set and matching a stored winner)."""
+        known = self._config_ids.get(id(config))
+        if known is None or known[0] is not config:
+            known = self._config_ids[id(config)] = (config, config_id(config))
+        return known[1]
+
+    def _configs_hash(self, configs: Sequence[Config]) -> str:
+        """Hash of a set of configs, independent of their order."""
+        return identity.stable_hash(sorted(self._config_id(c) for c in configs))
+
     def kernel_identity(self, platform: identity.Platform) -> KernelIdentity:
         return KernelIdentity(
             platform=platform,
@@ -424,7 +437,7 @@ class Autotuner(_compat.UpstreamAutotuner):
             autotune_config=identity.stable_hash(self.settings()),
             code_version=identity.code_version(self.fn),
             tune_features=identity.stable_hash({"key": list(self.keys), "ignore_dtypes": self.ignore_dtypes}),
-            kernel_configs=identity.stable_hash(sorted(config_id(c) for c in self.configs)),
+            kernel_configs=self._configs_hash(self.configs),
             tag=self.tag or default_tag(),
         )
 
@@ -472,7 +485,7 @@ class Autotuner(_compat.UpstreamAutotuner):
                 exc,
             )
             kid = None
-        candidates_hash = identity.stable_hash(sorted(config_id(c) for c in candidates))
+        candidates_hash = self._configs_hash(candidates)
         entry = state.restored.get(kid) if kid is not None else None
         if entry is not None:
             config = self._restore(entry, candidates, candidates_hash)
@@ -491,7 +504,7 @@ class Autotuner(_compat.UpstreamAutotuner):
             )
         if _env.use_only_restored():
             winners = {config_id_of_entry(e) for e in state.restored.values()}
-            restricted = [c for c in candidates if config_id(c) in winners]
+            restricted = [c for c in candidates if self._config_id(c) in winners]
             if len(restricted) == 1:
                 return _Decision(restricted[0], "single")
             if restricted:
@@ -512,7 +525,7 @@ class Autotuner(_compat.UpstreamAutotuner):
             return None
         wanted = config_id_of_entry(entry)
         for config in candidates:
-            if config_id(config) == wanted:
+            if self._config_id(config) == wanted:
                 return config
         warn_once(
             "unmatched",
@@ -633,7 +646,7 @@ class Autotuner(_compat.UpstreamAutotuner):
             return []
         from .warm_start import MAX_FOREIGN_SEEDS, foreign_winners
 
-        index = {config_id(c): i for i, c in enumerate(candidates)}
+        index = {self._config_id(c): i for i, c in enumerate(candidates)}
         winners = [config_id_of_entry(entry) for entry in state.restored.values()]
         store = state.cache_file
         if store is not None:

@@ -120,9 +120,16 @@ def _canonical_ast(node: Any) -> str:
     return repr(node)
 
 
-def _function_node(fn: Any) -> ast.FunctionDef:
-    source = textwrap.dedent(inspect.getsource(fn))
-    tree = ast.parse(source)
+def _function_node(obj: Any, fn: Any) -> ast.FunctionDef:
+    """The AST of the function, without decorators or docstring.
+
+    A JITFunction keeps its source (read once when it was decorated): that is used when present,
+    so only interpreted kernels pay for ``inspect.getsource``.
+    """
+    source = getattr(obj, "src", None)
+    if not isinstance(source, str):
+        source = inspect.getsource(fn)
+    tree = ast.parse(textwrap.dedent(source))
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == fn.__name__:
             body = node.body
@@ -133,9 +140,11 @@ def _function_node(fn: Any) -> ast.FunctionDef:
     raise ValueError(f"cannot find the source of {fn.__qualname__}")
 
 
-def _referenced_names(node: ast.AST) -> list[tuple[str, ...]]:
-    """Dotted names read by the function body, e.g. ('helper',), ('mod', 'CONST'), ('tl', 'sum')."""
+def _names(node: ast.FunctionDef) -> tuple[list[tuple[str, ...]], set[str]]:
+    """In one pass over the function: the dotted names it reads, e.g. ('helper',), ('mod', 'CONST'),
+    and the names that are local to it (arguments and assignment targets)."""
     chains: list[tuple[str, ...]] = []
+    local: set[str] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Attribute):
             parts: list[str] = [sub.attr]
@@ -145,9 +154,14 @@ def _referenced_names(node: ast.AST) -> list[tuple[str, ...]]:
                 base = base.value
             if isinstance(base, ast.Name):
                 chains.append((base.id, *reversed(parts)))
-        elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
-            chains.append((sub.id,))
-    return chains
+        elif isinstance(sub, ast.Name):
+            if isinstance(sub.ctx, ast.Load):
+                chains.append((sub.id,))
+            else:
+                local.add(sub.id)
+        elif isinstance(sub, ast.arg):
+            local.add(sub.arg)
+    return chains, local
 
 
 def _scope(fn: Any) -> dict[str, Any]:
@@ -194,19 +208,19 @@ def code_version(kernel: Any) -> str:
     scalar globals and closure values it reads. Names that resolve to triton itself are covered by
     the Triton version in the storage path.
     """
-    return stable_hash(_describe_function(_compat.python_function(kernel), {}))
+    return stable_hash(_describe_function(kernel, {}))
 
 
-def _describe_function(fn: Any, seen: dict[Any, str]) -> Any:
+def _describe_function(obj: Any, seen: dict[Any, str]) -> Any:
+    fn = _compat.python_function(obj)
     if fn in seen:
         return {"recursive": fn.__qualname__}
     seen[fn] = fn.__qualname__
-    node = _function_node(fn)
+    node = _function_node(obj, fn)
     scope = _scope(fn)
-    local_names = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-    local_names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    chains, local_names = _names(node)
     dependencies: dict[str, Any] = {}
-    for chain in _referenced_names(node):
+    for chain in chains:
         if chain[0] in local_names:
             continue
         dotted = ".".join(chain)
@@ -216,7 +230,7 @@ def _describe_function(fn: Any, seen: dict[Any, str]) -> Any:
         if value is None:
             continue
         if _compat.is_jit_callable(value):
-            dependencies[dotted] = {"jit": _describe_function(_compat.python_function(value), seen)}
+            dependencies[dotted] = {"jit": _describe_function(value, seen)}
             continue
         if not _compat.is_constexpr(value) and (_is_module_or_builtin(value) or callable(value)):
             continue

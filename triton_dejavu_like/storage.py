@@ -534,7 +534,13 @@ class CacheFile:
         """The stored entries by key id (empty when there is no usable file)."""
         if not self.path.exists():
             return {}
-        try:
+        try:  # the common case, a valid file of ours, needs no lock: writers replace files atomically
+            doc = read_document(self.path, parameters=self.parameters)
+        except (OSError, InvalidCacheFile, NewerSchemaFile):
+            doc = None
+        if doc is not None and doc.identity == self.identity and not doc.rejected:
+            return dict(doc.entries)
+        try:  # anything else is handled under the lock, where a bad file may be moved aside
             with self._locked():
                 doc = self._read(exclusive=True)
         except (OSError, filelock.Timeout):
