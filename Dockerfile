@@ -3,10 +3,10 @@
 ARG BASE_IMAGE=pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime
 FROM ${BASE_IMAGE}
 
-# Triton compiles its kernel launchers with the host C compiler at run time; the `bo` extra's SMAC
-# needs pyrfr, which is built from source with SWIG and a C++ compiler.
+# Triton compiles its kernel launchers with the host C compiler at run time. (SMAC 2.4+, the `bo`
+# extra, is pure Python: no SWIG or pyrfr build is needed.)
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential swig \
+    && apt-get install -y --no-install-recommends build-essential \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/triton_dejavu_like

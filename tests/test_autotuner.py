@@ -496,3 +496,18 @@ def test_config_pre_hook_gets_every_argument_and_config_value_at_launch():
         assert nargs["BLOCK"] == 16 and nargs["num_warps"] == 2 and "num_stages" in nargs
         assert "grid" in nargs
     assert torch.equal(out, x + y)
+
+
+def test_a_launch_leaves_out_options_equal_to_the_backend_defaults():
+    from triton_dejavu_like._compat import launch_option_defaults
+    from triton_dejavu_like.autotuner import launch_kwargs
+
+    cuda = launch_option_defaults("cuda")
+    assert cuda["num_warps"] == 4 and cuda["num_ctas"] == 1 and "num_stages" in cuda
+    config = triton.Config({"BLOCK": 64}, num_warps=8, num_stages=cuda["num_stages"], num_ctas=1)
+    assert launch_kwargs(config, cuda) == {"BLOCK": 64, "num_warps": 8}
+    hip = launch_option_defaults("hip")
+    if hip.get("num_stages") != cuda["num_stages"]:  # e.g. 2 on ROCm, 3 on CUDA
+        assert launch_kwargs(config, hip)["num_stages"] == cuda["num_stages"]
+    assert launch_kwargs(config, {}) == config.all_kwargs()
+    assert launch_option_defaults("interpreter") == {}

@@ -5,9 +5,11 @@ The rest of the package asks this module instead of testing ``triton.__version__
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -215,24 +217,33 @@ def async_compile_mode(executor: Any) -> Any | None:
     return mode(executor, ignore_errors=True)
 
 
-@functools.lru_cache(maxsize=1)
-def launch_option_defaults() -> dict[str, Any]:
+@functools.lru_cache(maxsize=4)
+def launch_option_defaults(backend: str) -> dict[str, Any]:
     """The compile options a launch gets when it does not pass them (``num_warps``, ``num_stages``,
-    ``num_ctas``, ...) for the active GPU's backend; empty without a GPU.
+    ``num_ctas``, ...) on ``backend`` ("cuda" or "hip"); empty when they cannot be found.
 
-    A launch that leaves out an option equal to its default compiles to the same kernel, and each
-    keyword ``JITFunction.run`` does not have to bind makes the launch cheaper.
+    They are the field defaults of the backend's options dataclass (``CUDAOptions``, ``HIPOptions``),
+    read without initialising the driver. A launch that leaves out an option equal to its default
+    compiles to the same kernel, and each keyword ``JITFunction.run`` does not bind saves time.
     """
-    target = current_target()
-    if target is None:
-        return {}
-    try:
-        from triton.compiler.compiler import make_backend
+    from triton.backends import backends
 
-        options = make_backend(target).parse_options({})
-    except Exception:
-        return {}
-    return {name: getattr(options, name) for name in CONFIG_FIELDS if hasattr(options, name)}
+    entry = backends.get({"cuda": "nvidia", "hip": "amd"}.get(backend, ""))
+    module = sys.modules.get(entry.compiler.__module__) if entry is not None else None
+    for obj in vars(module).values() if module is not None else ():
+        if (
+            isinstance(obj, type)
+            and dataclasses.is_dataclass(obj)
+            and obj.__module__ == module.__name__
+            and "num_warps" in obj.__dataclass_fields__
+        ):
+            fields = obj.__dataclass_fields__
+            return {
+                name: fields[name].default
+                for name in CONFIG_FIELDS
+                if name in fields and fields[name].default is not dataclasses.MISSING
+            }
+    return {}
 
 
 def current_target() -> Any | None:

@@ -124,7 +124,13 @@ class Autotuner(_compat.UpstreamAutotuner):
     ) -> None:
         arg_names = list(arg_names)
         key = list(key)
-        _check_names(arg_names, key=key, reset_to_zero=reset_to_zero, restore_value=restore_value)
+        _check_names(
+            arg_names,
+            key=key,
+            reset_to_zero=reset_to_zero,
+            restore_value=restore_value,
+            check_outputs=check_outputs,
+        )
         if configs and config_space is not None:
             raise ValueError("give either configs or config_space, not both")
         if config_space is not None and not isinstance(config_space, ConfigSpace):
@@ -194,7 +200,6 @@ class Autotuner(_compat.UpstreamAutotuner):
         self._last_key_position = max(self._key_positions, default=-1)
         self._dtypes_in_key = not self.ignore_dtypes
         self._meta_names = self._tuned_names()
-        _check_names(arg_names, check_outputs=check_outputs)
         self.isolation = IsolationSettings(use_isolated_process, isolation_timeout_s, isolation_start_method)
         self.numerical_check = NumericalCheck(
             numerical_check,
@@ -311,14 +316,9 @@ class Autotuner(_compat.UpstreamAutotuner):
         return {**dict(zip(self.arg_names, args)), **kwargs, **config.all_kwargs()}
 
     def _launch_kwargs(self, config: Config) -> dict[str, Any]:
-        """What a launch with ``config`` passes: its meta-parameters, and its options except those
-        equal to the backend's defaults (the same kernel, and a cheaper launch)."""
-        defaults = {} if _compat.is_interpreted(self.fn) else _compat.launch_option_defaults()
-        options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
-        return {
-            **config.kwargs,
-            **{k: v for k, v in options.items() if k not in defaults or defaults[k] != v},
-        }
+        interpreted = _compat.is_interpreted(self.fn)
+        backend = identity.detect_platform(interpreted).backend
+        return launch_kwargs(config, {} if interpreted else _compat.launch_option_defaults(backend))
 
     def _key(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, dtype_strings: bool) -> tuple[Any, ...]:
         """Values of the key arguments passed (in key order), then the dtype of every argument that
@@ -798,6 +798,13 @@ class _Trial:
     def best(self) -> Config | None:
         ranked = self.ranking()
         return ranked[0][0] if ranked else None
+
+
+def launch_kwargs(config: Config, defaults: dict[str, Any]) -> dict[str, Any]:
+    """What a launch with ``config`` passes: its meta-parameters, and its options except those
+    equal to the backend's defaults (the same kernel, and a cheaper launch)."""
+    options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
+    return {**config.kwargs, **{k: v for k, v in options.items() if k not in defaults or defaults[k] != v}}
 
 
 def config_id_of_entry(entry: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ as the only stage; under the interpreter a CPU timer is the only stage.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -97,12 +98,7 @@ class TimingPolicy:
     final_max_runs: int = 1000
 
     def settings(self) -> dict[str, Any]:
-        return {
-            "screen_ms": self.screen_ms,
-            "finalists": self.finalists,
-            "final_warmup_ms": self.final_warmup_ms,
-            "final_ms": self.final_ms,
-        }
+        return dataclasses.asdict(self)
 
 
 class Benchmarker:
