@@ -1,6 +1,6 @@
 """Replay the package's search strategies on brute-force measurements of real GPU kernels.
 
-Each file in ``../shared/data/search-spaces/`` (Kernel Tuner cachefile format, gzip JSON) holds the
+Each file in ``benchmarks/data/search-spaces/`` (Kernel Tuner cachefile format, gzip JSON) holds the
 measured time of every valid config of a tuning space. The replay hands the package's real
 strategies (``make_strategy``: random search, Bayesian optimisation) a :class:`SearchSpace` of the
 configs the file holds (grid points absent from the file were excluded by the kernel's
@@ -44,7 +44,7 @@ from typing import Any
 
 from triton_dejavu_like.search import Budget, BudgetExhausted, SearchRun, SearchSpace, drive, make_strategy
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "search-spaces"
+DATA_DIR = Path(__file__).resolve().parent / "data" / "search-spaces"
 README = Path(__file__).resolve().parent / "README.md"
 SECTION = "## Search replay"
 MARGINS = (0.05, 0.01)
