@@ -83,6 +83,14 @@ class BayesianOptimization(Strategy):
             )
             RandomSearch().search(run, initial, seed)
 
+    def planned(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> list[int] | None:
+        """The initial design is fixed before any result (so it is compiled together); what the
+        model proposes after it is not known in advance."""
+        n_initial = self.config.initial_size(len(run.space.names), run.limit)
+        if len(run.space) - len(run.results) <= n_initial or not run.space.names:
+            return RandomSearch().planned(run, warm_start, seed)
+        return self._initial_design(run, warm_start, seed, n_initial)
+
     def _initial_design(self, run: SearchRun, warm_start: Sequence[int], seed: int, size: int) -> list[int]:
         """Warm-start candidates, those already measured (a restart), then random candidates."""
         first = ordered(warm_start, sorted(run.results))
