@@ -205,16 +205,17 @@ def l2_flush_buffer() -> Any:
     return driver.active.get_empty_cache_for_benchmark()
 
 
-def async_compile_mode(executor: Any) -> Any | None:
-    """``triton.AsyncCompileMode(executor, ignore_errors=True)`` where it exists (3.5+), else None.
+#: ``triton.AsyncCompileMode`` exists (3.6 and 3.9 have it; 3.2 and 3.3 do not).
+HAS_ASYNC_COMPILE: bool = hasattr(triton, "AsyncCompileMode")
+
+
+def async_compile_mode(executor: Any) -> Any:
+    """``triton.AsyncCompileMode(executor, ignore_errors=True)`` (only where :data:`HAS_ASYNC_COMPILE`).
 
     Inside it, ``JITFunction.run(..., warmup=True)`` submits the compilation to ``executor`` and
     returns at once; leaving the context waits for every compilation.
     """
-    mode = getattr(triton, "AsyncCompileMode", None)
-    if mode is None:
-        return None
-    return mode(executor, ignore_errors=True)
+    return triton.AsyncCompileMode(executor, ignore_errors=True)
 
 
 @functools.lru_cache(maxsize=4)
@@ -244,29 +245,6 @@ def launch_option_defaults(backend: str) -> dict[str, Any]:
                 if name in fields and fields[name].default is not dataclasses.MISSING
             }
     return {}
-
-
-def current_target() -> Any | None:
-    """``GPUTarget(backend, arch, warp_size)`` of the active driver, or None without a GPU."""
-    try:
-        from triton.runtime.driver import driver
-
-        return driver.active.get_current_target()
-    except Exception:  # no active driver: CPU-only machine
-        return None
-
-
-def backend_hash() -> str | None:
-    """Version of the device toolchain (ptxas or the ROCm compiler) plus the arch, or None."""
-    target = current_target()
-    if target is None:
-        return None
-    try:
-        from triton.compiler.compiler import make_backend
-
-        return str(make_backend(target).hash())
-    except Exception:
-        return None
 
 
 __all__ = [

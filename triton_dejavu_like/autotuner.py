@@ -338,10 +338,6 @@ class Autotuner(_compat.UpstreamAutotuner):
                     key.append(str(arg.dtype) if dtype_strings else arg.dtype)
         return tuple(key)
 
-    def tuning_key(self, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """The key upstream's autotuner would file this call under (what ``.cache`` is keyed by)."""
-        return self._key(args, kwargs, dtype_strings=True)
-
     def _passthrough(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         missing = sorted(self._meta_names.difference(kwargs))
         if missing:

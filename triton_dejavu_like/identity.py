@@ -240,11 +240,6 @@ def _describe_function(obj: Any, seen: dict[Any, str]) -> Any:
     return {"name": fn.__name__, "ast": short_hash(_canonical_ast(node)), "deps": dependencies}
 
 
-def describe_settings(settings: dict[str, Any]) -> str:
-    """Hash of tuner settings (already JSON-able, callables replaced by their qualified names)."""
-    return stable_hash(settings)
-
-
 def callable_name(fn: Any) -> str | None:
     """A stable name for a user callable: ``module.qualname`` (never its repr or id)."""
     if fn is None:

@@ -51,33 +51,28 @@ def precompile(
     meta = {k: v for k, v in ctx.kwargs.items() if k not in ("grid", "warmup")}
     failures: dict[Config, str] = {}
 
-    def warm(config: Config) -> None:
-        ctx.fn.run(*ctx.args, grid=grid, warmup=True, **meta, **config.all_kwargs())
+    def warm(config: Config) -> bool:
+        """Compile (or, in async mode, hand over) one candidate; False if it failed already."""
+        try:
+            ctx.fn.run(*ctx.args, grid=grid, warmup=True, **meta, **config.all_kwargs())
+        except Exception as exc:  # in async mode: raised before the hand-over (binding, front end)
+            failures[config] = one_line_reason(exc)
+            return False
+        return True
 
     workers = compile_threads() if threads is None else threads
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdl-compile") if workers > 1 else None
-    mode = _compat.async_compile_mode(pool) if pool is not None else None
-    if mode is None:
-        if pool is not None:
-            pool.shutdown()
+    if workers <= 1 or not _compat.HAS_ASYNC_COMPILE:
         for config in configs:
-            try:
-                warm(config)
-            except Exception as exc:
-                failures[config] = one_line_reason(exc)
+            warm(config)
         return failures
 
     submitted: dict[Config, Future] = {}
-    with pool, mode:
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdl-compile")
+    with pool, _compat.async_compile_mode(pool) as mode:
         futures = getattr(mode, "raw_futures", [])
         for config in configs:
             before = len(futures)
-            try:
-                warm(config)
-            except Exception as exc:  # raised before the compilation was handed over (binding, front end)
-                failures[config] = one_line_reason(exc)
-                continue
-            if len(futures) > before:
+            if warm(config) and len(futures) > before:
                 submitted[config] = futures[-1]
     for config, future in submitted.items():
         exc = future.exception()
