@@ -234,9 +234,40 @@ def test_prune_quarantined_files(capsys, tmp_path):
 
 
 def test_prune_needs_a_criterion(capsys, root):
-    assert run("prune", "--root", str(root)) == 1
+    assert run("prune", "--root", str(root)) == 2
     assert "say what to prune" in capsys.readouterr().err
     assert len(list(root.rglob("cache.json"))) == 3
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--keep-gpu", "NONEXISTENT"),
+        ("--keep-gpu", "H100"),  # the stored name is longer
+        ("--keep-triton", "3.9"),  # a version stored as 3.9.0 would not match either
+        ("--keep-toolchain", "rocm_6.2.1"),  # a store tuned with another toolchain
+    ],
+)
+def test_prune_refuses_a_keep_value_that_matches_nothing(capsys, root, option, value):
+    before = {p: p.read_bytes() for p in root.rglob("cache.json")}
+    assert run("prune", "--root", str(root), option, value) == 2
+    err = capsys.readouterr().err
+    assert "matches no stored result" in err and "--force" in err
+    field = option.removeprefix("--keep-")
+    stored = {IDENTITY[field], OTHER_GPU[field]}
+    assert all(v in err for v in stored)  # the values that exist are listed
+    assert {p: p.read_bytes() for p in root.rglob("cache.json")} == before
+
+
+def test_prune_with_force_removes_what_a_non_matching_keep_value_says(capsys, root):
+    assert run("prune", "--root", str(root), "--keep-gpu", "NONEXISTENT", "--force") == 0
+    assert list(root.rglob("cache.json")) == []
+
+
+def test_prune_keeps_the_matching_gpu(capsys, root):
+    assert run("prune", "--root", str(root), "--keep-gpu", IDENTITY["gpu"]) == 0
+    assert not cache_file(root, OTHER_GPU).path.exists()
+    assert cache_file(root).path.exists() and cache_file(root, SOFTMAX).path.exists()
 
 
 # --- export ---------------------------------------------------------------------------------------------
@@ -286,6 +317,8 @@ def test_an_exported_archive_ships_results_a_fresh_machine_restores(capsys, tmp_
         ["frobnicate"],
         ["merge"],
         ["prune", "--older-than", "last tuesday"],
+        ["prune", "--older-than", "99999999999d"],
+        ["prune", "--older-than", "9999-12-31T23:59:59-23:59"],
         ["show"],
         [],
         ["list", "--prefer", "x"],

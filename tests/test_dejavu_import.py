@@ -236,6 +236,18 @@ def test_keys_that_cannot_be_converted_are_skipped_and_reported(tmp_path, kernel
     assert not root.exists()
 
 
+def test_a_huge_timing_skips_its_key_and_the_others_are_imported(tmp_path, kernel_spec, capsys):
+    doc = dejavu_doc(
+        {key_text(1): config_text(16, 4), key_text(2): config_text(16, 4)},
+        {key_text(1): [10**400], key_text(2): [1.0]},
+    )
+    source = write_dejavu(tmp_path / "cache.json", doc)
+    argv = ["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(tmp_path / "root"), "--json"]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert out["imported"] == 1 and [s["key"] for s in out["skipped"]] == [key_text(1)]
+
+
 def test_files_of_other_kernels_are_left_out(tmp_path, kernel_spec, capsys):
     doc = dejavu_doc({key_text(1): config_text(16, 4)}, {key_text(1): [1.0]})
     doc["signature"] = "JITFunction(other.module:matmul)"

@@ -181,6 +181,12 @@ def _bad_entry(case: str) -> tuple[dict, bytes | None]:
         entry["key"] = [3]
     elif case == "tuned_at not a time":
         entry["tuned_at"] = "yesterday"
+    elif case == "tuned_at outside the calendar in UTC":
+        entry["tuned_at"] = "0001-01-01T00:00:00+23:59"
+    elif case == "400-digit integer timing":
+        entry["timings_ms"] = [10**400, 1.0, 1.0]
+    elif case == "400-digit integer tuning time":
+        entry["tuning_time_s"] = -(10**400)
     elif case == "ruled_out not a list":
         entry["ruled_out"] = {"reason": "x"}
     elif case == "an entry that is a string":
@@ -198,6 +204,9 @@ ENTRY_CASES = [
     "count of the wrong type",
     "key filed under another name",
     "tuned_at not a time",
+    "tuned_at outside the calendar in UTC",
+    "400-digit integer timing",
+    "400-digit integer tuning time",
     "ruled_out not a list",
     "an entry that is a string",
 ]
@@ -228,7 +237,15 @@ def test_an_invalid_entry_is_set_aside_and_the_rest_is_kept(tmp_path, warnings, 
     assert cache_file(tmp_path).load() == cf.load()
 
 
-@pytest.mark.parametrize("case", ["NaN timing", "config naming a parameter the kernel lacks"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "NaN timing",
+        "config naming a parameter the kernel lacks",
+        "tuned_at outside the calendar in UTC",
+        "400-digit integer timing",
+    ],
+)
 def test_a_kernel_uses_the_valid_entries_and_retunes_the_invalid_one(tmp_path, warnings, case):
     bench = InstantBench()
     tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)

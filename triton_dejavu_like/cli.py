@@ -28,6 +28,10 @@ class CliError(Exception):
     """A problem with the inputs: reported on stderr, exit status 1."""
 
 
+class UsageError(CliError):
+    """A mistake in the command line (nothing was done): reported on stderr, exit status 2."""
+
+
 # --- formatting ------------------------------------------------------------------------------------------
 
 
@@ -283,11 +287,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def parse_moment(text: str) -> _dt.datetime:
     """An ISO date or time (naive = UTC), or ``<N>d`` for N days ago."""
     days = re.fullmatch(r"(\d+)d", text.strip())
-    if days:
-        return _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=int(days.group(1)))
     try:
+        if days:
+            return _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=int(days.group(1)))
         return storage.parse_timestamp(text)
-    except storage.InvalidCacheFile as exc:
+    except (storage.InvalidCacheFile, OverflowError, ValueError) as exc:
         raise argparse.ArgumentTypeError(
             f"not a date: {text!r} (use 2025-01-31, an ISO time, or 30d)"
         ) from exc
@@ -297,10 +301,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     keep = {name: getattr(args, f"keep_{name}") for name in ("triton", "toolchain", "gpu")}
     keep = {name: value for name, value in keep.items() if value is not None}
     if not keep and args.older_than is None and not args.quarantined:
-        raise CliError(
+        raise UsageError(
             "say what to prune: --keep-triton, --keep-toolchain, --keep-gpu, --older-than or --quarantined"
         )
     root = _existing_root(args)
+    if keep and not args.force:
+        _check_keep_values(root, keep)
     report = inventory.prune(
         root,
         keep=keep,
@@ -327,6 +333,19 @@ def cmd_prune(args: argparse.Namespace) -> int:
     emit(args, payload, "\n".join(lines))
     report_problems(report.problems)
     return 1 if report.problems else 0
+
+
+def _check_keep_values(root: Path, keep: dict[str, str]) -> None:
+    """Refuse a ``--keep-*`` value that no stored file has: it would remove everything (a typo)."""
+    files, _ = inventory.read_sources([root])
+    for name, value in keep.items():
+        stored = sorted({f.identity[name] for f in files})
+        if stored and value not in stored:
+            listed = ", ".join(stored)
+            raise UsageError(
+                f"--keep-{name} {value!r} matches no stored result, so every result would be removed; "
+                f"stored values: {listed} (use --force to remove them all anyway)"
+            )
 
 
 # --- export -----------------------------------------------------------------------------------------------
@@ -488,6 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--quarantined", action="store_true", help="delete files moved aside as corrupt or rejected"
     )
     p.add_argument("--dry-run", action="store_true", help="report, remove nothing")
+    p.add_argument(
+        "--force", action="store_true", help="remove even when a --keep-* value matches no stored result"
+    )
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser(
@@ -528,6 +550,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.setLevel(logging.WARNING)
     try:
         return args.func(args)
+    except UsageError as exc:
+        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except (CliError, OSError) as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -289,9 +289,11 @@ def convert(
                 "imported_from": str(path),
             }
             kid = key_id(key)
-            storage.validate_entry(kid, entry, parameters=tuner.arg_names)
-        except (FormatError, ValueError, TypeError) as exc:
-            report.skipped.append((str(path), str(key_text)[:200], str(exc)))
+            problem = storage.entry_problem(kid, entry, parameters=tuner.arg_names)
+            if problem is not None:
+                raise FormatError(problem)
+        except Exception as exc:  # data read from a file: any failure skips this key, never a crash
+            report.skipped.append((str(path), str(key_text)[:200], str(exc)[:300] or type(exc).__name__))
             continue
         entries[kid] = entry
     return entries

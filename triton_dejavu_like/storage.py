@@ -42,7 +42,7 @@ from typing import Any
 
 import filelock
 
-from .codec import DecodingError, canonical_json, decode_config, decode_key, key_id
+from .codec import canonical_json, decode_config, decode_key, key_id
 from .identity import Platform, sanitize
 
 log = logging.getLogger(__name__)
@@ -211,19 +211,24 @@ def parse_document(raw: bytes, *, parameters: Collection[str] | None = None) -> 
     valid: dict[str, dict[str, Any]] = {}
     rejected: dict[str, tuple[Any, str]] = {}
     for kid, entry in entries.items():
-        try:
-            validate_entry(kid, entry, parameters=parameters)
-        except (DecodingError, InvalidCacheFile, TypeError, ValueError, RecursionError) as exc:
-            rejected[kid] = (entry, str(exc)[:300] or type(exc).__name__)
+        reason = entry_problem(kid, entry, parameters=parameters)
+        if reason is not None:
+            rejected[kid] = (entry, reason)
         else:
             valid[kid] = entry
     return Document(identity, valid, rejected)
 
 
 def _finite_number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidCacheFile(f"{what} is not a finite number: {value!r:.40}")
-    return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidCacheFile(f"{what} is not a number: {type(value).__name__}")
+    try:
+        number = float(value)  # an int too large for a float raises OverflowError
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidCacheFile(f"{what} is not a finite number")
+    return number
 
 
 def _timings(value: Any, what: str) -> None:
@@ -244,7 +249,10 @@ def parse_timestamp(text: Any) -> _dt.datetime:
         raise InvalidCacheFile(f"tuned_at is not an ISO 8601 time: {text!r:.40}") from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=_dt.timezone.utc)
-    return moment.astimezone(_dt.timezone.utc)
+    try:
+        return moment.astimezone(_dt.timezone.utc)
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+23:59 lands before year 1 in UTC
+        raise InvalidCacheFile(f"tuned_at is outside the calendar in UTC: {text!r:.40}") from exc
 
 
 def _config(data: Any, parameters: Collection[str] | None, what: str) -> None:
@@ -253,6 +261,20 @@ def _config(data: Any, parameters: Collection[str] | None, what: str) -> None:
         unknown = sorted(set(config.kwargs) - set(parameters))
         if unknown:
             raise InvalidCacheFile(f"{what} names parameters the kernel lacks: {', '.join(unknown)[:120]}")
+
+
+def entry_problem(kid: str, entry: Any, *, parameters: Collection[str] | None = None) -> str | None:
+    """Why ``entry`` (read from disk, so anything at all) cannot be used, or None when it is valid.
+
+    Never raises: whatever goes wrong while validating data read from a file rejects the entry.
+    """
+    try:
+        validate_entry(kid, entry, parameters=parameters)
+    except ValueError as exc:  # InvalidCacheFile, DecodingError: a message written for the user
+        return str(exc)[:300] or type(exc).__name__
+    except Exception as exc:  # data from disk: any other failure also rejects, never crashes
+        return f"{type(exc).__name__}: {str(exc)[:280]}"
+    return None
 
 
 def validate_entry(kid: str, entry: Any, *, parameters: Collection[str] | None = None) -> None:
@@ -552,16 +574,15 @@ class CacheFile:
         """Merge ``entries`` into the file (new entries win per key). False if it could not write."""
         valid = {}
         for kid, entry in entries.items():
-            try:
-                validate_entry(kid, entry, parameters=self.parameters)
-            except (DecodingError, InvalidCacheFile, TypeError, ValueError) as exc:
+            problem = entry_problem(kid, entry, parameters=self.parameters)
+            if problem is not None:
                 warn_once(
                     "unstorable",
                     f"{self.path}:{kid}",
                     "not storing the result for key %s in %s: %s",
                     kid[:200],
                     self.path,
-                    exc,
+                    problem,
                 )
             else:
                 valid[kid] = entry
