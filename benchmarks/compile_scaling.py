@@ -25,8 +25,8 @@ def child(threads: int) -> dict:
     import torch
     from gpu_cases import matmul_case
 
-    from triton_dejavu_like.evaluate import LaunchContext
-    from triton_dejavu_like.precompile import precompile
+    from triton_dejavu_like.measure import LaunchContext
+    from triton_dejavu_like.measure.precompile import precompile
 
     case = matmul_case()
     a, b, c = case.make_inputs()

@@ -15,6 +15,7 @@ worker's start and the round trip of one request, with a ``do_bench`` that does 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -81,22 +82,17 @@ def untimed(x_ptr, n, BLOCK: tl.constexpr):
 
 def round_trip(method: str) -> str:
     """Start a worker with ``method`` and send it one request per candidate of ``untimed``."""
-    from triton_dejavu_like.evaluate import LaunchContext
-    from triton_dejavu_like.isolation import IsolatedEvaluator, IsolationSettings
+    from triton_dejavu_like.measure.isolation import IsolatedEvaluator, IsolationSettings
 
     x = torch.zeros(1 << 20, device=DEVICE)
-    ctx = LaunchContext(
-        fn=untimed.fn,
-        args=(x, x.numel()),
-        kwargs={"grid": lambda meta: (1,), "warmup": False},
-        nargs={"x_ptr": x, "n": x.numel()},
-        pre_hook=untimed.pre_hook,
-        post_hook=untimed.post_hook,
-        benchmarker=lambda call, quantiles: no_launch(call, quantiles),
-        kernel_name="untimed",
+    recipe = dataclasses.replace(untimed.kernel_recipe(), isolation=IsolationSettings(True, 60, method))
+    ctx = recipe.context(
+        (x, x.numel()),
+        {"grid": lambda meta: (1,), "warmup": False},
         interpreted=INTERPRETED,
+        benchmarker=lambda call, quantiles: no_launch(call, quantiles),
     )
-    evaluator = IsolatedEvaluator(ctx, tuner=untimed, settings=IsolationSettings(True, 60, method))
+    evaluator = IsolatedEvaluator(ctx, recipe=recipe)
     start = time.perf_counter()
     evaluator.prepare(untimed.configs)
     started = time.perf_counter() - start
@@ -128,7 +124,7 @@ class _WorkerStarts(logging.Handler):
 def tune_once(size: int) -> dict:
     """Tune ``block_matmul`` for one problem in this process; what it took."""
     starts = _WorkerStarts()
-    logger = logging.getLogger("triton_dejavu_like.isolation")
+    logger = logging.getLogger("triton_dejavu_like.measure.isolation")
     logger.addHandler(starts)
     logger.setLevel(logging.DEBUG)
     gen = torch.Generator(device=DEVICE).manual_seed(0)

@@ -52,7 +52,7 @@ def role(name: str, case_name: str, extra: dict) -> dict:
     from gpu_cases import CASES
 
     import triton_dejavu_like as tdl
-    import triton_dejavu_like.bench as tdl_bench
+    import triton_dejavu_like.measure.bench as tdl_bench
 
     case = CASES[case_name]()
     inputs = case.make_inputs()
@@ -99,7 +99,9 @@ def role(name: str, case_name: str, extra: dict) -> dict:
 
             setattr(owner, attr, wrapper)
 
-        from triton_dejavu_like import _compat, identity, storage
+        from triton_dejavu_like import _compat
+        from triton_dejavu_like.store import cache_file as storage
+        from triton_dejavu_like.store import identity
 
         timed_part(identity, "detect_platform", "platform")
         timed_part(tdl.Autotuner, "kernel_identity", "identity")

@@ -31,6 +31,9 @@ def _isolated_storage(tmp_path, monkeypatch):
         "_TRITON_DEJAVU_DETERMINED_ROCM_VERSION",
     ):
         monkeypatch.delenv(name, raising=False)
+    from triton_dejavu_like._log import forget_warnings
+
+    forget_warnings()  # each test sees the warnings its own actions cause
     yield
 
 

@@ -23,8 +23,8 @@ import triton
 import triton.language as tl
 
 import triton_dejavu_like as tdl
-from triton_dejavu_like import storage
 from triton_dejavu_like.codec import encode_config, encode_key, key_id
+from triton_dejavu_like.store import cache_file as storage
 
 IDENTITY: dict[str, str] = {
     "dejavu": "0.1",
@@ -89,7 +89,12 @@ def write_document(path: Path, identity: dict[str, str], entries: dict[str, Any]
 def stored_entries(path: Path) -> dict[str, dict[str, Any]]:
     doc = storage.read_document(path)
     assert not doc.rejected, doc.rejected
-    return doc.entries
+    return {kid: entry.to_json() for kid, entry in doc.entries.items()}
+
+
+def as_json(entries: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Loaded entries (StoredEntry objects) as the JSON objects they are stored as."""
+    return {kid: entry.to_json() for kid, entry in entries.items()}
 
 
 def aside_files(path: Path, suffix: str) -> list[Path]:

@@ -159,7 +159,7 @@ def test_config_space_is_tuned_over_its_valid_points():
 
 
 def test_do_bench_is_honoured_and_warmup_rep_reach_the_cpu_timer(monkeypatch):
-    import triton_dejavu_like.bench as bench_mod
+    import triton_dejavu_like.measure.bench as bench_mod
 
     seen = {}
     real = bench_mod.cpu_do_bench
@@ -500,7 +500,7 @@ def test_config_pre_hook_gets_every_argument_and_config_value_at_launch():
 
 def test_a_launch_leaves_out_options_equal_to_the_backend_defaults():
     from triton_dejavu_like._compat import launch_option_defaults
-    from triton_dejavu_like.autotuner import launch_kwargs
+    from triton_dejavu_like.tuner.autotuner import launch_kwargs
 
     cuda = launch_option_defaults("cuda")
     assert cuda["num_warps"] == 4 and cuda["num_ctas"] == 1 and "num_stages" in cuda

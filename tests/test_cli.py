@@ -23,8 +23,10 @@ from storage_helpers import (
     write_document,
 )
 
-from triton_dejavu_like import cli, storage
+from triton_dejavu_like import _env
 from triton_dejavu_like.codec import key_id
+from triton_dejavu_like.store import layout
+from triton_dejavu_like.tools import cli
 
 OTHER_GPU = {**IDENTITY, "gpu": "NVIDIA_A100-SXM4-80GB"}
 SOFTMAX = {**IDENTITY, "kernel": "softmax", "tag": "prod"}
@@ -76,7 +78,7 @@ def test_list_json_and_filters(capsys, root):
 
 
 def test_list_uses_the_package_default_root(capsys, root, monkeypatch):
-    monkeypatch.setenv(storage.ENV_STORAGE, str(root))
+    monkeypatch.setenv(_env.STORAGE, str(root))
     assert len(run_json(capsys, "list")["files"]) == 3
 
 
@@ -228,9 +230,9 @@ def test_prune_quarantined_files(capsys, tmp_path):
     cf.path.parent.mkdir(parents=True)
     cf.path.write_bytes(b"garbage")
     cf.load()  # moves it aside
-    assert aside_files(cf.path, storage.CORRUPT_SUFFIX)
+    assert aside_files(cf.path, layout.CORRUPT_SUFFIX)
     assert run("prune", "--root", str(root), "--quarantined") == 0
-    assert aside_files(cf.path, storage.CORRUPT_SUFFIX) == []
+    assert aside_files(cf.path, layout.CORRUPT_SUFFIX) == []
 
 
 def test_prune_needs_a_criterion(capsys, root):

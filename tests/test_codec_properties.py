@@ -18,7 +18,6 @@ import triton.language as tl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triton_dejavu_like import storage
 from triton_dejavu_like._compat import CONFIG_FIELDS
 from triton_dejavu_like.codec import (
     EncodingError,
@@ -31,6 +30,8 @@ from triton_dejavu_like.codec import (
     encode_value,
     key_id,
 )
+from triton_dejavu_like.store import cache_file as storage
+from triton_dejavu_like.store import layout
 
 TORCH_DTYPES = sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)}, key=str)
 TRITON_DTYPES = [
@@ -113,11 +114,11 @@ def test_keys_survive_a_whole_cache_file(key_list):
             "tuned_at": "2025-01-01T00:00:00+00:00",
         }
         entries[key_id(key)] = entry
-    identity = dict.fromkeys(storage.IDENTITY_FIELDS, "x")
+    identity = dict.fromkeys(layout.IDENTITY_FIELDS, "x")
     doc = storage.parse_document(storage.dump_document(storage.new_document(identity, entries)))
     assert not doc.rejected
     for key in key_list:
-        assert_same(decode_key(doc.entries[key_id(key)]["key"]), key)
+        assert_same(decode_key(doc.entries[key_id(key)].data["key"]), key)
 
 
 def _field_values(name: str) -> st.SearchStrategy:

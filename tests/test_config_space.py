@@ -9,7 +9,7 @@ import triton
 
 from triton_dejavu_like import ConfigSpace
 from triton_dejavu_like._compat import CONFIG_FIELDS
-from triton_dejavu_like.config_space import platform_check_for
+from triton_dejavu_like.tuner.config_space import platform_check_for
 
 
 def test_cross_product_size_order_and_fields():
@@ -43,7 +43,7 @@ def test_size_is_counted_without_listing():
         {"A": list(range(50)), "B": list(range(40))}, kwarg_conditions=[lambda kw: kw["A"] > kw["B"]]
     )
     assert len(space) == sum(1 for a in range(50) for b in range(40) if a > b)
-    assert space._listed is None
+    assert not space._listed, "counting keeps no list"
 
 
 def test_points_encode_and_decode():
@@ -55,20 +55,6 @@ def test_points_encode_and_decode():
         assert space.decode(point).all_kwargs() == config.all_kwargs()
     assert space.decode((1, 0)) is None, "BLOCK=32 is excluded by the condition"
     assert space.config_to_point(triton.Config({"BLOCK": 128})) is None
-
-
-def test_sample_is_seeded_distinct_and_valid():
-    space = ConfigSpace(
-        {"A": list(range(100)), "B": list(range(100))},
-        kwarg_conditions=[lambda kw: (kw["A"] + kw["B"]) % 3 == 0],
-    )
-    a = space.sample(20, seed=7)
-    b = space.sample(20, seed=7)
-    assert [c.kwargs for c in a] == [c.kwargs for c in b]
-    assert len({tuple(c.kwargs.values()) for c in a}) == 20
-    assert all((c.kwargs["A"] + c.kwargs["B"]) % 3 == 0 for c in a)
-    assert space._listed is None, "sampling does not list the space"
-    assert [c.kwargs for c in space.sample(20, seed=8)] != [c.kwargs for c in a]
 
 
 def test_pre_hook_is_attached_to_every_config():
@@ -105,11 +91,14 @@ def test_bad_lists_are_errors(bad):
 
 def test_platform_filter():
     space = ConfigSpace({"BLOCK": [16]}, num_ctas=[1, 2], maxnreg=[None, 128])
-    space.bind_platform(platform_check_for("cuda", (8, 0)))
-    assert {(c.num_ctas, c.maxnreg) for c in space.configs()} == {(1, None), (1, 128)}
-    space.bind_platform(platform_check_for("cuda", (9, 0)))
-    assert len(space.configs()) == 4
-    space.bind_platform(platform_check_for("hip", None))
-    assert {(c.num_ctas, c.maxnreg) for c in space.configs()} == {(1, None)}
-    space.bind_platform(platform_check_for("interpreter", None))
-    assert len(space.configs()) == 4
+    ampere = space.configs(platform_check_for("cuda", (8, 0)))
+    assert {(c.num_ctas, c.maxnreg) for c in ampere} == {(1, None), (1, 128)}
+    assert len(space.configs(platform_check_for("cuda", (9, 0)))) == 4
+    assert {(c.num_ctas, c.maxnreg) for c in space.configs(platform_check_for("hip", None))} == {(1, None)}
+    assert len(space.configs(platform_check_for("interpreter", None))) == 4
+    assert len(space.configs()) == 4, "listing for a platform leaves the space as it was"
+
+
+def test_a_space_whose_conditions_keep_nothing_is_a_clear_error():
+    with pytest.raises(ValueError, match="config space is empty after its conditions"):
+        ConfigSpace({"BLOCK": [16, 32]}, kwarg_conditions=[lambda kw: kw["BLOCK"] > 64])

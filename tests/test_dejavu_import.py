@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -13,10 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from storage_helpers import stored_entries
 
-from triton_dejavu_like import cli, dejavu_import, identity, storage
 from triton_dejavu_like._compat import CONFIG_FIELDS
 from triton_dejavu_like.codec import config_id
-from triton_dejavu_like.dejavu_import import FormatError, parse_config, parse_key
+from triton_dejavu_like.store import cache_file as storage
+from triton_dejavu_like.store import identity
+from triton_dejavu_like.tools import cli, dejavu_import
+from triton_dejavu_like.tools.dejavu_import import FormatError, parse_config, parse_key
 
 # --- the parsers ----------------------------------------------------------------------------------------
 
@@ -173,7 +176,7 @@ def test_imported_results_are_restored_without_tuning(tmp_path, kernel_spec, cap
     assert cli.main(["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(root)]) == 0
     assert "imported 2 keys from 1 triton-dejavu file(s)" in capsys.readouterr().out
     tuner = dejavu_import.load_tuner(kernel_spec)
-    tuner.custom_data_storage = root
+    tuner.settings = dataclasses.replace(tuner.settings, custom_data_storage=root)
     entries = stored_entries(tuner.cache_path())
     assert {e["key"][0]: e["config"]["kwargs"]["BLOCK"] for e in entries.values()} == {100: 32, 200: 16}
     assert {e["strategy"] for e in entries.values()} == {dejavu_import.STRATEGY}
@@ -183,7 +186,7 @@ def test_imported_results_are_restored_without_tuning(tmp_path, kernel_spec, cap
         tuner[lambda meta, n=n: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
         assert torch.equal(out, x * 3)
         assert tuner.last_decision == "restored" and tuner.best_config.kwargs == {"BLOCK": block}
-    assert tuner.user_do_bench.__globals__["BENCHMARKS"] == []  # the module's do_bench never ran
+    assert tuner.settings.timing.do_bench.__globals__["BENCHMARKS"] == []  # the module's do_bench never ran
 
 
 def test_the_platform_and_tag_come_from_the_triton_dejavu_path(tmp_path, kernel_spec):

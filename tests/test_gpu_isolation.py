@@ -35,7 +35,7 @@ SCENARIO = textwrap.dedent(
     import triton.language as tl
 
     import triton_dejavu_like as tdl
-    from triton_dejavu_like.isolation import IsolationError
+    from triton_dejavu_like.measure.isolation import IsolationError
 
     FAR = tl.constexpr(1 << 40)  # elements past the end of the buffer: no allocation reaches that far
 

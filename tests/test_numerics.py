@@ -16,7 +16,7 @@ import triton.language as tl
 from kernels import FakeBench, add_kernel, grid, observe_block
 
 import triton_dejavu_like as tdl
-from triton_dejavu_like.numerics import DEFAULT_TOLERANCES, compare
+from triton_dejavu_like.measure.numerics import DEFAULT_TOLERANCES, compare
 
 
 @triton.jit

@@ -16,7 +16,7 @@ import triton
 from kernels import FakeBench, accumulate_kernel, block_configs, grid, run_add, tuned_add
 
 import triton_dejavu_like as tdl
-from triton_dejavu_like.storage import SCHEMA_VERSION
+from triton_dejavu_like.store import SCHEMA_VERSION
 
 SCRIPT = """
 import json, os, sys
@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 import triton_dejavu_like as tdl
-import triton_dejavu_like.bench as bench
+import triton_dejavu_like.measure.bench as bench
 
 benchmarks = []
 _cpu_timer = bench.cpu_do_bench
@@ -143,7 +143,7 @@ def kern(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _code_version(tmp_path, name, helper_op="+", body="helper(tl.load(x_ptr + offs, mask=mask))"):
-    from triton_dejavu_like.identity import code_version
+    from triton_dejavu_like.store.identity import code_version
 
     module = load_module(tmp_path / f"{name}.py", KERNEL_MODULE.format(helper_op=helper_op, body=body))
     return code_version(module.kern)
@@ -215,7 +215,7 @@ def test_tag_and_custom_data_storage(tmp_path, monkeypatch):
 
 
 def test_cuda_version_override_names_the_toolchain(monkeypatch):
-    from triton_dejavu_like import identity
+    from triton_dejavu_like.store import identity
 
     monkeypatch.setenv("_TRITON_DEJAVU_DETERMINED_CUDA_VERSION", "12.4.1")
     identity.detect_platform.cache_clear()
@@ -287,7 +287,7 @@ def test_unencodable_key_stays_in_memory(caplog):
 
 def test_restore_happens_once_per_process_not_per_call(monkeypatch):
     run_add(tuned_add(FakeBench()))
-    from triton_dejavu_like import storage
+    from triton_dejavu_like.store import cache_file as storage
 
     loads = []
     real = storage.CacheFile.load

@@ -6,8 +6,8 @@ import pytest
 import triton
 
 from triton_dejavu_like import _compat
-from triton_dejavu_like.evaluate import LaunchContext
-from triton_dejavu_like.precompile import precompile
+from triton_dejavu_like.measure import LaunchContext
+from triton_dejavu_like.measure.precompile import precompile
 
 
 class CompileOnlyKernel:

@@ -370,7 +370,7 @@ def test_use_bo_tunes_stores_its_budget_and_restores_in_a_new_process(tmp_path):
 
 def store_as_other_gpu(tuner: tdl.Autotuner, gpu: str) -> Path:
     """Move the tuner's cache file to where a machine with another GPU would have written it."""
-    from triton_dejavu_like.storage import identity_relative_dir
+    from triton_dejavu_like.store.layout import relative_dir as identity_relative_dir
 
     own = tuner.cache_path()
     doc = json.loads(own.read_text())
@@ -403,8 +403,8 @@ def test_a_new_gpu_measures_the_winner_stored_for_another_gpu_first(tmp_path, mo
 def test_foreign_winners_come_from_sibling_files_read_as_data(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     from triton_dejavu_like.codec import config_id
-    from triton_dejavu_like.storage import identity_relative_dir
-    from triton_dejavu_like.warm_start import foreign_winners, sibling_cache_files
+    from triton_dejavu_like.store.layout import relative_dir as identity_relative_dir
+    from triton_dejavu_like.store.warm_start import foreign_winners, sibling_cache_files
 
     root = Path(os.environ["TRITON_DEJAVU_STORAGE"])
     bench = FakeBench({16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0})

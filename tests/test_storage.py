@@ -18,6 +18,7 @@ import pytest
 from storage_helpers import (
     IDENTITY,
     InstantBench,
+    as_json,
     aside_files,
     cache_file,
     double_kernel,
@@ -30,8 +31,9 @@ from storage_helpers import (
     write_document,
 )
 
-from triton_dejavu_like import storage
 from triton_dejavu_like.codec import encode_config, key_id
+from triton_dejavu_like.store import cache_file as storage
+from triton_dejavu_like.store import layout
 
 LOGGER = "triton_dejavu_like"
 
@@ -53,17 +55,17 @@ def test_record_and_load_round_trip_in_the_documented_format(tmp_path):
     cf = cache_file(tmp_path)
     entries = entries_for([(128, "torch.float16"), (256, "torch.float16")])
     assert cf.record(entries)
-    assert cf.path == tmp_path / storage.identity_relative_dir(IDENTITY) / "cache.json"
+    assert cf.path == tmp_path / layout.relative_dir(IDENTITY) / "cache.json"
     doc = json.loads(cf.path.read_text())
     assert doc == {"schema": storage.SCHEMA_VERSION, "identity": IDENTITY, "entries": entries}
-    assert cache_file(tmp_path).load() == entries
+    assert as_json(cache_file(tmp_path).load()) == entries
 
 
 def test_new_results_win_per_key_and_other_keys_are_kept(tmp_path):
     cf = cache_file(tmp_path)
     cf.record(entries_for([(1,), (2,)], block=16))
     cf.record(entries_for([(2,), (3,)], block=32))
-    blocks = {kid: e["config"]["kwargs"]["BLOCK"] for kid, e in cf.load().items()}
+    blocks = {kid: e.config.kwargs["BLOCK"] for kid, e in cf.load().items()}
     assert blocks == {key_id((1,)): 16, key_id((2,)): 32, key_id((3,)): 32}
 
 
@@ -114,7 +116,7 @@ def test_an_unreadable_file_is_moved_aside_with_one_warning(tmp_path, warnings, 
     assert cf.load() == {}
     messages = warnings()
     assert len(messages) == 1 and str(cf.path) in messages[0], messages
-    [aside] = aside_files(cf.path, storage.CORRUPT_SUFFIX)
+    [aside] = aside_files(cf.path, layout.CORRUPT_SUFFIX)
     assert aside.read_bytes() == BAD_FILES[case]  # moved, byte for byte, never deleted
     assert not cf.path.exists()
     assert cf.record(entries_for([(3,)]))  # and the next result starts a fresh file
@@ -128,7 +130,7 @@ def test_a_huge_file_is_moved_aside_without_being_read(tmp_path, warnings):
         handle.truncate(storage.MAX_FILE_BYTES + 1)
     assert cf.load() == {}
     assert len(warnings()) == 1 and "limit" in warnings()[0] and str(cf.path) in warnings()[0]
-    [aside] = aside_files(cf.path, storage.CORRUPT_SUFFIX)
+    [aside] = aside_files(cf.path, layout.CORRUPT_SUFFIX)
     assert aside.stat().st_size == storage.MAX_FILE_BYTES + 1
 
 
@@ -151,7 +153,7 @@ def test_a_kernel_tunes_as_if_nothing_was_stored(tmp_path, warnings, case):
     launch(tuner, 100)
     assert tuner.last_decision == "tuned" and bench.calls == 3
     assert len(warnings()) == 1 and str(path) in warnings()[0]
-    assert [a.read_bytes() for a in aside_files(path, storage.CORRUPT_SUFFIX)] == [BAD_FILES[case]]
+    assert [a.read_bytes() for a in aside_files(path, layout.CORRUPT_SUFFIX)] == [BAD_FILES[case]]
     assert [e["key"][0] for e in stored_entries(path).values()] == [100]
 
 
@@ -230,7 +232,7 @@ def test_an_invalid_entry_is_set_aside_and_the_rest_is_kept(tmp_path, warnings, 
     assert list(cf.load()) == [key_id((1,))]
     messages = warnings()
     assert len(messages) == 1 and str(cf.path) in messages[0], messages
-    [aside] = aside_files(cf.path, storage.REJECTED_SUFFIX)
+    [aside] = aside_files(cf.path, layout.REJECTED_SUFFIX)
     rejected = json.loads(aside.read_text())["rejected"]
     assert list(rejected) == [key_id((2,))] and rejected[key_id((2,))]["reason"]
     assert list(stored_entries(cf.path)) == [key_id((1,))]  # the file now holds only valid entries
@@ -258,11 +260,12 @@ def test_a_kernel_uses_the_valid_entries_and_retunes_the_invalid_one(tmp_path, w
     assert tuner.last_decision == "tuned" and bench.calls == 3
     assert len(warnings()) == 1 and str(tuner.cache_path()) in warnings()[0]
     assert sorted(e["key"][0] for e in stored_entries(tuner.cache_path()).values()) == [100, 200]
-    assert len(aside_files(tuner.cache_path(), storage.REJECTED_SUFFIX)) == 1
+    assert len(aside_files(tuner.cache_path(), layout.REJECTED_SUFFIX)) == 1
 
 
 def _platform(tuner):
-    from triton_dejavu_like import _compat, identity
+    from triton_dejavu_like import _compat
+    from triton_dejavu_like.store import identity
 
     return identity.detect_platform(_compat.is_interpreted(tuner.fn))
 

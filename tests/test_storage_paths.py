@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from storage_helpers import IDENTITY, cache_file, entries_for, stored_entries
+from storage_helpers import IDENTITY, as_json, cache_file, entries_for, stored_entries
 
-from triton_dejavu_like import storage
-from triton_dejavu_like.identity import sanitize
+from triton_dejavu_like.store import layout
+from triton_dejavu_like.store.identity import sanitize
 
 NASTY = [
     "../../../etc",
@@ -47,10 +47,10 @@ def identity_with(**names: str) -> dict[str, str]:
 @example(kernel="..", tag="../../..", gpu="/", triton="..", toolchain=".")
 @settings(deadline=None)
 def test_every_component_is_one_plain_path_segment(kernel, tag, gpu, triton, toolchain):
-    rel = storage.identity_relative_dir(
+    rel = layout.relative_dir(
         identity_with(kernel=kernel, tag=tag, gpu=gpu, triton=triton, toolchain=toolchain)
     )
-    assert len(rel.parts) == len(storage.IDENTITY_FIELDS)
+    assert len(rel.parts) == len(layout.IDENTITY_FIELDS)
     for part in rel.parts:
         assert part not in ("", ".", "..")
         assert "/" not in part and "\\" not in part and "\x00" not in part
@@ -71,26 +71,26 @@ def test_a_nasty_name_writes_inside_the_root_and_reads_back(tmp_path, name):
     ident = identity_with(kernel=name, tag=name, gpu=name)
     cf = cache_file(root, ident)
     assert cf.record(entries_for([(1,)]))
-    assert cache_file(root, ident).load() == entries_for([(1,)])
+    assert as_json(cache_file(root, ident).load()) == entries_for([(1,)])
     [written] = list(root.rglob("cache.json"))
     assert written.resolve().is_relative_to(root.resolve())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["root"]  # nothing beside the root
 
 
 def test_names_stay_readable():
-    rel = storage.identity_relative_dir(
+    rel = layout.relative_dir(
         identity_with(kernel="my kernel/v2", gpu="NVIDIA H100 80GB HBM3", tag="prod 2025")
     )
     assert rel.parts[3] == "gpu_NVIDIA_H100_80GB_HBM3"
     assert rel.parts[4] == "my_kernel_v2"
     assert rel.parts[-1] == "prod_2025"
-    long = storage.identity_relative_dir(identity_with(kernel="k" * 300)).parts[4]
+    long = layout.relative_dir(identity_with(kernel="k" * 300)).parts[4]
     assert long.startswith("k" * 40) and len(long) <= 80  # truncated with a hash, still recognisable
 
 
 def test_two_names_that_sanitise_alike_never_share_results(tmp_path):
     first, second = identity_with(tag="a b"), identity_with(tag="a_b")
-    assert storage.identity_relative_dir(first) == storage.identity_relative_dir(second)
+    assert layout.relative_dir(first) == layout.relative_dir(second)
     assert cache_file(tmp_path, first).record(entries_for([(1,)]))
     other = cache_file(tmp_path, second)
     assert other.load() == {}  # made for another identity: not used ...

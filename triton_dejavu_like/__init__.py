@@ -16,11 +16,11 @@ from . import _env
 __version__ = "0.1.0"
 
 from ._compat import Config
-from .autotuner import Autotuner, AutotuningError, autotune
-from .bench import TimingPolicy
-from .config_space import ConfigSpace
-from .isolation import IsolationError
+from ._log import DejavuConfigWarning, DejavuStorageWarning, DejavuTuningWarning, DejavuWarning
+from .measure.bench import TimingPolicy
+from .measure.isolation import IsolationError
 from .search import MissingExtraError
+from .tuner import Autotuner, AutotuningError, ConfigSpace, autotune
 
 _logger = logging.getLogger(__name__)
 _logger.addHandler(logging.NullHandler())
@@ -35,6 +35,10 @@ __all__ = [
     "AutotuningError",
     "Config",
     "ConfigSpace",
+    "DejavuConfigWarning",
+    "DejavuStorageWarning",
+    "DejavuTuningWarning",
+    "DejavuWarning",
     "IsolationError",
     "MissingExtraError",
     "TimingPolicy",

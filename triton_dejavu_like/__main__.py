@@ -1,5 +1,5 @@
 """``python -m triton_dejavu_like``: the command line."""
 
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

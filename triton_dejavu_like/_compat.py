@@ -24,18 +24,7 @@ except ImportError:  # 3.2 / 3.3
     _knobs = None
 
 
-def _parse_version(text: str) -> tuple[int, int, int]:
-    parts: list[int] = []
-    for piece in text.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    while len(parts) < 3:
-        parts.append(0)
-    return parts[0], parts[1], parts[2]
-
-
 TRITON_VERSION_STR: str = triton.__version__
-TRITON_VERSION: tuple[int, int, int] = _parse_version(TRITON_VERSION_STR)
 
 UpstreamAutotuner = _upstream_autotuner.Autotuner
 Config = triton.Config
@@ -70,23 +59,6 @@ CONFIG_FIELDS_ANY_RELEASE: frozenset[str] = frozenset(
     }
 )
 
-
-def _error_classes() -> tuple[type[BaseException], ...]:
-    from triton.compiler import errors as compiler_errors
-
-    names = ("OutOfResources", "PTXASError")  # PTXASError: 3.3+
-    found: list[type[BaseException]] = [
-        getattr(_runtime_errors, n) for n in names if hasattr(_runtime_errors, n)
-    ]
-    for name in ("CompilationError", "CompileTimeAssertionFailure"):
-        cls = getattr(compiler_errors, name, None)
-        if cls is not None:
-            found.append(cls)
-    return tuple(found)
-
-
-#: Exceptions upstream turns into an infinite timing: a candidate that raises one is ruled out.
-CANDIDATE_ERRORS: tuple[type[BaseException], ...] = _error_classes()
 
 #: Base class for our tuning errors: upstream's ``AutotunerError`` where it exists (3.6+).
 AutotunerErrorBase: type[Exception] = getattr(_runtime_errors, "AutotunerError", RuntimeError)
@@ -249,10 +221,8 @@ def launch_option_defaults(backend: str) -> dict[str, Any]:
 
 __all__ = [
     "AUTOTUNER_HAS_CACHE_RESULTS",
-    "CANDIDATE_ERRORS",
     "CONFIG_FIELDS",
     "CONFIG_FIELDS_ANY_RELEASE",
-    "TRITON_VERSION",
     "TRITON_VERSION_STR",
     "AutotunerErrorBase",
     "Config",

@@ -1,11 +1,7 @@
-"""Where and how tuning results live on disk, and how they survive crashes, races and bad files.
+"""One cache file on disk, and how it survives crashes, races and bad files.
 
-Layout (every component sanitised, so no name can leave the root)::
-
-    <root>/dejavu_<maj.min>/triton_<ver>/<cuda_X.Y | rocm_X.Y.Z | cpu>/gpu_<name>/<kernel>/
-        autotune_config-<h>/code_version-<h>/tune_features-<h>/kernel_configs-<h>/<tag>/cache.json
-
-``cache.json`` holds a schema version, the identity it was made for, and one entry per tuning key.
+``cache.json`` holds a schema version, the identity it was made for, and one entry per tuning key
+(:class:`~triton_dejavu_like.store.entry.StoredEntry`); where it lives is :mod:`.layout`'s business.
 
 Guarantees (each one is exercised by the test suite, see ``docs/storage.md``):
 
@@ -16,24 +12,22 @@ Guarantees (each one is exercised by the test suite, see ``docs/storage.md``):
 - A file that is not a valid document (not UTF-8, not JSON, wrong shape, unknown schema, too big)
   is moved aside as ``cache.json.corrupt-*`` with one warning naming it. An entry that is invalid
   in an otherwise valid file (wrong types, non-finite timings, a config naming parameters the kernel
-  lacks) is moved to a ``cache.json.rejected-*`` file and the rest of the file stays in use. Nothing
-  is deleted, nothing read from a file is executed.
+  lacks, any value that cannot be read) is moved to a ``cache.json.rejected-*`` file and the rest of
+  the file stays in use. Nothing is deleted, nothing read from a file is executed.
 - A file made for another identity, or by a newer schema, is neither used nor overwritten.
 - A storage root that cannot be written degrades to in-memory results with one warning per root.
 - Files and directories are created with the user's umask; a replaced file keeps its permissions.
+
+Every problem the user must act on is a :class:`~triton_dejavu_like.DejavuStorageWarning`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
-import logging
-import math
 import os
 import secrets
 import stat
-import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,118 +36,20 @@ from typing import Any
 
 import filelock
 
-from .codec import canonical_json, decode_config, decode_key, key_id
-from .identity import Platform, sanitize
-
-log = logging.getLogger(__name__)
+from .._log import DejavuStorageWarning, log, warn_once
+from ..codec import canonical_json
+from .entry import InvalidEntry, StoredEntry
+from .layout import CORRUPT_SUFFIX, IDENTITY_FIELDS, LOCK_SUFFIX, REJECTED_SUFFIX, cache_path
 
 SCHEMA_VERSION = 1
-CACHE_FILE_NAME = "cache.json"
 #: A cache file over this size is not read (moved aside): a result file is a few kB per key.
 MAX_FILE_BYTES = 64 * 1024 * 1024
 LOCK_TIMEOUT_S = 120.0
-ENV_STORAGE = "TRITON_DEJAVU_STORAGE"
-ENV_TAG = "TRITON_DEJAVU_TAG"
-DEFAULT_TAG = "default"
-#: Suffixes of the files kept next to a cache file: bad files moved aside, rejected entries, the lock.
-CORRUPT_SUFFIX = ".corrupt-"
-REJECTED_SUFFIX = ".rejected-"
-LOCK_SUFFIX = ".lock"
-#: The identity fields of a document, in path order (see :func:`identity_relative_dir`).
-IDENTITY_FIELDS = (
-    "dejavu",
-    "triton",
-    "toolchain",
-    "gpu",
-    "kernel",
-    "autotune_config",
-    "code_version",
-    "tune_features",
-    "kernel_configs",
-    "tag",
-)
 
-_announced_roots: set[str] = set()
-_warned: set[tuple[str, str]] = set()
-_warn_lock = threading.Lock()
+EntryMap = dict[str, StoredEntry]
 
 
-def warn_once(kind: str, subject: str, message: str, *args: Any) -> None:
-    """Log a warning once per process for a (kind, subject) pair."""
-    with _warn_lock:
-        if (kind, subject) in _warned:
-            return
-        _warned.add((kind, subject))
-    log.warning(message, *args)
-
-
-def default_root() -> Path:
-    """``$TRITON_DEJAVU_STORAGE``, else the user cache directory (platformdirs)."""
-    configured = os.environ.get(ENV_STORAGE)
-    if configured:
-        return Path(configured).expanduser()
-    import platformdirs
-
-    root = Path(platformdirs.user_cache_dir("triton_dejavu_like", appauthor=False))
-    if str(root) not in _announced_roots:
-        _announced_roots.add(str(root))
-        log.info("storing tuning results under %s (set %s to change)", root, ENV_STORAGE)
-    return root
-
-
-def default_tag() -> str:
-    return os.environ.get(ENV_TAG) or DEFAULT_TAG
-
-
-def identity_relative_dir(identity: Mapping[str, Any]) -> Path:
-    """The directory (relative to a storage root) of the cache file made for ``identity``.
-
-    Every component goes through :func:`~triton_dejavu_like.identity.sanitize`: a tag, kernel or GPU
-    name holding ``/``, ``..``, spaces or control characters stays one readable path component.
-    """
-    ident = {name: str(identity[name]) for name in IDENTITY_FIELDS}
-    return Path(
-        sanitize(f"dejavu_{ident['dejavu']}"),
-        sanitize(f"triton_{ident['triton']}"),
-        sanitize(ident["toolchain"]),
-        sanitize(f"gpu_{ident['gpu']}"),
-        sanitize(ident["kernel"]),
-        sanitize(f"autotune_config-{ident['autotune_config']}"),
-        sanitize(f"code_version-{ident['code_version']}"),
-        sanitize(f"tune_features-{ident['tune_features']}"),
-        sanitize(f"kernel_configs-{ident['kernel_configs']}"),
-        sanitize(ident["tag"]),
-    )
-
-
-@dataclass(frozen=True)
-class KernelIdentity:
-    """Everything a stored result depends on; it decides the file's path."""
-
-    platform: Platform
-    kernel: str
-    autotune_config: str
-    code_version: str
-    tune_features: str
-    kernel_configs: str
-    tag: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            **self.platform.as_dict(),
-            "kernel": self.kernel,
-            "autotune_config": self.autotune_config,
-            "code_version": self.code_version,
-            "tune_features": self.tune_features,
-            "kernel_configs": self.kernel_configs,
-            "tag": self.tag,
-        }
-
-    def relative_dir(self) -> Path:
-        return identity_relative_dir(self.as_dict())
-
-
-# --- the document: parsing and validation --------------------------------------------------------------
+# --- the document: parsing -------------------------------------------------------------------------------
 
 
 class InvalidCacheFile(ValueError):
@@ -169,7 +65,7 @@ class Document:
     """A parsed cache file: its identity, its valid entries, and the entries it had to reject."""
 
     identity: dict[str, Any]
-    entries: dict[str, dict[str, Any]]
+    entries: EntryMap
     #: key id -> (the raw entry, why it was rejected)
     rejected: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
@@ -178,7 +74,7 @@ def parse_document(raw: bytes, *, parameters: Collection[str] | None = None) -> 
     """Parse a cache file's bytes.
 
     Raises :class:`InvalidCacheFile` when the document as a whole is unusable (encoding, syntax,
-    shape, schema, identity); an entry that fails :func:`validate_entry` lands in ``rejected``.
+    shape, schema, identity); an entry that is not valid lands in ``rejected``.
     """
     try:
         text = raw.decode("utf-8")
@@ -208,111 +104,26 @@ def parse_document(raw: bytes, *, parameters: Collection[str] | None = None) -> 
     entries = doc.get("entries")
     if not isinstance(entries, dict):
         raise InvalidCacheFile("'entries' is missing or not an object")
-    valid: dict[str, dict[str, Any]] = {}
+    valid: EntryMap = {}
     rejected: dict[str, tuple[Any, str]] = {}
-    for kid, entry in entries.items():
-        reason = entry_problem(kid, entry, parameters=parameters)
-        if reason is not None:
-            rejected[kid] = (entry, reason)
-        else:
-            valid[kid] = entry
+    for kid, data in entries.items():
+        try:
+            valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters)
+        except InvalidEntry as exc:
+            rejected[kid] = (data, str(exc) or "invalid")
     return Document(identity, valid, rejected)
 
 
-def _finite_number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidCacheFile(f"{what} is not a number: {type(value).__name__}")
-    try:
-        number = float(value)  # an int too large for a float raises OverflowError
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
-        raise InvalidCacheFile(f"{what} is not a finite number")
-    return number
-
-
-def _timings(value: Any, what: str) -> None:
-    if not isinstance(value, list) or not value:
-        raise InvalidCacheFile(f"{what} is not a non-empty list")
-    for v in value:
-        if _finite_number(v, what) < 0:
-            raise InvalidCacheFile(f"{what} holds a negative time")
-
-
-def parse_timestamp(text: Any) -> _dt.datetime:
-    """An entry's ``tuned_at`` (ISO 8601) as an aware UTC datetime; naive times are taken as UTC."""
-    if not isinstance(text, str):
-        raise InvalidCacheFile(f"tuned_at is not a string: {text!r:.40}")
-    try:
-        moment = _dt.datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise InvalidCacheFile(f"tuned_at is not an ISO 8601 time: {text!r:.40}") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_dt.timezone.utc)
-    try:
-        return moment.astimezone(_dt.timezone.utc)
-    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+23:59 lands before year 1 in UTC
-        raise InvalidCacheFile(f"tuned_at is outside the calendar in UTC: {text!r:.40}") from exc
-
-
-def _config(data: Any, parameters: Collection[str] | None, what: str) -> None:
-    config, _ = decode_config(data)
-    if parameters is not None:
-        unknown = sorted(set(config.kwargs) - set(parameters))
-        if unknown:
-            raise InvalidCacheFile(f"{what} names parameters the kernel lacks: {', '.join(unknown)[:120]}")
-
-
-def entry_problem(kid: str, entry: Any, *, parameters: Collection[str] | None = None) -> str | None:
-    """Why ``entry`` (read from disk, so anything at all) cannot be used, or None when it is valid.
-
-    Never raises: whatever goes wrong while validating data read from a file rejects the entry.
-    """
-    try:
-        validate_entry(kid, entry, parameters=parameters)
-    except ValueError as exc:  # InvalidCacheFile, DecodingError: a message written for the user
-        return str(exc)[:300] or type(exc).__name__
-    except Exception as exc:  # data from disk: any other failure also rejects, never crashes
-        return f"{type(exc).__name__}: {str(exc)[:280]}"
-    return None
-
-
-def validate_entry(kid: str, entry: Any, *, parameters: Collection[str] | None = None) -> None:
-    """Raise if ``entry`` is not a complete, well-typed result for the key filed as ``kid``.
-
-    ``parameters``: the kernel's argument names; a config naming anything else is invalid.
-    """
-    if not isinstance(entry, dict):
-        raise InvalidCacheFile("an entry is not an object")
-    key = decode_key(entry.get("key"))
-    if key_id(key) != kid:
-        raise InvalidCacheFile("the entry's key does not match the name it is filed under")
-    _config(entry.get("config"), parameters, "the config")
-    _timings(entry.get("timings_ms"), "timings_ms")
-    for name in ("evaluated", "space_size"):
-        value = entry.get(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidCacheFile(f"{name} is not a count: {value!r:.40}")
-    if not isinstance(entry.get("strategy"), str):
-        raise InvalidCacheFile("strategy is not a string")
-    _finite_number(entry.get("tuning_time_s"), "tuning_time_s")
-    parse_timestamp(entry.get("tuned_at"))
-    for name in ("top", "ruled_out"):
-        if not isinstance(entry.get(name, []), list):
-            raise InvalidCacheFile(f"{name} is not a list")
-    for item in entry.get("top", []):
-        if not isinstance(item, dict):
-            raise InvalidCacheFile("a top-k item is not an object")
-        _config(item.get("config"), parameters, "a top-k config")
-        _timings(item.get("timings_ms"), "top-k timings_ms")
-    for item in entry.get("ruled_out", []):
-        if not isinstance(item, dict) or not isinstance(item.get("reason"), str):
-            raise InvalidCacheFile("a ruled-out item is not an object with a reason")
-        _config(item.get("config"), parameters, "a ruled-out config")
-
-
 def new_document(identity: Mapping[str, Any], entries: Mapping[str, Any]) -> dict[str, Any]:
-    return {"schema": SCHEMA_VERSION, "identity": dict(identity), "entries": dict(entries)}
+    """A document (``entries`` as :class:`StoredEntry` or as the JSON values to write as they are)."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "identity": dict(identity),
+        "entries": {
+            kid: entry.to_json() if isinstance(entry, StoredEntry) else entry
+            for kid, entry in entries.items()
+        },
+    }
 
 
 def dump_document(doc: Mapping[str, Any]) -> bytes:
@@ -395,11 +206,23 @@ def quarantine(path: Path, reason: str) -> Path | None:
     try:
         os.replace(path, target)
     except OSError as exc:
-        log.warning(
-            "ignoring unreadable tuning cache %s (%s); could not move it aside: %s", path, reason, exc
+        warn_once(
+            DejavuStorageWarning,
+            str(path),
+            "ignoring unreadable tuning cache %s (%s); could not move it aside: %s",
+            path,
+            reason,
+            exc,
         )
         return None
-    log.warning("ignoring unreadable tuning cache %s (%s); moved it to %s", path, reason, target.name)
+    warn_once(
+        DejavuStorageWarning,
+        str(path),
+        "ignoring unreadable tuning cache %s (%s); moved it to %s",
+        path,
+        reason,
+        target.name,
+    )
     return target
 
 
@@ -433,8 +256,6 @@ def file_lock(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
 
 
 # --- one cache file ------------------------------------------------------------------------------------
-
-EntryMap = dict[str, dict[str, Any]]
 
 
 class CacheFile:
@@ -471,7 +292,7 @@ class CacheFile:
         lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> CacheFile:
         """The cache file a kernel of this identity uses under ``root``."""
-        path = Path(root) / identity_relative_dir(identity) / CACHE_FILE_NAME
+        path = cache_path(root, identity)
         return cls(path, identity, root=root, parameters=parameters, lock_timeout=lock_timeout)
 
     @property
@@ -495,7 +316,6 @@ class CacheFile:
             return None
         except NewerSchemaFile as exc:
             self._refuse(
-                "newer",
                 "tuning cache %s was written by a newer release (%s); it is neither used nor overwritten",
                 exc,
             )
@@ -504,16 +324,19 @@ class CacheFile:
             if exclusive:
                 quarantine(self.path, str(exc))
             else:
-                warn_once("invalid", str(self.path), "ignoring invalid tuning cache %s: %s", self.path, exc)
+                warn_once(
+                    DejavuStorageWarning,
+                    str(self.path),
+                    "ignoring invalid tuning cache %s: %s",
+                    self.path,
+                    exc,
+                )
             return None
         except OSError as exc:  # what cannot be read cannot be merged: leave it as it is
-            self._refuse(
-                "unreadable", "cannot read tuning cache %s (%s); it is neither used nor overwritten", exc
-            )
+            self._refuse("cannot read tuning cache %s (%s); it is neither used nor overwritten", exc)
             return None
         if doc.identity != self.identity:
             self._refuse(
-                "foreign",
                 "tuning cache %s was made for another identity (%s); it is neither used nor overwritten",
                 canonical_json(doc.identity)[:300],
             )
@@ -522,16 +345,18 @@ class CacheFile:
             self._set_aside_rejected(doc, exclusive=exclusive)
         return doc
 
-    def _refuse(self, kind: str, message: str, detail: Any) -> None:
+    def _refuse(self, message: str, detail: Any) -> None:
         self.writable = False
-        warn_once(kind, str(self.path), message, self.path, detail)
+        warn_once(DejavuStorageWarning, str(self.path), message, self.path, detail)
 
     def _set_aside_rejected(self, doc: Document, *, exclusive: bool) -> None:
         """Move invalid entries to a ``cache.json.rejected-*`` file and keep the valid ones in place."""
         first_kid, (_, first_reason) = next(iter(doc.rejected.items()))
         summary = f"{len(doc.rejected)} invalid entries (first: {first_kid[:80]}: {first_reason})"
         if not exclusive:
-            warn_once("rejected", str(self.path), "tuning cache %s: ignoring %s", self.path, summary)
+            warn_once(
+                DejavuStorageWarning, str(self.path), "tuning cache %s: ignoring %s", self.path, summary
+            )
             return
         target = _aside_name(self.path, REJECTED_SUFFIX)
         aside = {
@@ -545,11 +370,23 @@ class CacheFile:
             atomic_write(target, (json.dumps(aside, indent=1, sort_keys=True) + "\n").encode("utf-8"))
             atomic_write(self.path, dump_document(new_document(doc.identity, doc.entries)))
         except (OSError, ValueError) as exc:
-            log.warning(
-                "tuning cache %s: ignoring %s; could not move them aside: %s", self.path, summary, exc
+            warn_once(
+                DejavuStorageWarning,
+                str(self.path),
+                "tuning cache %s: ignoring %s; could not move them aside: %s",
+                self.path,
+                summary,
+                exc,
             )
             return
-        log.warning("tuning cache %s: moved %s to %s", self.path, summary, target.name)
+        warn_once(
+            DejavuStorageWarning,
+            str(self.path),
+            "tuning cache %s: moved %s to %s",
+            self.path,
+            summary,
+            target.name,
+        )
         doc.rejected = {}
 
     def load(self) -> EntryMap:
@@ -558,7 +395,7 @@ class CacheFile:
             return {}
         try:  # the common case, a valid file of ours, needs no lock: writers replace files atomically
             doc = read_document(self.path, parameters=self.parameters)
-        except (OSError, InvalidCacheFile, NewerSchemaFile):
+        except (OSError, InvalidCacheFile):
             doc = None
         if doc is not None and doc.identity == self.identity and not doc.rejected:
             return dict(doc.entries)
@@ -570,22 +407,29 @@ class CacheFile:
             doc = self._read(exclusive=False)
         return dict(doc.entries) if doc else {}
 
-    def record(self, entries: Mapping[str, dict[str, Any]]) -> bool:
-        """Merge ``entries`` into the file (new entries win per key). False if it could not write."""
-        valid = {}
+    def record(self, entries: Mapping[str, StoredEntry | Mapping[str, Any]]) -> bool:
+        """Merge ``entries`` into the file (new entries win per key). False if it could not write.
+
+        Entries may be given as :class:`StoredEntry` or as JSON objects (validated here; an invalid
+        one is not stored, with a warning).
+        """
+        valid: EntryMap = {}
         for kid, entry in entries.items():
-            problem = entry_problem(kid, entry, parameters=self.parameters)
-            if problem is not None:
+            try:
+                valid[kid] = (
+                    entry
+                    if isinstance(entry, StoredEntry)
+                    else StoredEntry.from_json(kid, entry, parameters=self.parameters)
+                )
+            except InvalidEntry as exc:
                 warn_once(
-                    "unstorable",
+                    DejavuStorageWarning,
                     f"{self.path}:{kid}",
                     "not storing the result for key %s in %s: %s",
                     kid[:200],
                     self.path,
-                    problem,
+                    exc,
                 )
-            else:
-                valid[kid] = entry
         if not valid:
             return False
         return self.update(lambda current: {**current, **valid})
@@ -613,7 +457,7 @@ class CacheFile:
             return True
         except filelock.Timeout:
             warn_once(
-                "lock-timeout",
+                DejavuStorageWarning,
                 str(self.lock_path),
                 "could not lock %s within %.0f s; keeping results in memory",
                 self.lock_path,
@@ -621,7 +465,7 @@ class CacheFile:
             )
         except OSError as exc:
             warn_once(
-                "readonly",
+                DejavuStorageWarning,
                 str(self.root),
                 "cannot write tuning results under %s (%s); results stay in memory for this process",
                 self.root,

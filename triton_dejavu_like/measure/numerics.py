@@ -23,9 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import _compat, _env, identity
-from ._compat import Config
-from .evaluate import Evaluator, make_kernel_call
+from .. import _compat, _env
+from .._compat import Config
+from ..store.identity import callable_name
+from .evaluate import Evaluator
+from .launch import make_kernel_call
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ class NumericalCheck:
     def settings(self) -> dict[str, Any]:
         """What of the check changes decisions (JSON-able; callables by qualified name)."""
         return {
-            "reference": identity.callable_name(self.reference_fn) or "first valid candidate",
+            "reference": callable_name(self.reference_fn) or "first valid candidate",
             "outputs": list(self.outputs) if self.outputs is not None else None,
             "rtol": self.rtol,
             "atol": self.atol,

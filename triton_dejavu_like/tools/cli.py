@@ -18,8 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__, _compat, dejavu_import, inventory, storage
-from .codec import decode_config, decode_key, describe_config
+from .. import __version__, _compat, _env
+from ..codec import describe_config
+from ..store import StoredEntry, default_root, inventory, parse_timestamp
+from ..store.entry import InvalidEntry
+from . import dejavu_import
 
 PROG = "triton-dejavu-like"
 
@@ -45,12 +48,8 @@ def when(moment: _dt.datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "-"
 
 
-def key_text(entry: dict[str, Any]) -> str:
-    return repr(decode_key(entry["key"]))
-
-
-def config_text(data: Any) -> str:
-    return describe_config(decode_config(data)[0])
+def key_text(entry: StoredEntry) -> str:
+    return repr(entry.key)
 
 
 def times_text(timings: Sequence[float]) -> str:
@@ -76,13 +75,13 @@ def report_problems(problems: Sequence[inventory.Problem]) -> None:
 
 
 def _root(args: argparse.Namespace) -> Path:
-    return Path(args.root).expanduser() if args.root else storage.default_root()
+    return Path(args.root).expanduser() if args.root else default_root()
 
 
 def _existing_root(args: argparse.Namespace) -> Path:
     root = _root(args)
     if not root.is_dir():
-        raise CliError(f"no storage at {root} (set --root or {storage.ENV_STORAGE})")
+        raise CliError(f"no storage at {root} (set --root or {_env.STORAGE})")
     return root
 
 
@@ -138,44 +137,38 @@ def cmd_list(args: argparse.Namespace) -> int:
 # --- show -------------------------------------------------------------------------------------------------
 
 
-def entry_payload(entry: dict[str, Any]) -> dict[str, Any]:
+def entry_payload(entry: StoredEntry) -> dict[str, Any]:
     return {
-        "key": list(decode_key(entry["key"])),
+        "key": list(entry.key),
         "key_text": key_text(entry),
-        "config": entry["config"],
-        "config_text": config_text(entry["config"]),
-        "timings_ms": entry["timings_ms"],
-        "strategy": entry["strategy"],
-        "evaluated": entry["evaluated"],
-        "space_size": entry["space_size"],
-        "tuning_time_s": entry["tuning_time_s"],
-        "tuned_at": entry["tuned_at"],
-        "top": [
-            {"config_text": config_text(t["config"]), "timings_ms": t["timings_ms"]}
-            for t in entry.get("top", [])
-        ],
-        "ruled_out": [
-            {"config_text": config_text(r["config"]), "reason": r["reason"]}
-            for r in entry.get("ruled_out", [])
-        ],
+        "config": entry.data["config"],
+        "config_text": describe_config(entry.config),
+        "timings_ms": list(entry.timings_ms),
+        "strategy": entry.strategy,
+        "evaluated": entry.evaluated,
+        "space_size": entry.space_size,
+        "tuning_time_s": entry.tuning_time_s,
+        "tuned_at": entry.data["tuned_at"],
+        "top": [{"config_text": describe_config(c), "timings_ms": t} for c, t in entry.top()],
+        "ruled_out": [{"config_text": describe_config(c), "reason": r} for c, r in entry.ruled_out()],
     }
 
 
-def entry_lines(entry: dict[str, Any], *, top: bool) -> list[str]:
+def entry_lines(entry: StoredEntry, *, top: bool) -> list[str]:
     lines = [
         f"  key {key_text(entry)}",
-        f"    config     {config_text(entry['config'])}",
-        f"    time       {times_text(entry['timings_ms'])}",
-        f"    found by   {entry['strategy']}: {entry['evaluated']} of {entry['space_size']} configs "
-        f"evaluated in {entry['tuning_time_s']:.3g} s, {entry['tuned_at']}",
+        f"    config     {describe_config(entry.config)}",
+        f"    time       {times_text(entry.timings_ms)}",
+        f"    found by   {entry.strategy}: {entry.evaluated} of {entry.space_size} configs "
+        f"evaluated in {entry.tuning_time_s:.3g} s, {entry.data['tuned_at']}",
     ]
     if top:
-        for item in entry.get("top", []):
-            lines.append(f"    top        {times_text(item['timings_ms'])}: {config_text(item['config'])}")
-    ruled_out = entry.get("ruled_out", [])
+        for config, timings in entry.top():
+            lines.append(f"    top        {times_text(timings)}: {describe_config(config)}")
+    ruled_out = entry.ruled_out()
     if ruled_out:
         lines.append(f"    ruled out  {len(ruled_out)}:")
-        lines.extend(f"      [{config_text(r['config'])}] {r['reason'][:200]}" for r in ruled_out)
+        lines.extend(f"      [{describe_config(c)}] {r[:200]}" for c, r in ruled_out)
     return lines
 
 
@@ -221,16 +214,16 @@ def cmd_show(args: argparse.Namespace) -> int:
 # --- merge ------------------------------------------------------------------------------------------------
 
 
-def side_text(entry: dict[str, Any], origin: str) -> str:
-    times = times_text(entry["timings_ms"])
-    return f"{config_text(entry['config'])}  {times}  {entry['tuned_at']}  from {origin}"
+def side_text(entry: StoredEntry, origin: str) -> str:
+    times = times_text(entry.timings_ms)
+    return f"{describe_config(entry.config)}  {times}  {entry.data['tuned_at']}  from {origin}"
 
 
-def side_payload(entry: dict[str, Any], origin: str) -> dict[str, Any]:
+def side_payload(entry: StoredEntry, origin: str) -> dict[str, Any]:
     return {
-        "config": config_text(entry["config"]),
-        "timings_ms": entry["timings_ms"],
-        "tuned_at": entry["tuned_at"],
+        "config": describe_config(entry.config),
+        "timings_ms": list(entry.timings_ms),
+        "tuned_at": entry.data["tuned_at"],
         "from": origin,
     }
 
@@ -290,8 +283,8 @@ def parse_moment(text: str) -> _dt.datetime:
     try:
         if days:
             return _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=int(days.group(1)))
-        return storage.parse_timestamp(text)
-    except (storage.InvalidCacheFile, OverflowError, ValueError) as exc:
+        return parse_timestamp(text)
+    except (InvalidEntry, OverflowError, ValueError) as exc:
         raise argparse.ArgumentTypeError(
             f"not a date: {text!r} (use 2025-01-31, an ISO time, or 30d)"
         ) from exc
@@ -446,9 +439,7 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--root", help=f"storage root (default: ${storage.ENV_STORAGE} or the user cache directory)"
-    )
+    common.add_argument("--root", help=f"storage root (default: ${_env.STORAGE} or the user cache directory)")
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
     selection = argparse.ArgumentParser(add_help=False)
     for name in ("kernel", "tag", "triton", "toolchain", "gpu"):
@@ -555,8 +546,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except (CliError, OSError) as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # e.g. piped into head
         return 1
     finally:
         logger.removeHandler(handler)

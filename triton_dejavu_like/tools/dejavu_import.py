@@ -39,10 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _compat, identity, inventory, storage
-from ._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config
-from .bench import QUANTILES, normalise
-from .codec import config_id, encode_config, encode_key, key_id
+from .. import _compat
+from .._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config
+from ..codec import canonical_json, config_id
+from ..measure.bench import QUANTILES, normalise
+from ..store import CacheFile, StoredEntry, inventory, read_bounded, read_document
+from ..store import identity as identity
+from ..store.layout import CACHE_FILE_NAME
 
 MAX_TEXT = 10_000
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -201,7 +204,7 @@ def origin_of(path: Path, doc: dict[str, Any]) -> DejavuOrigin:
 
 def load_tuner(spec: str) -> Any:
     """The autotuner named ``module.path:name`` or ``path/to/file.py:name`` (imports that module)."""
-    from .autotuner import Autotuner
+    from ..tuner import Autotuner
 
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
@@ -251,7 +254,7 @@ def _candidate_ids(tuner: Any) -> dict[str, Config]:
 
 def convert(
     path: Path, doc: dict[str, Any], tuner: Any, candidates: dict[str, Config], report: ImportReport
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, StoredEntry]:
     """Our entries for one triton-dejavu document (keys it cannot convert go to ``report.skipped``)."""
     cache, timings = doc.get("cache"), doc.get("timings", {})
     if not isinstance(cache, dict) or not isinstance(timings, dict):
@@ -261,7 +264,7 @@ def convert(
         evaluated = len(candidates)
     mtime = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc)
     candidates_hash = identity.stable_hash(sorted(candidates))
-    entries = {}
+    entries: dict[str, StoredEntry] = {}
     for key_text, config_text in cache.items():
         try:
             key = parse_key(key_text)
@@ -273,29 +276,23 @@ def convert(
                 raise FormatError(f"config {config_text[:120]!r} is not among the kernel's configs")
             if key_text not in timings:
                 raise FormatError("no timing stored for this key")
-            entry = {
-                "key": encode_key(key),
-                "config": encode_config(chosen),
-                "timings_ms": _timings(timings[key_text]),
-                "evaluated": evaluated,
-                "space_size": len(candidates),
-                "strategy": STRATEGY,
-                "budget": None,
-                "tuning_time_s": 0.0,
-                "tuned_at": mtime.isoformat(timespec="seconds"),
-                "candidates": candidates_hash,
-                "top": [],
-                "ruled_out": [],
-                "imported_from": str(path),
-            }
-            kid = key_id(key)
-            problem = storage.entry_problem(kid, entry, parameters=tuner.arg_names)
-            if problem is not None:
-                raise FormatError(problem)
+            entry = StoredEntry.new(
+                key,
+                chosen,
+                _timings(timings[key_text]),
+                evaluated=evaluated,
+                space_size=len(candidates),
+                strategy=STRATEGY,
+                tuning_time_s=0.0,
+                tuned_at=mtime,
+                budget=None,
+                candidates=candidates_hash,
+                imported_from=str(path),
+            )
         except Exception as exc:  # data read from a file: any failure skips this key, never a crash
             report.skipped.append((str(path), str(key_text)[:200], str(exc)[:300] or type(exc).__name__))
             continue
-        entries[kid] = entry
+        entries[entry.key_id] = entry
     return entries
 
 
@@ -303,7 +300,7 @@ def dejavu_files(sources: Iterable[Path]) -> list[Path]:
     found: list[Path] = []
     for source in sources:
         source = Path(source)
-        found.extend(sorted(source.rglob(storage.CACHE_FILE_NAME)) if source.is_dir() else [source])
+        found.extend(sorted(source.rglob(CACHE_FILE_NAME)) if source.is_dir() else [source])
     return found
 
 
@@ -325,13 +322,13 @@ def import_dejavu(
     report = ImportReport()
     here = identity.detect_platform(_compat.is_interpreted(tuner.fn))
     candidates = _candidate_ids(tuner)
-    by_identity: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}
+    by_identity: dict[str, tuple[dict[str, Any], dict[str, StoredEntry]]] = {}
     for path in dejavu_files(sources):
         try:
-            doc = json.loads(storage.read_bounded(path).decode("utf-8"))
+            doc = json.loads(read_bounded(path).decode("utf-8"))
             if not isinstance(doc, dict):
                 raise FormatError("the document is not an object")
-        except (OSError, ValueError, RecursionError, storage.InvalidCacheFile) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # InvalidCacheFile is a ValueError
             report.problems.append(inventory.Problem(str(path), str(exc)[:300]))
             continue
         origin = origin_of(path, doc)
@@ -355,13 +352,13 @@ def import_dejavu(
         target = identity.Platform(fields["triton"], fields["toolchain"], fields["gpu"], here.backend, None)
         ident = tuner.kernel_identity(target).as_dict()
         ident["tag"] = tag or origin.tag or ident["tag"]
-        slot = by_identity.setdefault(storage.canonical_json(ident), (ident, {}))
+        slot = by_identity.setdefault(canonical_json(ident), (ident, {}))
         slot[1].update(entries)
     for ident, entries in by_identity.values():
-        cf = storage.CacheFile.for_identity(root, ident, parameters=tuner.arg_names)
+        cf = CacheFile.for_identity(root, ident, parameters=tuner.arg_names)
         try:
-            existing = storage.read_document(cf.path).entries if cf.path.exists() else {}
-        except (OSError, storage.InvalidCacheFile):
+            existing = read_document(cf.path).entries if cf.path.exists() else {}
+        except (OSError, ValueError):
             existing = {}  # a bad destination is moved aside by the write below
         kept = set(existing) & set(entries) if not overwrite else set()
         report.kept_existing += len(kept)

@@ -13,28 +13,14 @@ timing, so compile errors rule candidates out early).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from . import _compat
-from ._compat import Config
-from .evaluate import LaunchContext, one_line_reason
+from .. import _compat, _env
+from .._compat import Config
+from .launch import LaunchContext, one_line_reason
 
 log = logging.getLogger(__name__)
-
-#: Environment variable: compile threads (0 or 1 compiles serially); default min(16, cores).
-ENV_COMPILE_THREADS = "TRITON_DEJAVU_COMPILE_THREADS"
-
-
-def compile_threads() -> int:
-    configured = os.environ.get(ENV_COMPILE_THREADS)
-    if configured is not None:
-        try:
-            return max(0, int(configured))
-        except ValueError:
-            log.warning("%s=%r is not a number; compiling with the default", ENV_COMPILE_THREADS, configured)
-    return min(16, os.cpu_count() or 1)
 
 
 def precompile(
@@ -60,7 +46,7 @@ def precompile(
             return False
         return True
 
-    workers = compile_threads() if threads is None else threads
+    workers = _env.compile_threads() if threads is None else threads
     if workers <= 1 or not _compat.HAS_ASYNC_COMPILE:
         for config in configs:
             warm(config)

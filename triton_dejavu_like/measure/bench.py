@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import _compat
+from .. import _compat
 
 #: Upstream's quantiles: median, 20th and 80th percentile.
 QUANTILES: tuple[float, float, float] = (0.5, 0.2, 0.8)
@@ -114,10 +114,6 @@ class Benchmarker:
         """Careful timings at :data:`QUANTILES` for the finalists, in the order given."""
         return [self(call, QUANTILES) for call in kernel_calls]
 
-    def settings(self) -> dict[str, Any]:
-        """What about the timing changes decisions (part of the storage identity)."""
-        return {}
-
 
 class UserBenchmarker(Benchmarker):
     """The user's ``do_bench(kernel_call, quantiles=...)``, for every candidate."""
@@ -153,9 +149,6 @@ class GpuBenchmarker(Benchmarker):
         self.warmup, self.rep, self.use_cuda_graph, self.policy = warmup, rep, use_cuda_graph, policy
         self.finalists = policy.finalists
         self._flush_buffer: Any = None
-
-    def settings(self) -> dict[str, Any]:
-        return self.policy.settings()
 
     def _upstream(self, kernel_call: KernelCall, quantiles: Sequence[float]) -> list[float]:
         if self.use_cuda_graph:

@@ -6,11 +6,11 @@ never when ``TRITON_DEJAVU_PROGRESS=0``.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
-ENV_PROGRESS = "TRITON_DEJAVU_PROGRESS"
+from .. import _env
+
 DELAY_S = 2.0
 
 
@@ -24,7 +24,7 @@ class _Silent:
 
 def progress_bar(total: int, description: str) -> Any:
     """A tqdm bar (or a silent stand-in) with ``update()`` and ``close()``."""
-    if os.environ.get(ENV_PROGRESS, "").strip().lower() in ("0", "false", "no", "off"):
+    if not _env.progress():
         return _Silent()
     from tqdm import tqdm
 

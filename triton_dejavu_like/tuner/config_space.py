@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
-import logging
 import math
-import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from . import _compat
-from ._compat import Config
-
-log = logging.getLogger(__name__)
+from .. import _compat
+from .._compat import Config
+from .._log import DejavuConfigWarning, warn_once
 
 KwargCondition = Callable[[dict[str, Any]], bool]
 ConfigCondition = Callable[[Config], bool]
@@ -32,12 +30,13 @@ class ConfigSpace:
     knows is a ``TypeError``.
 
     ``kwarg_conditions`` are functions of the kwargs dict, ``conditions`` functions of the whole
-    Config; a point is kept when every one returns true. Options the platform cannot run
-    (``num_ctas > 1`` before compute capability 9.0, ``maxnreg`` off CUDA) are filtered when the
-    space is first listed on the machine that runs it.
+    Config; a point is kept when every one returns true (a space whose conditions keep no point is
+    a ``ValueError`` at once). Options the platform cannot run (``num_ctas > 1`` before compute
+    capability 9.0, ``maxnreg`` off CUDA) are filtered when the autotuner lists the space on the
+    machine that runs it (``configs(platform_check)``); the space itself is never changed.
 
     The space knows its raw size (the product of the list lengths) without enumerating anything,
-    and its exact size by counting; it lists, samples, and encodes points as tuples of indices.
+    and its exact size by counting; it lists and encodes points as tuples of indices.
     """
 
     def __init__(
@@ -60,7 +59,9 @@ class ConfigSpace:
                 continue
             if name not in _compat.CONFIG_FIELDS:
                 if name in _compat.CONFIG_FIELDS_ANY_RELEASE:
-                    log.warning(
+                    warn_once(
+                        DejavuConfigWarning,
+                        name,
                         "ConfigSpace: triton %s has no Config field %r; its list is ignored",
                         _compat.TRITON_VERSION_STR,
                         name,
@@ -78,9 +79,13 @@ class ConfigSpace:
             if not callable(cond):
                 raise TypeError(f"conditions must be callables, got {cond!r}")
         self.pre_hook = pre_hook
-        self.platform_check: PlatformCheck | None = None
         self._size: int | None = None
-        self._listed: list[Config] | None = None
+        self._listed: dict[PlatformCheck | None, list[Config]] = {}
+        if next(iter(self), None) is None:
+            raise ValueError(
+                f"the config space is empty after its conditions ({self.raw_size} points, none kept): "
+                "check kwarg_conditions and conditions"
+            )
 
     @staticmethod
     def _as_values(name: str, values: Any) -> tuple[Any, ...]:
@@ -124,91 +129,66 @@ class ConfigSpace:
                 return None
         return tuple(point)
 
-    def rejection(self, config: Config) -> str | None:
-        """Why a Config is not part of the space (a condition or the platform), or None."""
+    def rejection(self, config: Config, platform_check: PlatformCheck | None = None) -> str | None:
+        """Why a Config is not part of the space (a condition, or the platform if a check is given)."""
         for cond in self.kwarg_conditions:
             if not cond(dict(config.kwargs)):
                 return f"kwarg condition {getattr(cond, '__name__', cond)!s}"
         for cond in self.conditions:
             if not cond(config):
                 return f"condition {getattr(cond, '__name__', cond)!s}"
-        if self.platform_check is not None:
-            return self.platform_check(config)
+        if platform_check is not None:
+            return platform_check(config)
         return None
 
-    def is_valid(self, config: Config) -> bool:
-        return self.rejection(config) is None
+    def is_valid(self, config: Config, platform_check: PlatformCheck | None = None) -> bool:
+        return self.rejection(config, platform_check) is None
 
-    def decode(self, point: Sequence[int]) -> Config | None:
-        """The Config at a point, or None when conditions or the platform exclude it."""
+    def decode(self, point: Sequence[int], platform_check: PlatformCheck | None = None) -> Config | None:
+        """The Config at a point, or None when conditions (or the platform) exclude it."""
         config = self.point_to_config(point)
-        return config if self.is_valid(config) else None
+        return config if self.is_valid(config, platform_check) else None
 
     # --- listing ------------------------------------------------------------------------------------
 
     def _points(self) -> Iterator[tuple[int, ...]]:
         return itertools.product(*(range(len(v)) for v in self.parameters.values()))
 
-    def __iter__(self) -> Iterator[Config]:
+    def _iter(self, platform_check: PlatformCheck | None) -> Iterator[Config]:
         for point in self._points():
-            config = self.decode(point)
+            config = self.decode(point, platform_check)
             if config is not None:
                 yield config
 
+    def __iter__(self) -> Iterator[Config]:
+        return self._iter(None)
+
     def __len__(self) -> int:
-        """The number of valid points (counted once, without keeping them)."""
+        """The number of points the conditions keep (counted once, without keeping them)."""
         if self._size is None:
             self._size = sum(1 for _ in self)
         return self._size
 
-    def configs(self) -> list[Config]:
-        """All valid Configs, in cross-product order (listed once, then kept)."""
-        if self._listed is None:
-            self._listed = list(self)
-            self._size = len(self._listed)
-        return self._listed
+    def configs(self, platform_check: PlatformCheck | None = None) -> list[Config]:
+        """All valid Configs (for a platform, if a check is given), in cross-product order; listed
+        once per platform check, then kept."""
+        listed = self._listed.get(platform_check)
+        if listed is None:
+            listed = self._listed[platform_check] = list(self._iter(platform_check))
+        return listed
 
     def generate_config_list(self) -> list[Config]:
         """Alias of :meth:`configs` under the name triton-dejavu uses."""
         return self.configs()
-
-    def sample(self, n: int, seed: int | None = 0, *, max_tries: int | None = None) -> list[Config]:
-        """Up to ``n`` distinct valid Configs drawn uniformly, without listing the space."""
-        rng = random.Random(seed)
-        sizes = [len(v) for v in self.parameters.values()]
-        raw = self.raw_size
-        if n >= raw or (self._listed is not None):
-            pool = list(self.configs())
-            rng.shuffle(pool)
-            return pool[:n]
-        tries = max_tries if max_tries is not None else max(1000, 50 * n)
-        seen: set[tuple[int, ...]] = set()
-        out: list[Config] = []
-        while len(out) < n and tries > 0 and len(seen) < raw:
-            tries -= 1
-            point = tuple(rng.randrange(s) for s in sizes)
-            if point in seen:
-                continue
-            seen.add(point)
-            config = self.decode(point)
-            if config is not None:
-                out.append(config)
-        return out
-
-    def bind_platform(self, check: PlatformCheck | None) -> None:
-        """Set the platform filter (done by the autotuner on the machine that runs the kernel)."""
-        if check is not self.platform_check:
-            self.platform_check = check
-            self._size = None
-            self._listed = None
 
     def __repr__(self) -> str:
         dims = ", ".join(f"{k}={list(v)}" for k, v in self.parameters.items())
         return f"ConfigSpace({dims}; {len(self.kwarg_conditions) + len(self.conditions)} conditions)"
 
 
+@functools.lru_cache(maxsize=8)
 def platform_check_for(backend: str, capability: tuple[int, int] | None) -> PlatformCheck:
-    """Reject Config options the platform cannot run."""
+    """Reject Config options the platform cannot run (one check object per platform)."""
 
     def check(config: Config) -> str | None:
         if backend == "interpreter":

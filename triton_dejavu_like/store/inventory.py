@@ -1,8 +1,8 @@
 """Managing stored results: find them, merge trees from several machines, prune, export.
 
 Everything here reads cache files with the same validation as the autotuner and writes them through
-:class:`~triton_dejavu_like.storage.CacheFile` (lock, re-read, atomic replace), so running these
-operations next to live tuning processes is safe. Nothing here prints; :mod:`.cli` does.
+:class:`~triton_dejavu_like.store.cache_file.CacheFile` (lock, re-read, atomic replace), so running
+these operations next to live tuning processes is safe. Nothing here prints; the CLI does.
 """
 
 from __future__ import annotations
@@ -10,22 +10,22 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import json
-import logging
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import storage
-from .codec import canonical_json, config_id, decode_config
+from ..codec import canonical_json
+from . import cache_file as storage
+from . import layout
+from .entry import StoredEntry
 from .identity import sanitize, stable_hash
-
-log = logging.getLogger(__name__)
+from .layout import PLATFORM_FIELDS
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
-PLATFORM_FIELDS = ("dejavu", "triton", "toolchain", "gpu")
 PREFERENCES = ("newest", "fastest")
+EntryMap = dict[str, StoredEntry]
 
 
 @dataclass
@@ -34,7 +34,7 @@ class StoredFile:
 
     source: str  # a path, or "<archive>:<member>"
     identity: dict[str, str]
-    entries: dict[str, dict[str, Any]]
+    entries: EntryMap
     rejected: dict[str, tuple[Any, str]] = field(default_factory=dict)
     path: Path | None = None  # on disk (None inside an archive)
 
@@ -45,11 +45,10 @@ class StoredFile:
 
     @property
     def relative_dir(self) -> Path:
-        return storage.identity_relative_dir(self.identity)
+        return layout.relative_dir(self.identity)
 
     def last_tuned(self) -> _dt.datetime | None:
-        times = [storage.parse_timestamp(e["tuned_at"]) for e in self.entries.values()]
-        return max(times, default=None)
+        return max((e.tuned_at for e in self.entries.values()), default=None)
 
     def matches(self, **wanted: str | None) -> bool:
         """True when every given identity field (kernel, tag, triton, ...) has the wanted value."""
@@ -69,7 +68,7 @@ def is_archive(path: Path) -> bool:
 
 
 def _cache_files_under(directory: Path) -> Iterator[Path]:
-    for path in sorted(directory.rglob(storage.CACHE_FILE_NAME)):
+    for path in sorted(directory.rglob(layout.CACHE_FILE_NAME)):
         if path.is_file():
             yield path
 
@@ -78,7 +77,7 @@ def _archive_members(archive: Path) -> Iterator[tuple[str, bytes]]:
     """The cache files inside a .tar.gz, read in memory: nothing is extracted to disk."""
     with tarfile.open(archive, "r:gz") as tar:
         for member in tar:
-            if not member.isfile() or Path(member.name).name != storage.CACHE_FILE_NAME:
+            if not member.isfile() or Path(member.name).name != layout.CACHE_FILE_NAME:
                 continue
             if member.size > storage.MAX_FILE_BYTES:
                 raise storage.InvalidCacheFile(f"{member.name}: {member.size} bytes, over the limit")
@@ -140,33 +139,29 @@ class Conflict:
     identity_id: str
     kernel: str
     key: str  # the key id
-    kept: dict[str, Any]
-    dropped: dict[str, Any]
+    kept: StoredEntry
+    dropped: StoredEntry
     kept_from: str
     dropped_from: str
 
 
-def _sort_key(entry: Mapping[str, Any], prefer: str) -> tuple[float, float]:
+def _sort_key(entry: StoredEntry, prefer: str) -> tuple[float, float]:
     """Larger is better: (newer, faster) or (faster, newer)."""
-    newer = storage.parse_timestamp(entry["tuned_at"]).timestamp()
-    faster = -float(entry["timings_ms"][0])
+    newer = entry.tuned_at.timestamp()
+    faster = -entry.timings_ms[0]
     return (newer, faster) if prefer == "newest" else (faster, newer)
-
-
-def _same_choice(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return config_id(decode_config(a["config"])[0]) == config_id(decode_config(b["config"])[0])
 
 
 @dataclass
 class MergeResult:
-    entries: dict[str, dict[str, Any]]
+    entries: EntryMap
     origins: dict[str, str]
     conflicts: list[Conflict] = field(default_factory=list)
 
 
 def merge_entries(
     merged: MergeResult,
-    incoming: Mapping[str, dict[str, Any]],
+    incoming: Mapping[str, StoredEntry],
     origin: str,
     prefer: str,
     *,
@@ -186,7 +181,7 @@ def merge_entries(
         take = _sort_key(entry, prefer) > _sort_key(current, prefer)
         winner, loser = (entry, current) if take else (current, entry)
         win_from, lose_from = (origin, merged.origins[kid]) if take else (merged.origins[kid], origin)
-        if not _same_choice(current, entry):
+        if current.config_id != entry.config_id:
             merged.conflicts.append(
                 Conflict(about.identity_id, about.identity["kernel"], kid, winner, loser, win_from, lose_from)
             )
@@ -204,7 +199,7 @@ class MergeReport:
 
 
 def _combine(
-    current: Mapping[str, dict[str, Any]], group: list[StoredFile], prefer: str, label: str
+    current: Mapping[str, StoredEntry], group: list[StoredFile], prefer: str, label: str
 ) -> MergeResult:
     result = MergeResult(dict(current), dict.fromkeys(current, label))
     for f in group:
@@ -214,12 +209,12 @@ def _combine(
 
 def _merge_group(
     target: storage.CacheFile, group: list[StoredFile], prefer: str, dry_run: bool
-) -> tuple[dict[str, dict[str, Any]], MergeResult] | str:
+) -> tuple[EntryMap, MergeResult] | str:
     """(the destination's entries before, the merge) or why the destination could not take it."""
     label = str(target.path)
-    outcome: list[tuple[dict[str, dict[str, Any]], MergeResult]] = []
+    outcome: list[tuple[EntryMap, MergeResult]] = []
 
-    def change(current: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def change(current: EntryMap) -> EntryMap:
         outcome[:] = [(current, _combine(current, group, prefer, label))]
         return dict(outcome[0][1].entries)
 
@@ -275,15 +270,10 @@ class PruneReport:
 
 def _aside_files(root: Path, kernel: str | None) -> list[Path]:
     """Files moved aside as corrupt or rejected (under ``kernel``'s directories only, if given)."""
-    prefixes = tuple(storage.CACHE_FILE_NAME + s for s in (storage.CORRUPT_SUFFIX, storage.REJECTED_SUFFIX))
     kernel_dir = sanitize(kernel) if kernel is not None else None
-    depth = len(storage.IDENTITY_FIELDS)
     found = []
-    for path in root.rglob(storage.CACHE_FILE_NAME + ".*"):
-        parts = path.relative_to(root).parts
-        if path.name.startswith(prefixes) and (
-            kernel_dir is None or (len(parts) > depth and parts[4] == kernel_dir)
-        ):
+    for path in root.rglob(layout.CACHE_FILE_NAME + ".*"):
+        if layout.is_aside_file(path) and (kernel_dir is None or layout.kernel_of(path, root) == kernel_dir):
             found.append(path)
     return sorted(found)
 
@@ -311,12 +301,12 @@ def prune(
             continue
         drop_all = any(f.identity.get(name) != value for name, value in (keep or {}).items())
 
-        def change(current: dict[str, dict[str, Any]], drop_all=drop_all) -> dict[str, dict[str, Any]]:
+        def change(current: EntryMap, drop_all: bool = drop_all) -> EntryMap:
             if drop_all:
                 return {}
             if older_than is None:
                 return current
-            return {k: e for k, e in current.items() if storage.parse_timestamp(e["tuned_at"]) >= older_than}
+            return {k: e for k, e in current.items() if e.tuned_at >= older_than}
 
         remaining = change(dict(f.entries))
         report.removed_entries += len(f.entries) - len(remaining)
@@ -361,11 +351,11 @@ def write_archive(destination: Path, files: Iterable[StoredFile]) -> list[str]:
             for f in group:
                 merge_entries(merged, f.entries, f.source, "newest", about=group[0])
             data = storage.dump_document(storage.new_document(group[0].identity, merged.entries))
-            name = (group[0].relative_dir / storage.CACHE_FILE_NAME).as_posix()
+            name = (group[0].relative_dir / layout.CACHE_FILE_NAME).as_posix()
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = 0o644
-            moments = [storage.parse_timestamp(e["tuned_at"]) for e in merged.entries.values()]
+            moments = [e.tuned_at for e in merged.entries.values()]
             info.mtime = int(max(moments).timestamp()) if moments else 0
             tar.addfile(info, io.BytesIO(data))
             members.append(name)

@@ -10,17 +10,13 @@ import ast
 import functools
 import hashlib
 import inspect
-import logging
-import os
 import re
 import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from . import _compat
-from .codec import EncodingError, canonical_json, encode_value
-
-log = logging.getLogger(__name__)
+from .. import _compat, _env
+from ..codec import EncodingError, canonical_json, encode_value
 
 HASH_LENGTH = 16
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
@@ -46,7 +42,7 @@ def sanitize(name: str, *, max_length: int = 80) -> str:
 
 
 def package_major_minor() -> str:
-    from . import __version__
+    from .. import __version__
 
     return ".".join(__version__.split(".")[:2])
 
@@ -77,8 +73,8 @@ def detect_platform(interpreted: bool) -> Platform:
         return Platform(_compat.TRITON_VERSION_STR, "cpu", "interpreter", "interpreter", None)
     import torch
 
-    rocm_override = os.environ.get("_TRITON_DEJAVU_DETERMINED_ROCM_VERSION")
-    cuda_override = os.environ.get("_TRITON_DEJAVU_DETERMINED_CUDA_VERSION")
+    rocm_override = _env.rocm_version_override()
+    cuda_override = _env.cuda_version_override()
     hip = getattr(torch.version, "hip", None)
     backend = "hip" if (hip or rocm_override) else "cuda"
     if backend == "hip":
@@ -96,6 +92,30 @@ def detect_platform(interpreted: bool) -> Platform:
     else:
         backend = "unknown"
     return Platform(_compat.TRITON_VERSION_STR, sanitize(toolchain), sanitize(name), backend, capability)
+
+
+@dataclass(frozen=True)
+class KernelIdentity:
+    """Everything a stored result depends on; it decides the file's path (see :mod:`.layout`)."""
+
+    platform: Platform
+    kernel: str
+    autotune_config: str
+    code_version: str
+    tune_features: str
+    kernel_configs: str
+    tag: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.platform.as_dict(),
+            "kernel": self.kernel,
+            "autotune_config": self.autotune_config,
+            "code_version": self.code_version,
+            "tune_features": self.tune_features,
+            "kernel_configs": self.kernel_configs,
+            "tag": self.tag,
+        }
 
 
 # --- kernel identity ---------------------------------------------------------------------------------

@@ -1,0 +1,64 @@
+"""Warnings the user must see, and the package logger.
+
+A problem the user has to act on (storage that cannot be used, a file set aside, an argument or a
+variable ignored, misses in read-only mode) is reported with :func:`warn_once`: one
+``warnings.warn`` with a package warning class per cause and place, so it shows with Python's
+default settings and can be filtered or turned into an error with the usual ``warnings`` filters
+(``-W error::triton_dejavu_like.DejavuStorageWarning``). The same text goes to the package logger
+for programs that collect logs. Diagnostics that need no action only go to the logger.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from typing import Any
+
+log = logging.getLogger("triton_dejavu_like")
+
+
+class DejavuWarning(UserWarning):
+    """Base class of every warning this package issues."""
+
+
+class DejavuStorageWarning(DejavuWarning):
+    """Stored results cannot be read or written as they should: a file moved aside, entries rejected,
+    a storage root or lock that cannot be used (results then stay in memory)."""
+
+
+class DejavuConfigWarning(DejavuWarning):
+    """A setting is ignored or replaced: an environment variable with a bad value, an argument that
+    has no effect here, a Config field this Triton lacks."""
+
+
+class DejavuTuningWarning(DejavuWarning):
+    """Tuning did not go as asked: the model-based search fell back to random proposals, a stored
+    config no longer matches the candidates, a miss answered without tuning in read-only mode."""
+
+
+_seen: set[tuple[type[Warning], str, str]] = set()
+_seen_lock = threading.Lock()
+
+
+def warn_once(category: type[DejavuWarning], subject: str, message: str, *args: Any) -> bool:
+    """Warn once per process for ``(category, message, subject)``; True if this call warned.
+
+    ``message`` is a ``%``-format string filled with ``args`` (as for logging); ``subject`` names
+    the place (a path, a kernel) so that the same problem at two places is reported twice.
+    """
+    marker = (category, message, subject)
+    with _seen_lock:
+        if marker in _seen:
+            return False
+        _seen.add(marker)
+    text = message % args if args else message
+    log.warning("%s", text)
+    warnings.warn(text, category, stacklevel=3)
+    return True
+
+
+def forget_warnings() -> None:
+    """Warn again about problems already reported (for tests and long-lived tools)."""
+    with _seen_lock:
+        _seen.clear()

@@ -1,0 +1,372 @@
+"""Isolated benchmarking: compile and time candidates in a worker process that may crash or hang.
+
+A candidate that kills its process (a segfault, ``os._exit``, an illegal memory access that poisons
+the CUDA context) or gives no result within the timeout is ruled out with the reason; the worker is
+replaced and tuning goes on. One worker serves the candidates of a tuning run until it dies, so a
+space of hundreds of candidates costs a few worker starts, not hundreds.
+
+How a worker gets the kernel and the call
+- ``fork`` (the default under the interpreter, while CUDA is not initialised in this process): the
+  worker is a copy of this process and inherits the kernel, the arguments (grid function included),
+  the hooks, the timer and the numerical check; nothing is pickled.
+- ``forkserver`` (the default on a GPU) and ``spawn``: a fresh process cannot inherit a CUDA context.
+  It imports the module that defines the kernel and finds the autotuner there by the kernel's
+  qualified name, so the decorated kernel must be a module-level global (a script run as
+  ``__main__`` works when its work sits under ``if __name__ == "__main__":``; a kernel defined inside
+  a function, or typed into an interactive session, fails with :class:`IsolationError` before any
+  worker starts). The hooks, ``do_bench``, timing policy and ``reference_fn`` are the worker's own
+  autotuner's, made by the same decorator. Tensors travel by CUDA IPC (shared memory on the CPU)
+  through torch's multiprocessing reductions; other arguments must be picklable. The launch grid
+  is computed here for each candidate, so grid functions need not be picklable.
+
+Either way, the worker copies the storage of every tensor argument (views and aliasing kept) before
+it runs anything and lets go of the originals: a candidate that writes out of bounds corrupts only
+the worker's copies, and the hooks (``reset_to_zero``, ``restore_value``, the tuner's and each
+config's ``pre_hook``) run on those copies, in the worker, around each launch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from multiprocessing.connection import wait
+from typing import Any
+
+from ... import _env
+from ..._compat import Config
+from ...codec import EncodingError, config_id, encode_config
+from ..evaluate import Evaluator
+from ..launch import LaunchContext, one_line
+from ..recipe import KernelRecipe
+from ._cuda import current_device
+from .settings import (
+    FORKSERVER_PRELOAD,
+    GRACE_S,
+    STARTUP_TIMEOUT_S,
+    CandidateCrashed,
+    CandidateTimedOut,
+    Description,
+    IsolationError,
+)
+from .transfer import KernelRef, launch_grid, private_copies, unpack_exception
+from .worker import ForkBootstrap, RemoteBootstrap, worker_main
+
+log = logging.getLogger(__name__)
+
+# --- the parent's side -------------------------------------------------------------------------------
+
+
+class IsolatedEvaluator(Evaluator):
+    """Times candidates in a worker process; a crash or a timeout rules the candidate out.
+
+    The numerical check, when given, runs in the worker (where the outputs are); the candidate that
+    became the reference is remembered here, and a replacement worker recomputes the reference from
+    it before timing anything.
+    """
+
+    def __init__(self, ctx: LaunchContext, *, recipe: KernelRecipe) -> None:
+        super().__init__(ctx)
+        self.timeout_s = recipe.isolation.timeout()
+        self.start_method = recipe.isolation.method(ctx.interpreted)
+        self.check = recipe.check
+        self._link = _Link(ctx, recipe, self.start_method)
+        self._worker: _Worker | None = None
+        self._broken: IsolationError | None = None
+        self._reference: Description | None = None
+        self._descriptions: dict[Config, Description] = {}
+        #: How many worker processes this evaluator started (the first one, then one per crash or hang).
+        self.worker_starts = 0
+
+    # --- the Evaluator interface --------------------------------------------------------------------
+
+    def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
+        """Start the worker and let it compile the candidates (in parallel where Triton can)."""
+        ruled_out: dict[Config, str] = {}
+        sendable: list[Config] = []
+        for config in configs:
+            try:
+                self._describe(config)
+                sendable.append(config)
+            except IsolationError as exc:
+                ruled_out[config] = f"{type(exc).__name__}: {exc}"
+        if not sendable:
+            return ruled_out
+        self._ensure_worker()  # a worker that cannot start fails the tuning here, with the reason
+        request = ("prepare", [self._describe(c) for c in sendable])
+        try:
+            reply = self._request(request, self._compile_timeout(len(sendable)), "compiling the candidates")
+        except Exception as exc:  # compiling ahead is an optimisation: each is compiled when timed
+            log.warning(
+                "%s: compiling the candidates in a worker failed (%s); each is compiled when it is timed",
+                self.ctx.kernel_name,
+                one_line(exc),
+            )
+            return ruled_out
+        for index, reason in reply[1].items():
+            ruled_out[sendable[index]] = reason
+        return ruled_out
+
+    def measure(self, config: Config) -> list[float]:
+        description = self._describe(config)
+        _, timings, became_reference = self._request(
+            ("measure", description), self.timeout_s, "compiling and timing it"
+        )
+        if became_reference:
+            self._reference = description
+        return timings
+
+    def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
+        request = ("refine", [self._describe(c) for c in configs])
+        try:
+            _, timings = self._request(request, self.timeout_s * max(1, len(configs)), "re-timing finalists")
+        except Exception as exc:  # the finalists keep their first timings
+            log.warning(
+                "%s: re-timing the finalists in a worker failed (%s); keeping their first timings",
+                self.ctx.kernel_name,
+                one_line(exc),
+            )
+            return None
+        return None if timings is None else dict(zip(configs, timings))
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    # --- workers ------------------------------------------------------------------------------------
+
+    def _describe(self, config: Config) -> Description:
+        description = self._descriptions.get(config)
+        if description is None:
+            description = self._descriptions[config] = self._link.describe(config)
+        return description
+
+    def _compile_timeout(self, n: int) -> float:
+        return self.timeout_s * max(1, math.ceil(n / max(1, _env.compile_threads())))
+
+    def _request(self, message: tuple[Any, ...], timeout_s: float, what: str) -> tuple[Any, ...]:
+        """The worker's reply to ``message``; a candidate's error is raised here as itself."""
+        worker = self._ensure_worker()
+        try:
+            reply = worker.call(message, timeout_s, what)
+        except (CandidateCrashed, CandidateTimedOut):
+            self._discard()
+            raise
+        if reply[0] == "error":
+            _, blob, summary, context_error = reply
+            if context_error is not None:
+                self._discard()
+                raise CandidateCrashed(f"CUDA context lost: {context_error}")
+            raise unpack_exception(blob, summary)
+        return reply
+
+    def _ensure_worker(self) -> _Worker:
+        if self._broken is not None:
+            raise self._broken
+        if self._worker is None:
+            try:
+                self._worker = self._start()
+            except IsolationError as exc:
+                self._broken = exc
+                raise
+        return self._worker
+
+    def _start(self) -> _Worker:
+        name = self.ctx.kernel_name
+        begin = time.perf_counter()
+        worker = self._link.start(self._reference)
+        with _starting(worker, name):
+            reply = worker.receive(STARTUP_TIMEOUT_S, "starting")
+            if reply[0] != "ready":
+                raise IsolationError(f"{name}: a worker could not start: {reply[1]}")
+            if self.check is not None:
+                reply = worker.call(("prepare", []), self.timeout_s, "computing the numerical reference")
+                if reply[0] == "error":
+                    raise IsolationError(
+                        f"{name}: a worker could not compute the numerical reference: {reply[2]}"
+                    )
+        self.worker_starts += 1
+        log.debug(
+            "%s: worker %s started (%s) in %.3f s",
+            name,
+            worker.process.pid,
+            self.start_method,
+            time.perf_counter() - begin,
+        )
+        return worker
+
+    def _discard(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+
+
+class _Link:
+    """How this process starts workers and names candidates to them, by start method."""
+
+    def __init__(self, ctx: LaunchContext, recipe: KernelRecipe, method: str) -> None:
+        self.ctx, self.recipe, self.method = ctx, recipe, method
+        self.remote = method != "fork"
+        self.ref = KernelRef.of(recipe) if self.remote else None
+        self.grid_here = self.remote and callable(ctx.kwargs.get("grid"))
+        self._hook_owners: dict[str, int] | None = None
+
+    def describe(self, config: Config) -> Description:
+        hook = None
+        if config.pre_hook is not None:
+            hook = self._hook_owner(config)
+        grid = None
+        if self.grid_here:
+            try:
+                grid = launch_grid(self.ctx, config)
+            except Exception as exc:
+                raise IsolationError(
+                    f"its launch grid cannot be computed ({type(exc).__name__}: {exc})"
+                ) from exc
+        try:
+            return encode_config(config), hook, grid
+        except EncodingError as exc:
+            raise IsolationError(f"it cannot be sent to a worker ({exc})") from exc
+
+    def _hook_owner(self, config: Config) -> int:
+        """The index of the kernel config with this candidate's fields and pre_hook."""
+        if self._hook_owners is None:
+            self._hook_owners = {
+                config_id(c): i for i, c in enumerate(self.recipe.configs) if c.pre_hook is not None
+            }
+        index = self._hook_owners.get(config_id(config))
+        if index is None or self.recipe.configs[index].pre_hook != config.pre_hook:
+            raise IsolationError(
+                "its pre_hook is not that of one of the kernel's configs (made by early_config_prune?), "
+                "so a worker cannot find it"
+            )
+        return index
+
+    def start(self, reference: Description | None) -> _Worker:
+        """A started worker; it answers ``ready`` (or ``failed``) once it can take candidates."""
+        if not self.remote:
+            return _Worker("fork", ForkBootstrap(self.ctx, self.recipe, reference))
+        assert self.ref is not None
+        bootstrap = RemoteBootstrap(self.ref, dict(os.environ), current_device(), reference)
+        worker = _Worker(self.method, bootstrap)
+        with _starting(worker, self.ctx.kernel_name):
+            hello = worker.receive(STARTUP_TIMEOUT_S, "starting")
+            if hello[0] != "hello":
+                raise IsolationError(f"{self.ctx.kernel_name}: a worker could not start: {hello[1]}")
+            self._send_call(worker)
+        return worker
+
+    def _send_call(self, worker: _Worker) -> None:
+        kwargs = dict(self.ctx.kwargs)
+        if self.grid_here:
+            del kwargs["grid"]
+        # CPU tensors are sent through shared memory, which would move the caller's own storage there
+        args, kwargs = private_copies((self.ctx.args, kwargs), lambda t: t.device.type == "cpu")
+        try:
+            worker.conn.send(("call", args, kwargs))
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            raise CandidateCrashed(worker.death()) from None
+        except Exception as exc:
+            raise IsolationError(self._unsendable(args, kwargs, exc)) from exc
+
+    def _unsendable(self, args: tuple[Any, ...], kwargs: dict[str, Any], exc: Exception) -> str:
+        from multiprocessing.reduction import ForkingPickler
+
+        named = {**dict(zip(self.ctx.nargs, args)), **kwargs}
+        culprit = "an argument"
+        for name, value in named.items():
+            try:
+                ForkingPickler.dumps(value)
+            except Exception:
+                culprit = f"argument {name!r} ({type(value).__name__})"
+                break
+        return (
+            f"{self.ctx.kernel_name}: {culprit} cannot be sent to a {self.method} worker "
+            f"({type(exc).__name__}: {one_line(exc)}); only tensors and picklable values can"
+        )
+
+
+class _Worker:
+    """A worker process and this process's end of the pipe to it."""
+
+    def __init__(self, method: str, bootstrap: Any) -> None:
+        context = multiprocessing.get_context(method)
+        if method == "forkserver":
+            context.set_forkserver_preload(FORKSERVER_PRELOAD)  # read when the server starts
+        self.conn, child_conn = context.Pipe()
+        inherited = self.conn if method == "fork" else None  # the child closes its copy of our end
+        self.process = context.Process(
+            target=worker_main,
+            args=(child_conn, inherited, bootstrap),
+            name="triton-dejavu-like-worker",
+            daemon=True,
+        )
+        self.process.start()
+        child_conn.close()
+
+    def call(self, message: tuple[Any, ...], timeout_s: float, what: str) -> tuple[Any, ...]:
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            raise CandidateCrashed(self.death()) from None
+        return self.receive(timeout_s, what)
+
+    def receive(self, timeout_s: float, what: str) -> tuple[Any, ...]:
+        """The next message from the worker; raises if it dies or stays silent for ``timeout_s``."""
+        ready = wait([self.conn, self.process.sentinel], timeout_s)
+        if self.conn in ready:
+            try:
+                return self.conn.recv()
+            except (EOFError, OSError):
+                raise CandidateCrashed(self.death()) from None
+        if not ready:
+            self.kill()
+            raise CandidateTimedOut(f"no result within {timeout_s:g} s ({what}); worker killed")
+        raise CandidateCrashed(self.death())
+
+    def death(self) -> str:
+        """Why the worker is gone, in a few words."""
+        self.process.join(GRACE_S)
+        code = self.process.exitcode
+        if code is None:
+            self.kill()
+            return "the worker closed its pipe"
+        if code < 0:
+            try:
+                return f"worker killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"worker killed by signal {-code}"
+        return f"worker exited with code {code}"
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(("stop",))
+        self.process.join(GRACE_S)
+        self.kill()
+
+    def kill(self) -> None:
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join(GRACE_S)
+            if self.process.exitcode is None:
+                log.warning("worker %s did not exit after SIGKILL", self.process.pid)
+        self.conn.close()
+
+
+@contextlib.contextmanager
+def _starting(worker: _Worker, kernel_name: str) -> Iterator[None]:
+    """Kill ``worker`` if its start fails; its death or silence while starting is an IsolationError."""
+    try:
+        yield
+    except (CandidateCrashed, CandidateTimedOut) as exc:
+        worker.kill()
+        raise IsolationError(f"{kernel_name}: a worker could not start: {exc}") from exc
+    except BaseException:
+        worker.kill()
+        raise

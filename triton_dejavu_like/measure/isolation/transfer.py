@@ -1,0 +1,175 @@
+"""What crosses between the parent and a worker: argument copies, launch grids, exceptions, the
+kernel's address, and the CUDA state helpers both sides use."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import pickle
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ... import _compat
+from ..._compat import Config
+from ..launch import LaunchContext, one_line
+from .settings import IsolationError, WorkerError
+
+
+@dataclass(frozen=True)
+class KernelRef:
+    """Where a fresh process finds a kernel's recipe: the module of the kernel's object (an autotuner
+    with a ``kernel_recipe()`` method) and its qualified name there."""
+
+    module: str
+    qualname: str
+
+    @classmethod
+    def of(cls, recipe: Any) -> KernelRef:
+        """The reference to the kernel of ``recipe``; :class:`IsolationError` if a fresh process could not
+        follow it."""
+        fn = _compat.python_function(recipe.fn)
+        ref = cls(fn.__module__, fn.__qualname__)
+        where = f"{ref.module}.{ref.qualname}"
+        if "<locals>" in ref.qualname:
+            raise IsolationError(
+                f"{where} is defined inside a function: a {REMOTE} worker imports the kernel's module "
+                "and can only find kernels defined at module level (move it there, or tune in process)"
+            )
+        module = sys.modules.get(ref.module)
+        if module is None or (ref.module == "__main__" and not getattr(module, "__file__", None)):
+            raise IsolationError(
+                f"{where} is not defined in an importable file (an interactive session or `python -c`?): "
+                f"a {REMOTE} worker cannot import it"
+            )
+        try:
+            found = ref.find(module)
+        except LookupError:
+            found = None
+        if getattr(found, "fn", None) is not recipe.fn:
+            raise IsolationError(
+                f"the module-level name {where} is not this autotuner, so a {REMOTE} worker cannot find "
+                "it: decorate the module-level kernel with autotune and launch it under that name"
+            )
+        return ref
+
+    def find(self, module: Any) -> Any:
+        """The object with a recipe under the name in ``module`` (through ``triton.heuristics`` wrappers)."""
+        obj = module
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part, None)
+        while obj is not None and not callable(getattr(obj, "kernel_recipe", None)):
+            obj = getattr(obj, "fn", None)
+        if obj is None:
+            raise LookupError(f"no autotuner at {self.module}.{self.qualname}")
+        return obj
+
+    def resolve(self) -> Any:
+        """The kernel's recipe, importing its module in this process (a worker)."""
+        return self.find(importlib.import_module(self.module)).kernel_recipe()
+
+
+REMOTE = "forkserver/spawn"
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def launch_grid(ctx: LaunchContext, config: Config) -> tuple[int, ...]:
+    """The grid ``config`` launches with: the grid function called on the arguments as Triton binds them."""
+    grid = ctx.kwargs["grid"]
+    _, named = ctx.full_args(config)
+    parameters = inspect.signature(_compat.python_function(ctx.fn)).parameters
+    meta = {n: p.default for n, p in parameters.items() if p.default is not inspect.Parameter.empty}
+    meta.update(named)
+    apply_heuristics(ctx.fn, meta)
+    return tuple(int(d) for d in grid(meta))
+
+
+def apply_heuristics(fn: Any, meta: dict[str, Any]) -> None:
+    """Add the values ``triton.heuristics`` layers under the autotuner compute at launch."""
+    from triton.runtime.autotuner import Heuristics
+
+    layer = fn
+    while isinstance(layer, Heuristics):
+        for name, heuristic in layer.values.items():
+            meta[name] = heuristic(meta)
+        layer = layer.fn
+
+
+def private_copies(value: Any, select: Callable[[Any], bool] | None = None) -> Any:
+    """``value`` with each tensor in it (or each ``select`` accepts) moved onto a copy of its storage.
+
+    Tensors that share a storage share the copy, with their offsets, sizes and strides, so views
+    and aliasing are kept. Tuples, lists, dicts and dataclasses (e.g. tensor descriptors) are
+    rebuilt around their copied tensors.
+    """
+    import torch
+
+    copies: dict[tuple[Any, int], Any] = {}
+
+    def copy(tensor: Any) -> Any:
+        if select is not None and not select(tensor):
+            return tensor
+        storage = tensor.untyped_storage()
+        key = (tensor.device, storage.data_ptr())
+        clone = copies.get(key)
+        if clone is None:
+            clone = copies[key] = storage.clone()
+        moved = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+        return moved.set_(clone, tensor.storage_offset(), tensor.size(), tensor.stride())
+
+    return map_tensors(value, copy)
+
+
+def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return type(value)(*(map_tensors(v, fn) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(map_tensors(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, fn) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {
+            f.name: map_tensors(getattr(value, f.name), fn) for f in dataclasses.fields(value) if f.init
+        }
+        return dataclasses.replace(value, **fields)
+    return value
+
+
+def die_with_parent() -> None:
+    """On Linux, have the kernel SIGKILL this worker when the process that started it dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def pack_exception(exc: Exception) -> tuple[bytes | None, str]:
+    """The exception pickled if it survives the round trip, and a one-line summary."""
+    summary = f"{type(exc).__name__}: {one_line(exc)}"
+    try:
+        blob = pickle.dumps(exc)
+        pickle.loads(blob)
+    except Exception:
+        blob = None
+    return blob, summary
+
+
+def unpack_exception(blob: bytes | None, summary: str) -> Exception:
+    if blob is not None:
+        with contextlib.suppress(Exception):
+            exc = pickle.loads(blob)
+            if isinstance(exc, Exception):
+                return exc
+    return WorkerError(summary)

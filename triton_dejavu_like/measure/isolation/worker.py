@@ -1,0 +1,183 @@
+"""The worker's side: how a worker process starts, gets the kernel call, and answers requests."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ... import _compat
+from ..._compat import Config
+from ..._log import log
+from ...codec import config_id, decode_config
+from ..evaluate import Evaluator, InProcessEvaluator
+from ..launch import LaunchContext, one_line
+from ..numerics import CheckedEvaluator
+from ..recipe import KernelRecipe
+from ._cuda import cuda_context_error, synchronize
+from .settings import Description, IsolationError
+from .transfer import KernelRef, die_with_parent, pack_exception, private_copies
+
+# --- the worker's side --------------------------------------------------------------------------------
+
+
+@dataclass
+class ForkBootstrap:
+    """What a forked worker inherits (never pickled)."""
+
+    ctx: LaunchContext
+    recipe: KernelRecipe
+    reference: Description | None
+
+    def open(self, conn: Connection) -> _Session:
+        import torch
+
+        # GNU OpenMP, which torch's CPU ops run on, deadlocks in a child forked after the parent used
+        # it; with one thread, torch never enters an OpenMP region (torch's DataLoader does the same)
+        torch.set_num_threads(1)
+        args, kwargs = private_copies((self.ctx.args, self.ctx.kwargs))
+        ctx = dataclasses.replace(self.ctx, args=args, kwargs=kwargs, nargs=dict(zip(self.ctx.nargs, args)))
+        return _Session.of(ctx, self.recipe, self.reference)
+
+
+@dataclass(frozen=True)
+class RemoteBootstrap:
+    """What a forkserver/spawn worker is started with (picklable; the call follows on the pipe)."""
+
+    ref: KernelRef
+    env: dict[str, str]
+    device: int | None
+    reference: Description | None
+
+    def open(self, conn: Connection) -> _Session:
+        os.environ.clear()  # a fork server keeps the environment it was started with
+        os.environ.update(self.env)
+        import torch
+
+        if self.device is not None:
+            torch.cuda.set_device(self.device)
+        recipe = self.ref.resolve()
+        conn.send(("hello",))
+        _, args, kwargs = conn.recv()
+        args, kwargs = private_copies((args, kwargs))  # the originals (IPC mappings) are dropped here
+        if "grid" not in kwargs:
+            kwargs["grid"] = _GridTable()
+        interpreted = _compat.is_interpreted(recipe.fn)
+        benchmarker = recipe.timing.benchmarker(interpreted)
+        ctx = recipe.context(args, kwargs, interpreted=interpreted, benchmarker=benchmarker)
+        return _Session.of(ctx, recipe, self.reference)
+
+
+class _Session:
+    """A worker's evaluator and how it answers each request."""
+
+    def __init__(self, evaluator: Evaluator, decode: Callable[[Description], Config]) -> None:
+        self.evaluator = evaluator
+        self.decode = decode
+        self.context_error: str | None = None
+
+    @classmethod
+    def of(cls, ctx: LaunchContext, recipe: KernelRecipe, reference: Description | None) -> _Session:
+        grid = ctx.kwargs.get("grid")
+        decode = functools.partial(_decode, recipe, grid if isinstance(grid, _GridTable) else None)
+        evaluator: Evaluator = InProcessEvaluator(ctx)
+        if recipe.check is not None:
+            reference_config = decode(reference) if reference is not None else None
+            evaluator = CheckedEvaluator(evaluator, recipe.check, reference_config=reference_config)
+        return cls(evaluator, decode)
+
+    def handle(self, request: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """The reply to a request, or None to stop."""
+        kind = request[0]
+        if kind == "measure":
+            return self._guarded(self._measure, request[1])
+        if kind == "prepare":
+            return self._guarded(self._prepare, request[1])
+        if kind == "refine":
+            return self._guarded(self._refine, request[1])
+        return None
+
+    def _measure(self, description: Description) -> tuple[Any, ...]:
+        config = self.decode(description)
+        timings = self.evaluator.measure(config)
+        became_reference = getattr(self.evaluator, "reference_config", None) is config
+        return ("ok", [float(t) for t in timings], became_reference)
+
+    def _prepare(self, descriptions: list[Description]) -> tuple[Any, ...]:
+        configs = [self.decode(d) for d in descriptions]
+        ruled_out = self.evaluator.prepare(configs)
+        return ("prepared", {i: ruled_out[c] for i, c in enumerate(configs) if c in ruled_out})
+
+    def _refine(self, descriptions: list[Description]) -> tuple[Any, ...]:
+        configs = [self.decode(d) for d in descriptions]
+        timings = self.evaluator.refine(configs)
+        return ("refined", None if timings is None else [[float(t) for t in timings[c]] for c in configs])
+
+    def _guarded(self, action: Callable[[Any], tuple[Any, ...]], argument: Any) -> tuple[Any, ...]:
+        try:
+            reply = action(argument)
+            synchronize()  # an asynchronous CUDA error belongs to this request
+            return reply
+        except Exception as exc:
+            self.context_error = cuda_context_error()
+            blob, summary = pack_exception(exc)
+            return ("error", blob, summary, self.context_error)
+
+
+def worker_main(conn: Connection, inherited: Connection | None, bootstrap: Any) -> None:
+    if inherited is not None:
+        inherited.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills its workers
+    die_with_parent()
+    try:
+        session = bootstrap.open(conn)
+    except Exception as exc:
+        log.debug("worker setup failed", exc_info=True)
+        conn.send(("failed", f"{type(exc).__name__}: {one_line(exc)}"))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        reply = session.handle(request)
+        if reply is None:
+            return
+        conn.send(reply)
+        if session.context_error is not None:
+            os._exit(0)  # the CUDA context is unusable; exit without running its teardown
+
+
+def _decode(recipe: KernelRecipe, grids: _GridTable | None, description: Description) -> Config:
+    encoded, hook, grid = description
+    owner = recipe.configs[hook] if hook is not None else None
+    config, _ = decode_config(encoded, pre_hook=owner.pre_hook if owner is not None else None)
+    if owner is not None and config_id(owner) != config_id(config):
+        raise IsolationError("the worker lists the kernel's configs in another order than the parent")
+    if grid is not None and grids is not None:
+        grids.add(config, grid)
+    return config
+
+
+class _GridTable:
+    """The launch grid of each candidate, computed by the parent (which has the grid function)."""
+
+    def __init__(self) -> None:
+        self._grids: dict[tuple[str, ...], dict[tuple[Any, ...], tuple[int, ...]]] = {}
+
+    def add(self, config: Config, grid: tuple[int, ...]) -> None:
+        names = tuple(sorted(config.kwargs))
+        self._grids.setdefault(names, {})[tuple(config.kwargs[n] for n in names)] = grid
+
+    def __call__(self, meta: dict[str, Any]) -> tuple[int, ...]:
+        for names, grids in self._grids.items():
+            grid = grids.get(tuple(meta.get(n) for n in names))
+            if grid is not None:
+                return grid
+        raise KeyError("no launch grid was sent for this candidate")

@@ -1,0 +1,67 @@
+"""A kernel call being tuned, and one launch of a candidate wrapped in the hooks as upstream does it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._compat import Config
+from .bench import Benchmarker
+
+
+@dataclass
+class LaunchContext:
+    """A kernel call being tuned: the kernel, its arguments, and the tuner's hooks and timer."""
+
+    fn: Any  # the JITFunction / InterpretedFunction / Heuristics under the autotuner
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]  # includes grid and warmup, as upstream passes them
+    nargs: dict[str, Any]  # positional arguments by name
+    pre_hook: Callable[..., Any]
+    post_hook: Callable[..., Any]
+    benchmarker: Benchmarker
+    kernel_name: str
+    interpreted: bool = False
+
+    def full_args(self, config: Config) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(launch kwargs, every argument by name) for a config, as upstream builds them."""
+        conflicts = self.kwargs.keys() & config.kwargs.keys()
+        if conflicts:
+            raise ValueError(f"conflicting meta-parameters: {', '.join(sorted(conflicts))}")
+        current = dict(self.kwargs, **config.all_kwargs())
+        return current, {**self.nargs, **current}
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's message (or its type's name)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def one_line_reason(exc: BaseException) -> str:
+    """``Type: first non-empty line of the message`` (compile errors span many lines), capped."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__)[:500]
+
+
+def make_kernel_call(ctx: LaunchContext, config: Config) -> Callable[[], None]:
+    """One launch of ``config`` wrapped in the hooks, exactly as upstream's ``_bench`` does."""
+    current, full_nargs = ctx.full_args(config)
+    fn, args, pre_hook, post_hook = ctx.fn, ctx.args, ctx.pre_hook, ctx.post_hook
+    config_pre_hook = config.pre_hook
+
+    def kernel_call() -> None:
+        if config_pre_hook:
+            config_pre_hook(full_nargs)
+        pre_hook(full_nargs)
+        try:
+            fn.run(*args, **current)
+        except Exception as exc:
+            try:
+                post_hook(full_nargs, exception=exc)
+            finally:
+                raise
+        post_hook(full_nargs, exception=None)
+
+    return kernel_call

@@ -1,0 +1,71 @@
+"""A kernel recipe: everything measuring a kernel's candidates needs, and nothing of the tuner.
+
+The tuner hands a :class:`KernelRecipe` to measuring (in process or in an isolated worker); a
+worker started fresh finds the kernel's module-level object and asks it for its recipe
+(``kernel_recipe()``), so measuring never reaches back into the tuner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._compat import Config
+from .bench import Benchmarker, TimingPolicy, make_benchmarker
+from .isolation.settings import IsolationSettings
+from .launch import LaunchContext
+from .numerics import NumericalCheck
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How candidates are timed: a user's ``do_bench`` (always honoured), else upstream's ``warmup``,
+    ``rep`` and ``use_cuda_graph`` for the careful stage and the two-stage :class:`TimingPolicy`."""
+
+    do_bench: Callable[..., Any] | None = None
+    warmup: float | None = None
+    rep: float | None = None
+    use_cuda_graph: bool = False
+    policy: TimingPolicy = field(default_factory=TimingPolicy)
+
+    def benchmarker(self, interpreted: bool) -> Benchmarker:
+        return make_benchmarker(
+            do_bench=self.do_bench,
+            warmup=self.warmup,
+            rep=self.rep,
+            use_cuda_graph=self.use_cuda_graph,
+            interpreted=interpreted,
+            policy=self.policy,
+        )
+
+
+@dataclass(frozen=True)
+class KernelRecipe:
+    """A kernel and how to measure its candidates (hooks, timing, checks, isolation)."""
+
+    fn: Any  # the JITFunction / InterpretedFunction / Heuristics under the autotuner
+    kernel_name: str
+    arg_names: tuple[str, ...]
+    configs: Sequence[Config]  # the kernel's whole config list (a worker finds pre_hooks there)
+    pre_hook: Callable[..., Any]
+    post_hook: Callable[..., Any]
+    timing: TimingSettings
+    check: NumericalCheck | None  # None: no numerical check
+    isolation: IsolationSettings
+
+    def context(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], *, interpreted: bool, benchmarker: Benchmarker
+    ) -> LaunchContext:
+        """The launch context of one call being tuned (``kwargs`` include ``grid`` and ``warmup``)."""
+        return LaunchContext(
+            fn=self.fn,
+            args=args,
+            kwargs=kwargs,
+            nargs=dict(zip(self.arg_names, args)),
+            pre_hook=self.pre_hook,
+            post_hook=self.post_hook,
+            benchmarker=benchmarker,
+            kernel_name=self.kernel_name,
+            interpreted=interpreted,
+        )

@@ -1,0 +1,49 @@
+"""Storage: typed entries, the on-disk layout, identity hashes, cache files, stores, inventory, warm start."""
+
+from __future__ import annotations
+
+from . import inventory
+from .cache_file import (
+    SCHEMA_VERSION,
+    CacheFile,
+    Document,
+    InvalidCacheFile,
+    NewerSchemaFile,
+    atomic_write,
+    dump_document,
+    new_document,
+    parse_document,
+    read_bounded,
+    read_document,
+)
+from .entry import InvalidEntry, StoredEntry, parse_timestamp
+from .identity import KernelIdentity, Platform, detect_platform
+from .layout import CACHE_FILE_NAME, default_root, default_tag
+from .store import FileStore, MemoryStore, Store
+
+__all__ = [
+    "CACHE_FILE_NAME",
+    "SCHEMA_VERSION",
+    "CacheFile",
+    "Document",
+    "FileStore",
+    "InvalidCacheFile",
+    "InvalidEntry",
+    "KernelIdentity",
+    "MemoryStore",
+    "NewerSchemaFile",
+    "Platform",
+    "Store",
+    "StoredEntry",
+    "atomic_write",
+    "default_root",
+    "default_tag",
+    "detect_platform",
+    "dump_document",
+    "inventory",
+    "new_document",
+    "parse_document",
+    "parse_timestamp",
+    "read_bounded",
+    "read_document",
+]

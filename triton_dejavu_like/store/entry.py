@@ -1,0 +1,231 @@
+"""One stored result: the typed form of a tuning key's entry in a cache file.
+
+Schema 1 of an entry (JSON object; the fields marked * are required)::
+
+    key*            typed JSON of the tuning key (see codec)
+    config*         the chosen config as typed fields
+    timings_ms*     its times at the quantiles (median, p20, p80), finite, >= 0
+    evaluated*      how many candidates were measured;  space_size*: out of how many
+    strategy*       the search that found it;  tuning_time_s*: wall time;  tuned_at*: ISO 8601
+    budget, refined, phases_s, candidates (hash of the candidate set), top (best few with times),
+    ruled_out (configs with reasons), imported_from: optional
+
+:class:`StoredEntry` is built either from a tuning run (:meth:`StoredEntry.new`) or from data read
+from disk (:meth:`StoredEntry.from_json`, which validates everything and raises
+:class:`InvalidEntry` for anything wrong, whatever the data). The JSON it was made from is kept as
+is, so reading and writing a file changes no byte of its entries.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._compat import Config
+from ..codec import config_id, decode_config, decode_key, encode_config, encode_key, key_id
+
+
+class InvalidEntry(ValueError):
+    """Data that is not a valid stored entry (it is set aside, never used)."""
+
+
+@dataclass(frozen=True, eq=False)
+class StoredEntry:
+    """A validated entry: typed views of its fields, and the JSON it is stored as (:attr:`data`)."""
+
+    key_id: str
+    key: tuple[Any, ...]
+    config: Config
+    #: ``config_id`` of the chosen config, computed once (what restores and merges compare).
+    config_id: str
+    timings_ms: tuple[float, ...]
+    evaluated: int
+    space_size: int
+    strategy: str
+    tuning_time_s: float
+    tuned_at: _dt.datetime
+    data: Mapping[str, Any] = field(repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StoredEntry) and other.data == self.data
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # --- building ------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_json(cls, kid: str, data: Any, *, parameters: Collection[str] | None = None) -> StoredEntry:
+        """The entry filed under ``kid``; :class:`InvalidEntry` if ``data`` is not a complete, well-typed
+        result. ``parameters``: the kernel's argument names (a config naming anything else is invalid).
+        Never raises anything else: any failure on data read from disk means "invalid".
+        """
+        try:
+            return cls._parse(kid, data, parameters)
+        except InvalidEntry:
+            raise
+        except ValueError as exc:  # DecodingError and friends: written for the user
+            raise InvalidEntry(str(exc)[:300] or type(exc).__name__) from exc
+        except Exception as exc:
+            raise InvalidEntry(f"{type(exc).__name__}: {str(exc)[:280]}") from exc
+
+    @classmethod
+    def _parse(cls, kid: str, data: Any, parameters: Collection[str] | None) -> StoredEntry:
+        if not isinstance(data, dict):
+            raise InvalidEntry("an entry is not an object")
+        key = decode_key(data.get("key"))
+        if key_id(key) != kid:
+            raise InvalidEntry("the entry's key does not match the name it is filed under")
+        config = _config(data.get("config"), parameters, "the config")
+        timings = _timings(data.get("timings_ms"), "timings_ms")
+        counts = {}
+        for name in ("evaluated", "space_size"):
+            value = data.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidEntry(f"{name} is not a count: {value!r:.40}")
+            counts[name] = value
+        strategy = data.get("strategy")
+        if not isinstance(strategy, str):
+            raise InvalidEntry("strategy is not a string")
+        tuning_time = _finite_number(data.get("tuning_time_s"), "tuning_time_s")
+        tuned_at = parse_timestamp(data.get("tuned_at"))
+        for name in ("top", "ruled_out"):
+            if not isinstance(data.get(name, []), list):
+                raise InvalidEntry(f"{name} is not a list")
+        for item in data.get("top", []):
+            if not isinstance(item, dict):
+                raise InvalidEntry("a top-k item is not an object")
+            _config(item.get("config"), parameters, "a top-k config")
+            _timings(item.get("timings_ms"), "top-k timings_ms")
+        for item in data.get("ruled_out", []):
+            if not isinstance(item, dict) or not isinstance(item.get("reason"), str):
+                raise InvalidEntry("a ruled-out item is not an object with a reason")
+            _config(item.get("config"), parameters, "a ruled-out config")
+        return cls(
+            kid,
+            key,
+            config,
+            config_id(config),
+            timings,
+            counts["evaluated"],
+            counts["space_size"],
+            strategy,
+            tuning_time,
+            tuned_at,
+            data,
+        )
+
+    @classmethod
+    def new(
+        cls,
+        key: tuple[Any, ...],
+        config: Config,
+        timings_ms: Sequence[float],
+        *,
+        evaluated: int,
+        space_size: int,
+        strategy: str,
+        tuning_time_s: float,
+        tuned_at: _dt.datetime | None = None,
+        top: Sequence[tuple[Config, Sequence[float]]] = (),
+        ruled_out: Sequence[tuple[Config, str]] = (),
+        **extra: Any,
+    ) -> StoredEntry:
+        """An entry for a result just found (``extra``: optional JSON fields such as ``budget``,
+        ``refined``, ``phases_s``, ``candidates``, ``imported_from``). Raises
+        :class:`~triton_dejavu_like.codec.EncodingError` if the key or a config cannot be stored."""
+        moment = (tuned_at or _dt.datetime.now(_dt.timezone.utc)).astimezone(_dt.timezone.utc)
+        data = {
+            "key": encode_key(key),
+            "config": encode_config(config),
+            "timings_ms": [float(t) for t in timings_ms],
+            "evaluated": int(evaluated),
+            "space_size": int(space_size),
+            "strategy": strategy,
+            "tuning_time_s": round(float(tuning_time_s), 6),
+            "tuned_at": moment.isoformat(timespec="seconds"),
+            **extra,
+            "top": [{"config": encode_config(c), "timings_ms": [float(t) for t in ts]} for c, ts in top],
+            "ruled_out": [{"config": encode_config(c), "reason": r} for c, r in ruled_out],
+        }
+        return cls.from_json(key_id(key), data)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object stored for this entry (a copy)."""
+        return dict(self.data)
+
+    # --- optional fields ---------------------------------------------------------------------------
+
+    @property
+    def candidates(self) -> str | None:
+        """Hash of the candidate set the result was chosen from (None in older or imported entries)."""
+        value = self.data.get("candidates")
+        return value if isinstance(value, str) else None
+
+    def top(self) -> list[tuple[Config, list[float]]]:
+        return [(decode_config(t["config"])[0], list(t["timings_ms"])) for t in self.data.get("top", [])]
+
+    def ruled_out(self) -> list[tuple[Config, str]]:
+        return [(decode_config(r["config"])[0], r["reason"]) for r in self.data.get("ruled_out", [])]
+
+
+def parse_timestamp(text: Any) -> _dt.datetime:
+    """An ISO 8601 time as an aware UTC datetime (naive times are taken as UTC); :class:`InvalidEntry`
+    for anything else, including a time that leaves the calendar when moved to UTC."""
+    if not isinstance(text, str):
+        raise InvalidEntry(f"tuned_at is not a string: {text!r:.40}")
+    try:
+        moment = _dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidEntry(f"tuned_at is not an ISO 8601 time: {text!r:.40}") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_dt.timezone.utc)
+    try:
+        return moment.astimezone(_dt.timezone.utc)
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+23:59 lands before year 1 in UTC
+        raise InvalidEntry(f"tuned_at is outside the calendar in UTC: {text!r:.40}") from exc
+
+
+def _finite_number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidEntry(f"{what} is not a number: {type(value).__name__}")
+    try:
+        number = float(value)  # an int too large for a float raises OverflowError
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidEntry(f"{what} is not a finite number")
+    return number
+
+
+def _timings(value: Any, what: str) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise InvalidEntry(f"{what} is not a non-empty list")
+    times = tuple(_finite_number(v, what) for v in value)
+    if any(t < 0 for t in times):
+        raise InvalidEntry(f"{what} holds a negative time")
+    return times
+
+
+def _config(data: Any, parameters: Collection[str] | None, what: str) -> Config:
+    config, _ = decode_config(data)
+    if parameters is not None:
+        unknown = sorted(set(config.kwargs) - set(parameters))
+        if unknown:
+            raise InvalidEntry(f"{what} names parameters the kernel lacks: {', '.join(unknown)[:120]}")
+    return config
+
+
+def as_entries(
+    entries: Mapping[str, StoredEntry | Mapping[str, Any]], parameters: Collection[str] | None = None
+) -> dict[str, StoredEntry]:
+    """Entries by key id, validating any given as plain JSON objects (raises :class:`InvalidEntry`)."""
+    return {
+        kid: e if isinstance(e, StoredEntry) else StoredEntry.from_json(kid, e, parameters=parameters)
+        for kid, e in entries.items()
+    }
+
+
+__all__ = ["InvalidEntry", "StoredEntry", "as_entries", "parse_timestamp"]

@@ -1,0 +1,87 @@
+"""Where a kernel's results are loaded from and recorded to: the :class:`Store` protocol.
+
+The tuner talks to a store only through this protocol: a :class:`FileStore` (one cache file under
+a storage root, shared by processes) or a :class:`MemoryStore` (this process only: used when the
+kernel's storage identity cannot be computed). A new backend implements the same four methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from .._log import log
+from .cache_file import CacheFile, EntryMap
+from .entry import StoredEntry
+from .warm_start import foreign_winners
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Loads and records the entries of one kernel identity."""
+
+    def load(self) -> EntryMap:
+        """Every stored entry by key id (read once per process by the tuner)."""
+        ...
+
+    def record(self, entries: Mapping[str, StoredEntry]) -> bool:
+        """Keep ``entries`` (new ones win per key); False when they could not be kept."""
+        ...
+
+    def where(self) -> str:
+        """Where the results live, for messages."""
+        ...
+
+    def foreign_winners(self) -> list[str]:
+        """Config ids that won keys of the same kernel on other platforms (warm-start seeds)."""
+        ...
+
+
+class FileStore:
+    """A kernel's cache file under a storage root."""
+
+    def __init__(self, root: Path, identity: Mapping[str, Any], parameters: Collection[str]) -> None:
+        self.root = Path(root)
+        self.identity = dict(identity)
+        self.cache_file = CacheFile.for_identity(self.root, self.identity, parameters=parameters)
+
+    @property
+    def path(self) -> Path:
+        return self.cache_file.path
+
+    def load(self) -> EntryMap:
+        return self.cache_file.load()
+
+    def record(self, entries: Mapping[str, StoredEntry]) -> bool:
+        return self.cache_file.record(entries)
+
+    def where(self) -> str:
+        return str(self.path)
+
+    def foreign_winners(self) -> list[str]:
+        try:
+            return foreign_winners(self.root, self.identity, self.path, self.cache_file.parameters)
+        except (OSError, ValueError, KeyError) as exc:
+            log.debug("no warm start from other platforms for %s (%s)", self.path, exc)
+            return []
+
+
+class MemoryStore:
+    """Results kept in this process only."""
+
+    def __init__(self) -> None:
+        self.entries: EntryMap = {}
+
+    def load(self) -> EntryMap:
+        return dict(self.entries)
+
+    def record(self, entries: Mapping[str, StoredEntry]) -> bool:
+        self.entries.update(entries)
+        return True
+
+    def where(self) -> str:
+        return "memory"
+
+    def foreign_winners(self) -> list[str]:
+        return []

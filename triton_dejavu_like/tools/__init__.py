@@ -1,0 +1,1 @@
+"""Tools around the store: the command line and the triton-dejavu importer."""

@@ -1,0 +1,11 @@
+"""The front: the decorator, the Autotuner, the tuning key, settings, the miss policy, a tuning run."""
+
+from __future__ import annotations
+
+from .autotuner import Autotuner
+from .config_space import ConfigSpace
+from .decorator import autotune
+from .settings import TunerSettings
+from .tuning import AutotuningError
+
+__all__ = ["Autotuner", "AutotuningError", "ConfigSpace", "TunerSettings", "autotune"]

@@ -1,0 +1,405 @@
+"""The Autotuner: upstream compatibility, the launch fast path, and what happens on a miss.
+
+``Autotuner`` subclasses ``triton.runtime.autotuner.Autotuner``, so tools that inspect upstream
+autotuners keep working (``.cache``, ``.best_config``, ``.configs_timings``, ``.bench_time``,
+``.configs``). A call computes the tuning key as upstream does and looks it up in memory; only a
+miss reaches the store (read once per process), the miss policy and a tuning run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _compat
+from .._compat import Config
+from .._log import DejavuStorageWarning, warn_once
+from ..measure import Benchmarker, KernelRecipe
+from ..measure.bench import QUANTILES
+from ..store import (
+    Platform,
+    Store,
+    StoredEntry,
+    detect_platform,
+)
+from ..store.warm_start import MAX_FOREIGN_SEEDS
+from .config_space import ConfigSpace, platform_check_for
+from .key import NO_DTYPE, KeyPlan, Tensor, TuningKey
+from .policy import MissPolicy
+from .report import report
+from .settings import TunerSettings
+from .storage import StorageIdentity
+from .tuning import AutotuningError, Outcome, TuningRun
+
+#: What a hit launches with: the config, its launch kwargs, and its pre_hook (or None).
+Launch = tuple[Config, dict[str, Any], Callable[..., Any] | None]
+
+
+@dataclass
+class _ProcessState:
+    """What a tuner learns once per process, at its first miss."""
+
+    platform: Platform
+    benchmarker: Benchmarker
+    store: Store
+    restored: dict[str, StoredEntry]
+
+
+class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
+    """An upstream-compatible autotuner that stores its results and restores them in later processes.
+
+    The first arguments are upstream's (``triton.runtime.autotuner.Autotuner``); ``settings`` holds
+    everything else the :func:`~triton_dejavu_like.autotune` decorator accepts.
+    """
+
+    def __init__(
+        self,
+        fn: Any,
+        arg_names: Sequence[str],
+        configs: Sequence[Config] | None,
+        key: Sequence[str],
+        reset_to_zero: Sequence[str] | None = None,
+        restore_value: Sequence[str] | None = None,
+        pre_hook: Callable[..., Any] | None = None,
+        post_hook: Callable[..., Any] | None = None,
+        prune_configs_by: dict[str, Any] | None = None,
+        warmup: float | None = None,
+        rep: float | None = None,
+        use_cuda_graph: bool = False,
+        do_bench: Callable[..., Any] | None = None,
+        *,
+        config_space: ConfigSpace | None = None,
+        settings: TunerSettings | None = None,
+    ) -> None:
+        arg_names, key = list(arg_names), list(key)
+        _check_names(arg_names, key=key, reset_to_zero=reset_to_zero, restore_value=restore_value)
+        if configs and config_space is not None:
+            raise ValueError("give either configs or config_space, not both")
+        if config_space is not None and not isinstance(config_space, ConfigSpace):
+            raise TypeError(f"config_space must be a ConfigSpace, got {type(config_space).__name__}")
+        if settings is None:
+            settings = TunerSettings.from_arguments(
+                {"warmup": warmup, "rep": rep, "use_cuda_graph": use_cuda_graph, "do_bench": do_bench}
+            )
+        check_outputs = settings.numerical_check.outputs
+        _check_names(arg_names, check_outputs=list(check_outputs) if check_outputs is not None else None)
+        self.settings = settings
+        self._config_space = config_space
+        self._configs_list: list[Config] | None = None
+        super().__init__(
+            fn,
+            arg_names,
+            None if config_space is not None else (list(configs) if configs else None),
+            key,
+            reset_to_zero,
+            restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            prune_configs_by=prune_configs_by,
+            **_compat.upstream_init_kwargs(do_bench=self._bench_dispatch),
+        )
+        _compat.disable_upstream_disk_cache(self)
+        if config_space is not None:
+            self._configs_list = None  # listed on the machine that runs it, at first use
+        if not pre_hook and (self.reset_to_zero or self.restore_value):
+            self.pre_hook = self._default_pre_hook
+        if not post_hook and self.restore_value:
+            self.post_hook = self._default_post_hook
+        self.restore_copies: dict[str, Any] = {}
+        self.bench_time = 0.0
+        self.configs_timings: dict[Config, list[float]] = {}
+        self.best_config: Config | None = None
+        self.last_decision: str | None = None
+        self.nargs: dict[str, Any] | None = None
+        self._config_ids: dict[int, tuple[Config, str]] = {}
+        self._state: _ProcessState | None = None
+        self._lock = threading.RLock()
+        self._launch: dict[tuple[Any, ...], Launch] = {}  # the hot path's table
+        self._keys = KeyPlan(arg_names, key, ignore_dtypes=settings.ignore_dtypes)
+        self._meta_names = self._tuned_names()
+        self._policy = MissPolicy(self._name, settings.fallback_heuristic, self._config_id)
+
+    # --- the config list ----------------------------------------------------------------------
+
+    def _platform(self) -> Platform:
+        return detect_platform(_compat.is_interpreted(self.fn))
+
+    @property
+    def configs(self) -> list[Config]:
+        if self._configs_list is None and self._config_space is not None:
+            platform = self._platform()
+            listed = self._config_space.configs(platform_check_for(platform.backend, platform.capability))
+            if not listed:
+                raise ValueError(f"{self._name}: the ConfigSpace has no valid config on this platform")
+            self._configs_list = listed
+        return self._configs_list if self._configs_list is not None else []
+
+    @configs.setter
+    def configs(self, value: Sequence[Config] | None) -> None:
+        self._configs_list = list(value) if value is not None else None
+
+    @property
+    def config_space(self) -> ConfigSpace | None:
+        return self._config_space
+
+    def _tuned_names(self) -> frozenset[str]:
+        if self._config_space is not None:
+            return frozenset(self._config_space.kwargs_with_lists)
+        names: set[str] = set()
+        for config in self._configs_list or ():
+            names.update(config.kwargs)
+        return frozenset(names)
+
+    @property
+    def _name(self) -> str:
+        return self.base_fn.__name__
+
+    # --- hooks (upstream semantics, the same on every Triton release) ------------------------------
+
+    def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
+        for name in self.reset_to_zero:
+            if kwargs.get(name) is not None:
+                kwargs[name].zero_()
+        if not reset_only:
+            self.restore_copies = {
+                name: kwargs[name].clone() for name in self.restore_value if kwargs.get(name) is not None
+            }
+
+    def _default_post_hook(self, kwargs: dict[str, Any], exception: BaseException | None) -> None:
+        for name, value in self.restore_copies.items():
+            kwargs[name].copy_(value)
+        self.restore_copies = {}
+
+    # --- the hot path ------------------------------------------------------------------------------
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        """``kernel[grid](*args)``: a launcher whose in-memory hit costs as little as possible.
+
+        The common launch passes every kernel argument positionally: then the lookup key is the
+        key arguments' values and the dtype objects of the arguments (no string formatting, no
+        dict building), and a hit launches the kernel directly (after the config's ``pre_hook``,
+        if it has one). Everything else goes through :meth:`run`.
+        """
+        fn_run = self.fn.run
+        table = self._launch
+        positions = self._keys.positions
+        low, high = self._keys.last_position, self._keys.n_args
+        dtypes = self._keys.with_dtypes
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            if not kwargs and low < len(args) <= high:
+                key = []
+                for p in positions:  # a loop, not a comprehension: cheaper before Python 3.12
+                    key.append(args[p])
+                if dtypes:
+                    for arg in args:
+                        kind = type(arg)
+                        if kind is Tensor or (kind not in NO_DTYPE and hasattr(arg, "dtype")):
+                            key.append(arg.dtype)
+                hit = table.get(tuple(key))
+                if hit is not None:
+                    config, launch_kwargs, config_pre_hook = hit
+                    self.best_config = config
+                    if config_pre_hook is not None:
+                        config_pre_hook(self._hook_args(args, {"grid": grid, "warmup": False}, config))
+                    return fn_run(*args, grid=grid, warmup=False, **launch_kwargs)
+            return self.run(*args, grid=grid, warmup=False, **kwargs)
+
+        return launch
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        if self._meta_names and not self._meta_names.isdisjoint(kwargs):
+            return self._passthrough(args, kwargs)
+        lookup = self._keys.lookup(args, kwargs)
+        launch = self._launch.get(lookup)
+        if launch is None:
+            launch = self._on_miss(lookup, args, kwargs)
+        config, launch_kwargs, config_pre_hook = launch
+        self.best_config = config
+        if config_pre_hook is not None:
+            config_pre_hook(self._hook_args(args, kwargs, config))
+        return self.fn.run(*args, **kwargs, **launch_kwargs)
+
+    def _hook_args(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Config) -> dict[str, Any]:
+        """What a config's ``pre_hook`` receives at launch: every argument by name, the call's
+        keywords and all of the config's values (as upstream passes them)."""
+        return {**dict(zip(self.arg_names, args)), **kwargs, **config.all_kwargs()}
+
+    def _launch_kwargs(self, config: Config) -> dict[str, Any]:
+        interpreted = _compat.is_interpreted(self.fn)
+        defaults = {} if interpreted else _compat.launch_option_defaults(self._platform().backend)
+        return launch_kwargs(config, defaults)
+
+    def _passthrough(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        missing = sorted(self._meta_names.difference(kwargs))
+        if missing:
+            given = sorted(self._meta_names.intersection(kwargs))
+            raise ValueError(
+                f"{self._name}: the call passes tuned meta-parameters {given} but not {missing}; pass all "
+                "of them to launch with your own config, or none to let the autotuner choose"
+            )
+        self.last_decision = "passthrough"
+        return self.fn.run(*args, **kwargs)
+
+    # --- a miss ---------------------------------------------------------------------------------------
+
+    def _on_miss(self, lookup: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Launch:
+        with self._lock:
+            hit = self._launch.get(lookup)
+            if hit is not None:
+                return hit
+            key = self._keys.key(args, kwargs)
+            config = self.cache.get(key.values)  # decided for an equal key, or filled in by the caller
+            if config is None:
+                state = self._process_state()
+                outcome = self._decide(state, key, args, kwargs)
+                config = outcome.config
+                self.cache[key.values] = config
+                self.last_decision = outcome.source
+                if outcome.source == "tuned":
+                    self.configs_timings = outcome.configs_timings
+                    self.bench_time = outcome.duration_s
+                report(
+                    self._name,
+                    self.fn,
+                    key.values,
+                    outcome,
+                    strategy=self.settings.strategy,
+                    where=state.store.where(),
+                )
+            launch = (config, self._launch_kwargs(config), config.pre_hook)
+            self._launch[lookup] = launch
+            return launch
+
+    def _process_state(self) -> _ProcessState:
+        if self._state is None:
+            platform = self._platform()
+            benchmarker = self.settings.timing.benchmarker(_compat.is_interpreted(self.fn))
+            store = self._open_store(platform)
+            self._state = _ProcessState(platform, benchmarker, store, store.load())
+        return self._state
+
+    def _decide(
+        self, state: _ProcessState, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Outcome:
+        nargs = dict(zip(self.arg_names, args))
+        candidates = self.prune_configs(kwargs, nargs)
+        if len(candidates) == 1:
+            return Outcome(candidates[0], "single")
+        if key.id is None:
+            warn_once(
+                DejavuStorageWarning,
+                self._name,
+                "%s: tuning key %r cannot be stored (%s); results for it stay in memory",
+                self._name,
+                key.values,
+                key.problem,
+            )
+        candidates_hash = self._configs_hash(candidates)
+        pruning = bool(self.early_config_prune or self.perf_model)
+        answer = self._policy.answer(key, candidates, candidates_hash, state.restored, pruning=pruning)
+        if isinstance(answer, Outcome):
+            return answer
+        run = TuningRun(
+            self.kernel_recipe(),
+            self.settings.strategy,
+            self.settings.budget,
+            state.benchmarker,
+            _compat.is_interpreted(self.fn),
+        )
+        self.nargs = nargs
+        try:
+            outcome = run.run(
+                key,
+                args,
+                kwargs,
+                answer,
+                warm_start=self._warm_start(state, answer),
+                candidates_hash=candidates_hash,
+            )
+        finally:
+            self.nargs = None
+        if key.id is not None and outcome.entry is not None:
+            state.restored[key.id] = outcome.entry
+            state.store.record({key.id: outcome.entry})
+        return outcome
+
+    def _warm_start(self, state: _ProcessState, candidates: list[Config]) -> list[int]:
+        """Indices of candidates that won other stored keys, then of the winners of this kernel
+        stored for other GPUs and platforms (a few): good first guesses for a new key."""
+        if self.settings.strategy == "exhaustive":
+            return []
+        index = {self._config_id(c): i for i, c in enumerate(candidates)}
+        winners = [entry.config_id for entry in state.restored.values()]
+        winners += [cid for cid in state.store.foreign_winners() if cid in index][:MAX_FOREIGN_SEEDS]
+        seeds: list[int] = []
+        for cid in winners:
+            i = index.get(cid)
+            if i is not None and i not in seeds:
+                seeds.append(i)
+        return seeds
+
+    def prune_configs(self, kwargs: dict[str, Any], nargs: dict[str, Any] | None = None) -> list[Config]:
+        """Upstream's pruning (early_config_prune, then perf_model top-k), on explicit arguments."""
+        if nargs is None:
+            nargs = self.nargs or {}
+        configs = list(self.configs)
+        if self.early_config_prune:
+            configs = list(self.early_config_prune(configs, nargs, **kwargs))
+            if not configs:
+                raise AutotuningError(f"{self._name}: early_config_prune returned no config")
+        if self.perf_model:
+            top_k = self.configs_top_k
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = max(1, int(len(configs) * top_k))
+            elif not isinstance(top_k, int):
+                raise TypeError("prune_configs_by['top_k'] must be a float <= 1.0 or an int")
+            if len(configs) > top_k:
+                estimates = [self.perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in configs]
+                order = sorted(range(len(configs)), key=estimates.__getitem__)
+                configs = [configs[i] for i in order[:top_k]]
+        return configs
+
+    # --- measuring ------------------------------------------------------------------------------------
+
+    def _bench_dispatch(self, kernel_call: Callable[[], Any], quantiles: Sequence[float] = QUANTILES) -> Any:
+        """The ``do_bench`` upstream code paths see: our benchmarker for this process."""
+        return self._process_state().benchmarker(kernel_call, quantiles)
+
+    def kernel_recipe(self) -> KernelRecipe:
+        """What measuring this kernel's candidates needs (also what an isolated worker rebuilds)."""
+        check = self.settings.numerical_check
+        return KernelRecipe(
+            fn=self.fn,
+            kernel_name=self._name,
+            arg_names=tuple(self.arg_names),
+            configs=self.configs,
+            pre_hook=self.pre_hook,
+            post_hook=self.post_hook,
+            timing=self.settings.timing,
+            check=check if check.active() else None,
+            isolation=self.settings.isolation,
+        )
+
+
+def launch_kwargs(config: Config, defaults: dict[str, Any]) -> dict[str, Any]:
+    """What a launch with ``config`` passes: its meta-parameters, and its options except those
+    equal to the backend's defaults (the same kernel, and a cheaper launch)."""
+    options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
+    return {**config.kwargs, **{k: v for k, v in options.items() if k not in defaults or defaults[k] != v}}
+
+
+def _check_names(arg_names: list[str], **lists: Sequence[str] | None) -> None:
+    for what, names in lists.items():
+        if names is None:
+            continue
+        if isinstance(names, str):
+            raise TypeError(f"{what} must be a list of argument names, not the string {names!r}")
+        unknown = [n for n in names if n not in arg_names]
+        if unknown:
+            raise ValueError(
+                f"{what} names {', '.join(map(repr, unknown))}, which are not kernel arguments "
+                f"(the kernel's arguments are: {', '.join(arg_names)})"
+            )

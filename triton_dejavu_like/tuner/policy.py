@@ -1,0 +1,93 @@
+"""The miss policy: how a key missing from memory is answered before (or instead of) tuning.
+
+In order: a stored entry for the key (when pruning cannot have changed the candidates), then
+``TRITON_DEJAVU_FORCE_FALLBACK=1`` (the ``fallback_heuristic``, no tuning), then
+``TRITON_DEJAVU_USE_ONLY_RESTORED=1`` (tune only among configs that won a restored key). What is
+left is tuned over the remaining candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _env
+from .._compat import Config
+from .._log import DejavuConfigWarning, DejavuTuningWarning, log, warn_once
+from ..store import StoredEntry
+from .key import TuningKey
+from .tuning import AutotuningError, Outcome
+
+
+@dataclass
+class MissPolicy:
+    """Answers a miss for one kernel; ``config_id`` maps a candidate to its typed id (memoised)."""
+
+    kernel_name: str
+    fallback_heuristic: Callable[[tuple[Any, ...]], Config] | None
+    config_id: Callable[[Config], str]
+
+    def answer(
+        self,
+        key: TuningKey,
+        candidates: list[Config],
+        candidates_hash: str,
+        restored: Mapping[str, StoredEntry],
+        *,
+        pruning: bool,
+    ) -> Outcome | list[Config]:
+        """An :class:`Outcome` that needs no tuning, or the candidates to tune among."""
+        entry = restored.get(key.id) if key.id is not None else None
+        if entry is not None:
+            config = self._restore(entry, candidates, candidates_hash, pruning)
+            if config is not None:
+                return Outcome(config, "restored", entry=entry)
+        if _env.force_fallback():
+            if self.fallback_heuristic is not None:
+                return Outcome(self.heuristic(key.values), "heuristic")
+            warn_once(
+                DejavuConfigWarning,
+                self.kernel_name,
+                "%s: %s=1 but no fallback_heuristic was given; tuning instead",
+                self.kernel_name,
+                _env.FORCE_FALLBACK,
+            )
+        if _env.use_only_restored():
+            winners = {e.config_id for e in restored.values()}
+            restricted = [c for c in candidates if self.config_id(c) in winners]
+            if len(restricted) == 1:
+                return Outcome(restricted[0], "single")
+            if restricted:
+                return restricted
+        return candidates
+
+    def _restore(
+        self, entry: StoredEntry, candidates: list[Config], candidates_hash: str, pruning: bool
+    ) -> Config | None:
+        if pruning and entry.candidates != candidates_hash:
+            log.debug(
+                "%s: pruning gives another candidate set than the stored one; re-tuning", self.kernel_name
+            )
+            return None
+        for config in candidates:
+            if self.config_id(config) == entry.config_id:
+                return config
+        warn_once(
+            DejavuTuningWarning,
+            self.kernel_name + entry.config_id,
+            "%s: stored config %s is not among the current candidates; ignoring it",
+            self.kernel_name,
+            entry.config_id[:200],
+        )
+        return None
+
+    def heuristic(self, key: tuple[Any, ...]) -> Config:
+        assert self.fallback_heuristic is not None
+        config = self.fallback_heuristic(key)
+        if not isinstance(config, Config):
+            raise AutotuningError(
+                f"{self.kernel_name}: fallback_heuristic returned {type(config).__name__}, "
+                "not a triton.Config"
+            )
+        return config

@@ -1,0 +1,124 @@
+"""The decorator's own arguments, validated once, and the part of them that decides results.
+
+:class:`TunerSettings` holds everything ``autotune`` accepts beyond upstream's ``Autotuner``
+arguments; :meth:`TunerSettings.from_arguments` builds it from the decorator's arguments by name
+(the list is written once, in the decorator's signature), and :meth:`TunerSettings.identity` is what
+is hashed into the storage path (``autotune_config``): the settings that change which config wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .._compat import Config
+from ..measure.bench import QUANTILES, TimingPolicy
+from ..measure.isolation.settings import IsolationSettings
+from ..measure.numerics import NumericalCheck
+from ..measure.recipe import TimingSettings
+from ..search import Budget, require_smac
+from ..store.identity import callable_name
+
+STRATEGIES = ("exhaustive", "random", "bayesian")
+
+
+@dataclass(frozen=True)
+class TunerSettings:
+    """How a kernel is tuned and where its results go (the decorator's arguments, validated)."""
+
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    strategy: str = "exhaustive"
+    budget: Budget = field(default_factory=Budget)
+    fallback_heuristic: Callable[[tuple[Any, ...]], Config] | None = None
+    custom_data_storage: Path | None = None
+    ignore_dtypes: bool = False
+    tag: str | None = None
+    isolation: IsolationSettings = field(default_factory=IsolationSettings)
+    numerical_check: NumericalCheck = field(default_factory=NumericalCheck)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown search strategy {self.strategy!r}; use one of {', '.join(STRATEGIES)}")
+        if self.fallback_heuristic is not None and not callable(self.fallback_heuristic):
+            raise TypeError("fallback_heuristic must be a callable taking the tuning key")
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any]) -> TunerSettings:
+        """Settings from the decorator's arguments by name (those it does not know are ignored)."""
+        a = dict(arguments)
+        use_bo, use_random = bool(a.get("use_bo")), bool(a.get("use_random_search"))
+        if use_bo and use_random:
+            raise ValueError("use_bo and use_random_search exclude each other")
+        if use_bo:
+            require_smac()
+        strategy = "bayesian" if use_bo else ("random" if use_random else "exhaustive")
+        budget = (
+            Budget()
+            if strategy == "exhaustive"
+            else Budget(
+                max_time_s=float(a.get("search_max_search_t", 180)),
+                max_share=float(a.get("search_max_share", 1.0)),
+                max_repeat=int(a.get("search_max_repeat", 1)),
+                seed=int(a.get("search_seed", 0)),
+            )
+        )
+        outputs = a.get("check_outputs")
+        storage = a.get("custom_data_storage")
+        return cls(
+            timing=TimingSettings(
+                do_bench=a.get("do_bench"),
+                warmup=a.get("warmup"),
+                rep=a.get("rep"),
+                use_cuda_graph=bool(a.get("use_cuda_graph", False)),
+                policy=a.get("timing") or TimingPolicy(),
+            ),
+            strategy=strategy,
+            budget=budget,
+            fallback_heuristic=a.get("fallback_heuristic"),
+            custom_data_storage=Path(storage) if storage is not None else None,
+            ignore_dtypes=bool(a.get("ignore_dtypes", False)),
+            tag=a.get("tag"),
+            isolation=IsolationSettings(
+                a.get("use_isolated_process"), a.get("isolation_timeout_s"), a.get("isolation_start_method")
+            ),
+            numerical_check=NumericalCheck(
+                a.get("numerical_check"),
+                a.get("reference_fn"),
+                _names(outputs, "check_outputs"),
+                a.get("check_rtol"),
+                a.get("check_atol"),
+            ),
+        )
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in fields(cls))
+
+    def identity(self) -> dict[str, Any]:
+        """The settings that change which config wins (hashed into the storage path)."""
+        timing = self.timing
+        settings: dict[str, Any] = {
+            "warmup": timing.warmup,
+            "rep": timing.rep,
+            "use_cuda_graph": bool(timing.use_cuda_graph),
+            "quantiles": list(QUANTILES),
+            "do_bench": callable_name(timing.do_bench),
+            "strategy": self.strategy,
+        }
+        if timing.do_bench is None:
+            settings["timing"] = timing.policy.settings()
+        if self.strategy != "exhaustive":
+            settings["budget"] = self.budget.as_dict()
+        if self.numerical_check.active():  # it can rule out the config that would otherwise win
+            settings["numerical_check"] = self.numerical_check.settings()
+        return settings
+
+
+def _names(value: Sequence[str] | None, what: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise TypeError(f"{what} must be a list of argument names, not the string {value!r}")
+    return tuple(value)

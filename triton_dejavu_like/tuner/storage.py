@@ -1,0 +1,72 @@
+"""Where an Autotuner's results live: its storage identity, the store it opens, config hashes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._compat import Config
+from .._log import DejavuStorageWarning, warn_once
+from ..codec import EncodingError, config_id
+from ..store import FileStore, KernelIdentity, MemoryStore, Platform, Store, default_root, default_tag
+from ..store.identity import code_version, stable_hash
+from .settings import TunerSettings
+
+
+class StorageIdentity:
+    """The storage side of :class:`~triton_dejavu_like.tuner.autotuner.Autotuner` (a mixin: it reads
+    the tuner's ``settings``, ``fn``, ``keys``, ``configs`` and ``arg_names``)."""
+
+    settings: TunerSettings
+    fn: Any
+    keys: list[str]
+    arg_names: list[str]
+    configs: list[Config]
+    _name: str
+    _platform: Callable[[], Platform]
+    _config_ids: dict[int, tuple[Config, str]]
+
+    def _config_id(self, config: Config) -> str:
+        """``config_id(config)``, remembered per Config object (configs are hashed several times
+        on a miss: for the storage identity, the candidate set and matching a stored winner)."""
+        known = self._config_ids.get(id(config))
+        if known is None or known[0] is not config:
+            known = self._config_ids[id(config)] = (config, config_id(config))
+        return known[1]
+
+    def _configs_hash(self, configs: Sequence[Config]) -> str:
+        """Hash of a set of configs, independent of their order."""
+        return stable_hash(sorted(self._config_id(c) for c in configs))
+
+    def kernel_identity(self, platform: Platform) -> KernelIdentity:
+        return KernelIdentity(
+            platform=platform,
+            kernel=self._name,
+            autotune_config=stable_hash(self.settings.identity()),
+            code_version=code_version(self.fn),
+            tune_features=stable_hash({"key": list(self.keys), "ignore_dtypes": self.settings.ignore_dtypes}),
+            kernel_configs=self._configs_hash(self.configs),
+            tag=self.settings.tag or default_tag(),
+        )
+
+    def _root(self) -> Path:
+        return self.settings.custom_data_storage or default_root()
+
+    def cache_path(self) -> Path:
+        """The ``cache.json`` this kernel reads and writes on this machine."""
+        return FileStore(self._root(), self.kernel_identity(self._platform()).as_dict(), self.arg_names).path
+
+    def _open_store(self, platform: Platform) -> Store:
+        try:
+            ident = self.kernel_identity(platform)
+        except (OSError, ValueError, TypeError, EncodingError) as exc:
+            warn_once(
+                DejavuStorageWarning,
+                self._name,
+                "%s: cannot compute its storage identity (%s); results stay in memory",
+                self._name,
+                exc,
+            )
+            return MemoryStore()
+        return FileStore(self._root(), ident.as_dict(), self.arg_names)

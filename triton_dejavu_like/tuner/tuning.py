@@ -1,0 +1,201 @@
+"""One tuning run: search the candidates for one key, measure them, pick, and make the stored entry.
+
+The run builds the search (a strategy over candidate indices, with its budget), opens an evaluator
+for the call through :func:`~triton_dejavu_like.measure.open_evaluator` (in process or isolated),
+compiles what the strategy plans ahead, lets the strategy measure, re-measures the finalists, and
+returns an :class:`Outcome` with the winner and its :class:`~triton_dejavu_like.store.StoredEntry`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._compat import AutotunerErrorBase, Config
+from .._log import DejavuStorageWarning, log, warn_once
+from ..codec import EncodingError, describe_config
+from ..measure import QUANTILES, Benchmarker, Evaluator, KernelRecipe, one_line_reason, open_evaluator
+from ..measure.progress import progress_bar
+from ..search import Budget, SearchRun, SearchSpace, drive, make_strategy
+from ..store import InvalidEntry, StoredEntry
+from .key import TuningKey
+
+#: How many of the best candidates an entry keeps with their timings.
+TOP_K = 5
+#: How many ruled-out candidates an entry lists with their reasons.
+MAX_RULED_OUT = 64
+
+
+class AutotuningError(AutotunerErrorBase):
+    """Tuning could not produce a config (every candidate failed, or a bad heuristic)."""
+
+
+@dataclass
+class Outcome:
+    """What a miss decided: the config, how (tuned, restored, heuristic, single), and for a tuning
+    the timings of every measured candidate and the entry to store."""
+
+    config: Config
+    source: str  # "tuned" | "restored" | "heuristic" | "single"
+    configs_timings: dict[Config, list[float]] = field(default_factory=dict)
+    duration_s: float = 0.0
+    entry: StoredEntry | None = None
+
+
+class Trial:
+    """The measurements of one tuning run: screened timings, failures, and refined finalists."""
+
+    def __init__(self, kernel_name: str, candidates: list[Config]) -> None:
+        self.kernel_name = kernel_name
+        self.candidates = candidates
+        self.timings: dict[Config, list[float]] = {}
+        self.failures: dict[Config, str] = {}
+        self.refined: dict[Config, list[float]] = {}
+        self.on_measured: Callable[[int], Any] = lambda n: None
+        self.phases: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase of the run (compile, measure, refine): stored with the entry."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - start, 6)
+
+    def rule_out(self, config: Config, reason: str) -> float:
+        self.failures[config] = reason[:500]
+        self.timings[config] = [math.inf] * len(QUANTILES)
+        log.debug("%s: ruled out %s: %s", self.kernel_name, describe_config(config), reason[:300])
+        return math.inf
+
+    def measure(self, evaluator: Evaluator, index: int) -> float:
+        config = self.candidates[index]
+        if config in self.failures:
+            return math.inf
+        try:
+            result = evaluator.measure(config)
+        except Exception as exc:  # the candidate is ruled out, tuning goes on
+            return self.rule_out(config, one_line_reason(exc))
+        finally:
+            self.on_measured(1)
+        self.timings[config] = result
+        return result[0]
+
+    def ranking(self) -> list[tuple[Config, list[float]]]:
+        """Valid candidates, best first: refined finalists (if any) by their careful median."""
+        source = self.refined or self.timings
+        valid = [(c, t) for c, t in source.items() if math.isfinite(t[0])]
+        return sorted(valid, key=lambda item: item[1][0])
+
+    def refine(self, evaluator: Evaluator, finalists: int) -> None:
+        """Re-measure the ``finalists`` best screened candidates carefully, if timing has two stages."""
+        if finalists <= 0:
+            return
+        best = [config for config, _ in self.ranking()[:finalists]]
+        refined = evaluator.refine(best) if len(best) > 1 else None
+        if refined:
+            self.refined = refined
+            self.timings.update(refined)
+
+    def best(self) -> Config | None:
+        ranked = self.ranking()
+        return ranked[0][0] if ranked else None
+
+
+@dataclass
+class TuningRun:
+    """Tunes one key of one kernel: ``recipe`` says how to measure, ``strategy``/``budget`` how to search."""
+
+    recipe: KernelRecipe
+    strategy: str
+    budget: Budget
+    benchmarker: Benchmarker
+    interpreted: bool
+
+    def run(
+        self,
+        key: TuningKey,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        candidates: list[Config],
+        *,
+        warm_start: Sequence[int] = (),
+        candidates_hash: str,
+    ) -> Outcome:
+        name = self.recipe.kernel_name
+        space = SearchSpace.from_configs(candidates)
+        strategy = make_strategy(self.strategy)
+        trial = Trial(name, candidates)
+        start = time.perf_counter()
+        ctx = self.recipe.context(args, kwargs, interpreted=self.interpreted, benchmarker=self.benchmarker)
+        with open_evaluator(self.recipe, ctx) as evaluator:
+            search = SearchRun(space, lambda index: trial.measure(evaluator, index), self.budget)
+            planned = strategy.planned(search, warm_start, self.budget.seed)
+            with trial.phase("compile"):
+                if planned:
+                    for config, reason in evaluator.prepare([candidates[i] for i in planned]).items():
+                        trial.rule_out(config, reason)
+            bar = progress_bar(len(planned) if planned else search.limit, f"tuning {name}")
+            trial.on_measured = bar.update
+            try:
+                with trial.phase("measure"):
+                    drive(strategy, search, warm_start)
+            finally:
+                bar.close()
+            with trial.phase("refine"):
+                trial.refine(evaluator, self.benchmarker.finalists)
+        duration = time.perf_counter() - start
+        best = trial.best()
+        if best is None:
+            details = "; ".join(f"[{describe_config(c)}] {r}" for c, r in list(trial.failures.items())[:5])
+            raise AutotuningError(
+                f"{name}: all {len(search.results)} candidate configs failed for key {key.values!r}"
+                + (f": {details}" if details else "")
+            )
+        self.recipe.pre_hook({**ctx.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
+        entry = self._entry(key, best, trial, search, duration, candidates_hash)
+        return Outcome(best, "tuned", trial.timings, duration, entry)
+
+    def _entry(
+        self,
+        key: TuningKey,
+        best: Config,
+        trial: Trial,
+        search: SearchRun,
+        duration: float,
+        candidates_hash: str,
+    ) -> StoredEntry | None:
+        if key.id is None:
+            return None
+        try:
+            return StoredEntry.new(
+                key.values,
+                best,
+                trial.timings[best],
+                evaluated=len(search.results),
+                space_size=len(search.space),
+                strategy=self.strategy,
+                tuning_time_s=duration,
+                budget=self.budget.as_dict() if self.strategy != "exhaustive" else None,
+                refined=len(trial.refined),
+                phases_s=trial.phases,
+                candidates=candidates_hash,
+                top=trial.ranking()[:TOP_K],
+                ruled_out=list(trial.failures.items())[:MAX_RULED_OUT],
+            )
+        except (EncodingError, InvalidEntry) as exc:
+            name = self.recipe.kernel_name
+            warn_once(
+                DejavuStorageWarning,
+                name,
+                "%s: the result for key %s cannot be stored (%s); it stays in memory",
+                name,
+                key.id[:200],
+                exc,
+            )
+            return None
