@@ -1,0 +1,357 @@
+"""triton-dejavu 0.7's decorator arguments and ``TRITON_DEJAVU_*`` variables, against ours alone.
+
+Each is implemented, accepted with a documented equivalent, or rejected with an error that says what
+to use instead (docs/compat.md); never a bare ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import triton
+from compat_helpers import Bench, add_kernel, key_for, run_add
+
+import triton_dejavu_like as tdl
+
+# --- arguments implemented since the start (a smoke test each, in dejavu's keyword spelling) -------------
+
+
+def test_dejavu_keywords_already_implemented(tmp_path):
+    bench = Bench()
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=bench.configs(),
+        prune_configs_by=None,
+        reset_to_zero=None,
+        restore_value=None,
+        pre_hook=None,
+        post_hook=None,
+        warmup=5,
+        rep=20,
+        use_cuda_graph=False,
+        fallback_heuristic=lambda key: triton.Config({"BLOCK": 64}),
+        use_bo=False,
+        use_random_search=False,
+        search_max_search_t=10,
+        search_max_share=1.0,
+        search_max_repeat=1,
+        custom_data_storage=str(tmp_path / "custom"),
+        ignore_dtypes=True,
+        do_bench=bench,
+    )(add_kernel)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert tuner.cache == {(100,): tuner.best_config}
+    assert str(tuner.cache_path()).startswith(str(tmp_path / "custom"))
+
+
+def test_dejavu_positional_order():
+    """dejavu: autotune(key, configs, prune_configs_by, reset_to_zero, restore_value, pre_hook,
+    post_hook, warmup, rep, use_cuda_graph, config_space, fallback_heuristic, informed_fallback,
+    prepare_informed_fallback, use_bo, use_random_search, search_max_search_t, search_max_share,
+    search_max_repeat, quantiles, metadata_key, custom_data_storage, ignore_dtypes)."""
+    bench = Bench()
+    pruned = []
+
+    def early(cs, nargs, **kw):
+        pruned.append(len(cs))
+        return cs
+
+    tuner = tdl.autotune(
+        ["n"], bench.configs(), {"early_config_prune": early}, None, None, None, None, 5, 20, False, None,
+        None, None, None, False, False, 10, 1.0, 1, (0.5, 0.2, 0.8), None, None, True,
+        do_bench=bench,
+    )(add_kernel)  # fmt: skip
+    run_add(tuner)
+    assert pruned == [4]
+    assert tuner.cache == {(100,): tuner.best_config}  # ignore_dtypes, the 23rd
+
+
+def test_dejavu_positional_fallback_heuristic_is_twelfth(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    bench = Bench()
+    heuristic = lambda key: triton.Config({"BLOCK": 128}, num_warps=1)  # noqa: E731
+    tuner = tdl.autotune(
+        ["n"], bench.configs(), None, None, None, None, None, None, None, False, None, heuristic,
+        do_bench=bench,
+    )(add_kernel)  # fmt: skip
+    run_add(tuner)
+    assert bench.timed == []
+    assert tuner.best_config.kwargs == {"BLOCK": 128}
+
+
+# --- quantiles -------------------------------------------------------------------------------------------
+
+
+def test_quantiles_are_passed_to_do_bench_and_stored():
+    bench = Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench, quantiles=(0.5, 0.1, 0.9))(
+        add_kernel
+    )
+    run_add(tuner)
+    assert all(tuple(q) == (0.5, 0.1, 0.9) for q in bench.quantiles)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    entry = next(iter(json.loads(tuner.cache_path().read_text())["entries"].values()))
+    assert entry["timings_ms"] == pytest.approx([2.0, 2.2, 2.4])
+    assert entry.get("quantiles") == [0.5, 0.1, 0.9]
+
+
+def test_quantiles_change_the_storage_identity():
+    a = tdl.autotune(key=["n"], configs=Bench().configs())(add_kernel)
+    b = tdl.autotune(key=["n"], configs=Bench().configs(), quantiles=(0.5, 0.1, 0.9))(add_kernel)
+    c = tdl.autotune(key=["n"], configs=Bench().configs(), quantiles=None)(add_kernel)
+    assert a.cache_path() != b.cache_path()
+    assert a.cache_path() == c.cache_path()
+
+
+@pytest.mark.parametrize("bad", [(1.5,), (), "0.5", (0.5, "x")])
+def test_bad_quantiles_are_a_value_error(bad):
+    with pytest.raises(ValueError, match="quantiles must be"):
+        tdl.autotune(key=["n"], configs=Bench().configs(), quantiles=bad)(add_kernel)
+
+
+# --- informed fallback -------------------------------------------------------------------------------------
+
+
+def _tune_once(bench=None):
+    bench = bench or Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench)(add_kernel)
+    run_add(tuner, 100)
+    return tuner
+
+
+def test_informed_fallback_gets_the_key_and_the_restored_results(monkeypatch):
+    _tune_once()  # "an earlier process": stores n=100 -> BLOCK 32
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    calls = []
+
+    def informed(key, cache):
+        calls.append((key, {k: v.kwargs for k, v in cache.items()}))
+        return triton.Config({"BLOCK": 64}, num_warps=1)
+
+    bench = Bench()
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=bench.configs(),
+        do_bench=bench,
+        informed_fallback=informed,
+        fallback_heuristic=lambda key: triton.Config({"BLOCK": 16}),
+    )(add_kernel)
+    run_add(tuner, 100)  # restored: no fallback
+    assert calls == [] and tuner.best_config.kwargs == {"BLOCK": 32}
+    run_add(tuner, 60)  # a miss: the informed fallback wins over fallback_heuristic
+    assert calls == [(key_for(60), {key_for(100): {"BLOCK": 32}})]
+    assert tuner.best_config.kwargs == {"BLOCK": 64}
+    assert bench.timed == []
+
+
+def test_prepare_informed_fallback_runs_once_and_its_result_is_passed(monkeypatch):
+    _tune_once()
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    prepared = []
+
+    def prepare(cache):
+        prepared.append(dict(cache))
+        return {"smallest": 16}
+
+    seen = []
+
+    def informed(key, cache):
+        seen.append(cache)
+        return triton.Config({"BLOCK": cache["smallest"]}, num_warps=1)
+
+    bench = Bench()
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=bench.configs(),
+        do_bench=bench,
+        informed_fallback=informed,
+        prepare_informed_fallback=prepare,
+    )(add_kernel)
+    run_add(tuner, 60)
+    run_add(tuner, 70)
+    assert len(prepared) == 1 and list(prepared[0]) == [key_for(100)]
+    assert seen == [{"smallest": 16}, {"smallest": 16}]
+    assert tuner.best_config.kwargs == {"BLOCK": 16}
+
+
+def test_informed_fallback_without_stored_results_uses_fallback_heuristic(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    bench = Bench()
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=bench.configs(),
+        do_bench=bench,
+        informed_fallback=lambda key, cache: pytest.fail("called with an empty cache"),
+        fallback_heuristic=lambda key: triton.Config({"BLOCK": 128}, num_warps=1),
+    )(add_kernel)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 128} and bench.timed == []
+
+
+def test_prepare_informed_fallback_alone_is_an_error():
+    with pytest.raises(ValueError, match="prepare_informed_fallback needs informed_fallback"):
+        tdl.autotune(key=["n"], configs=Bench().configs(), prepare_informed_fallback=lambda c: c)(add_kernel)
+
+
+# --- metadata_key -----------------------------------------------------------------------------------------
+
+
+def test_metadata_key_records_the_chosen_config():
+    bench = Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench, metadata_key="add")(add_kernel)
+    run_add(tuner)
+    expected = f"<autotune:{tuner.best_config}>".replace(" ", "")
+    assert tdl.global_metadata_store["add"] == expected
+    assert "BLOCK:32" in expected
+
+
+# --- jitcache -----------------------------------------------------------------------------------------------
+
+
+def test_use_jitcache_is_accepted_and_changes_nothing():
+    bench = Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench, use_jitcache=True)(add_kernel)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+
+
+def test_jitcache_decorator_is_accepted_under_autotune():
+    bench = Bench()
+    assert tdl.global_cache_lock.lock() is None and tdl.global_cache_lock.unlock() is None
+    cached = tdl.jitcache(
+        check_keys=["BLOCK"],
+        check_specialization=["n"],
+        cache_lock=tdl.global_cache_lock,
+        cache_launch_grid=False,
+        assume_const=None,
+        autotuner_args=None,
+    )(add_kernel)
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench)(cached)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+
+
+def test_jitcache_checks_its_names():
+    with pytest.raises(ValueError, match=r"check_keys.*'NOPE'"):
+        tdl.jitcache(check_keys=["NOPE"], check_specialization=[])(add_kernel)
+
+
+def test_disable_jitcache_returns_the_kernel_itself(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_DISABLE_JITCACHE", "1")
+    assert tdl.jitcache(check_keys=["BLOCK"], check_specialization=[])(add_kernel) is add_kernel
+
+
+# --- unknown keywords ---------------------------------------------------------------------------------------
+
+
+def test_a_misspelt_keyword_names_the_right_one():
+    with pytest.raises(TypeError, match=r"'quantile'.*did you mean 'quantiles'"):
+        tdl.autotune(key=["n"], configs=Bench().configs(), quantile=(0.5,))
+
+
+# --- environment variables ---------------------------------------------------------------------------------
+
+
+def test_storage_and_tag_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(tmp_path / "root"))
+    monkeypatch.setenv("TRITON_DEJAVU_TAG", "deploy-a")
+    tuner = _tune_once()
+    path = tuner.cache_path()
+    assert path.is_file()
+    assert str(path).startswith(str(tmp_path / "root")) and "deploy-a" in path.parts
+
+
+def test_force_fallback_uses_fallback_heuristic(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    bench = Bench()
+    keys = []
+
+    def heuristic(key):
+        keys.append(key)
+        return triton.Config({"BLOCK": 16}, num_warps=1)
+
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench, fallback_heuristic=heuristic)(
+        add_kernel
+    )
+    run_add(tuner)
+    assert keys == [key_for(100)] and bench.timed == []
+
+
+def test_use_only_restored_restricts_a_new_tuning_to_restored_winners(monkeypatch):
+    _tune_once()
+    monkeypatch.setenv("TRITON_DEJAVU_USE_ONLY_RESTORED", "1")
+    bench = Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench)(add_kernel)
+    run_add(tuner, 60)
+    assert bench.timed == []  # the only restored winner is used without a benchmark
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+
+
+def test_hash_search_params_zero_shares_results_between_search_settings(monkeypatch):
+    def paths():
+        exhaustive = tdl.autotune(key=["n"], configs=Bench().configs())(add_kernel)
+        random = tdl.autotune(
+            key=["n"], configs=Bench().configs(), use_random_search=True, search_max_search_t=5
+        )(add_kernel)
+        return exhaustive.cache_path(), random.cache_path()
+
+    a, b = paths()
+    assert a != b  # default (1): the search settings are part of the identity
+    monkeypatch.setenv("TRITON_DEJAVU_HASH_SEARCH_PARAMS", "0")
+    a, b = paths()
+    assert a == b
+
+
+def test_split_cache_is_accepted_with_a_warning_and_leaves_the_environment_alone(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_SPLIT_CACHE", "1")
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    monkeypatch.delenv("TRITON_DEJAVU_INSTANCE_RUN_ID", raising=False)
+    before = dict(os.environ)
+    with pytest.warns(UserWarning, match="TRITON_DEJAVU_SPLIT_CACHE.*TRITON_CACHE_DIR"):
+        tuner = _tune_once()
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert dict(os.environ) == before
+
+
+def test_instance_run_id_is_neither_read_nor_written(monkeypatch):
+    monkeypatch.delenv("TRITON_DEJAVU_INSTANCE_RUN_ID", raising=False)
+    bench = Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench)(add_kernel)
+    run_add(tuner)
+    first = tuner.cache_path()
+    assert "TRITON_DEJAVU_INSTANCE_RUN_ID" not in os.environ
+    monkeypatch.setenv("TRITON_DEJAVU_INSTANCE_RUN_ID", "123-4")
+    assert tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench)(add_kernel).cache_path() == first
+
+
+@pytest.mark.parametrize("variable", ["TRITON_DEJAVU_DEBUG", "TRITON_DEJAVU_DEBUG_DEBUG"])
+def test_debug_variables_turn_on_debug_logging(variable):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_DEJAVU_DEBUG")}
+    env[variable] = "1"
+    code = "import logging, triton_dejavu_like; print(logging.getLogger('triton_dejavu_like').level)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "10"
+
+
+def test_print_autotuning_prints_one_line_per_decision(monkeypatch, capsys):
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    if hasattr(triton, "knobs"):
+        monkeypatch.setattr(triton.knobs.autotuning, "print", True)
+    _tune_once()
+    out = capsys.readouterr().out
+    assert out.count("Triton autotuning for function add_kernel") == 1 and "best config selected" in out
+
+
+def test_a_restored_result_launches_correctly():
+    _tune_once()
+    bench = Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench)(add_kernel)
+    assert torch.equal(run_add(tuner), torch.arange(100, dtype=torch.float32) + 1)
+    assert bench.timed == [] and tuner.best_config.kwargs == {"BLOCK": 32}

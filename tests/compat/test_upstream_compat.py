@@ -1,0 +1,489 @@
+"""The same scenarios against ``triton.autotune`` and ``triton_dejavu_like.autotune``.
+
+Written from upstream's documented behaviour (``python/triton/runtime/autotuner.py``, Triton 3.2-3.9):
+where upstream can run under the interpreter (3.3+), both decorators must show the same observable
+behaviour; where upstream's behaviour appeared in a later release, the upstream parameter is skipped
+on older ones and ours must already behave like the newest release.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import triton
+from compat_helpers import (
+    BLOCKS,
+    TRITON,
+    Bench,
+    accumulate_kernel,
+    add_inputs,
+    add_kernel,
+    blocks_of,
+    both,
+    grid,
+    is_ours,
+    key_for,
+    run_add,
+    scaled_add_kernel,
+)
+from triton.runtime.autotuner import Autotuner as UpstreamAutotuner
+
+import triton_dejavu_like as tdl
+
+TOP_K_MESSAGE = "Error while pruning configs, top_k must be either 1) a float <= 1.0 or 2) an int"
+PRUNE_MESSAGE = (
+    "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
+)
+
+
+# --- choice, .cache, .best_config, .configs_timings, .bench_time -----------------------------------------
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_picks_the_fastest_and_exposes_its_state(autotune):
+    bench = Bench()
+    configs = bench.configs()
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench)(add_kernel)
+    assert isinstance(tuner, UpstreamAutotuner)
+    run_add(tuner)
+    assert sorted(bench.timed) == list(BLOCKS)
+    assert tuner.best_config is configs[1]
+    assert tuner.cache == {key_for(100): configs[1]}
+    assert set(tuner.configs_timings) == set(configs)
+    assert tuner.configs_timings[configs[1]][0] == pytest.approx(2.0)
+    assert isinstance(tuner.bench_time, float) and tuner.bench_time >= 0.0
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_do_bench_gets_upstreams_quantiles_and_a_scalar_answer_works(autotune):
+    bench = Bench(scalar=True)
+    configs = bench.configs()
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench)(add_kernel)
+    run_add(tuner)
+    assert all(tuple(q) == (0.5, 0.2, 0.8) for q in bench.quantiles)
+    assert tuner.best_config is configs[1]
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_in_memory_hit_and_new_key(autotune):
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel)
+    run_add(tuner, 100)
+    run_add(tuner, 100)
+    assert len(bench.timed) == 4
+    run_add(tuner, 60)
+    assert len(bench.timed) == 8
+    assert set(tuner.cache) == {key_for(100), key_for(60)}
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_key_passed_by_keyword(autotune):
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel)
+    x, y, out = add_inputs(40)
+    tuner[grid(40)](x, y, out, n=40)
+    assert torch.equal(out, x + y)
+    assert set(tuner.cache) == {(40, "torch.float32", "torch.float32", "torch.float32")}
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_config_pre_hook_runs_at_launch_with_all_arguments(autotune):
+    bench = Bench()
+    configs = bench.configs()
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench)(add_kernel)
+    run_add(tuner)
+    assert len(bench.launched) == len(BLOCKS) + 1  # one per benchmark, one for the real launch
+    assert bench.launched[-1] == 32
+    bench.launched.clear()
+    run_add(tuner)  # a hit still runs the chosen config's pre_hook
+    assert bench.launched == [32]
+
+
+# --- hooks ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_pre_and_post_hook_order_and_arguments(autotune):
+    bench = Bench()
+    events = []
+
+    def pre_hook(nargs, reset_only=False):
+        has_args = {"x_ptr", "y_ptr", "out_ptr", "n"} <= set(nargs)
+        events.append(("pre", nargs.get("BLOCK"), reset_only, has_args))
+
+    def post_hook(nargs, exception):
+        events.append(("post", nargs.get("BLOCK"), exception))
+
+    tuner = autotune(
+        configs=bench.configs((16, 32)), key=["n"], do_bench=bench, pre_hook=pre_hook, post_hook=post_hook
+    )(add_kernel)
+    run_add(tuner)
+    names = True  # every kernel argument by name
+    assert events == [
+        ("pre", 16, False, names),
+        ("post", 16, None),
+        ("pre", 32, False, names),
+        ("post", 32, None),
+        ("pre", 32, True, names),  # reset_only, with the winner's values, before the real launch
+    ]
+    events.clear()
+    run_add(tuner)
+    assert events == []  # hooks are for benchmarking only
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_restore_value_restores_in_place_outputs(autotune):
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, restore_value=["acc_ptr"])(
+        accumulate_kernel
+    )
+    acc = torch.full((50,), 10.0)
+    x = torch.arange(50, dtype=torch.float32)
+    tuner[grid(50)](acc, x, 50)
+    assert len(bench.timed) == 4
+    assert torch.equal(acc, 10.0 + x)  # benchmark launches left no trace: exactly one accumulation
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_reset_to_zero_zeroes_before_each_benchmark_and_the_launch(autotune):
+    bench = Bench()
+    seen = []
+
+    def record(nargs):
+        bench.config_hook(nargs)
+        seen.append(float(nargs["acc_ptr"].sum()))
+
+    configs = [triton.Config({"BLOCK": b}, num_warps=1, pre_hook=record) for b in BLOCKS]
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench, reset_to_zero=["acc_ptr"])(accumulate_kernel)
+    acc = torch.full((50,), 10.0)
+    x = torch.ones(50)
+    tuner[grid(50)](acc, x, 50)
+    assert torch.equal(acc, x)  # zeroed after tuning (reset_only), then one accumulation
+    assert seen[0] == 500.0 and seen[1:4] == [50.0, 50.0, 50.0]
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_user_pre_hook_replaces_reset_to_zero(autotune):
+    bench = Bench()
+    calls = []
+    tuner = autotune(
+        configs=bench.configs(),
+        key=["n"],
+        do_bench=bench,
+        reset_to_zero=["acc_ptr"],
+        pre_hook=lambda nargs, reset_only=False: calls.append(reset_only),
+    )(accumulate_kernel)
+    acc = torch.zeros(50)
+    x = torch.ones(50)
+    tuner[grid(50)](acc, x, 50)
+    assert calls == [False] * 4 + [True]
+    assert torch.equal(acc, 5 * x)  # nothing was reset: four benchmark runs and the real launch
+
+
+# --- pruning ----------------------------------------------------------------------------------------------
+
+
+def _perf_model(seen):
+    def perf_model(**kwargs):
+        seen.append(kwargs)
+        return {16: 1.0, 32: 4.0, 64: 2.0, 128: 3.0}[kwargs["BLOCK"]]  # predicts 16 < 64 < 128 < 32
+
+    return perf_model
+
+
+@pytest.mark.parametrize("top_k", [2, 0.5])
+@pytest.mark.parametrize("autotune", both())
+def test_perf_model_top_k(autotune, top_k):
+    bench = Bench()
+    seen = []
+    prune = {"perf_model": _perf_model(seen), "top_k": top_k}
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, prune_configs_by=prune)(add_kernel)
+    run_add(tuner)
+    assert sorted(bench.timed) == [16, 64]
+    assert blocks_of(tuner.configs_timings) == [16, 64]
+    assert tuner.best_config.kwargs == {"BLOCK": 64}
+    assert len(seen) == 4
+    assert {"x_ptr", "y_ptr", "out_ptr", "n", "BLOCK", "num_warps"} <= set(seen[0])
+
+
+@pytest.mark.parametrize("autotune", both(since=(3, 9), why="3.9 keeps at least one config"))
+def test_fractional_top_k_keeps_at_least_one_config(autotune):
+    bench = Bench()
+    prune = {"perf_model": _perf_model([]), "top_k": 0.1}
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, prune_configs_by=prune)(add_kernel)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 16}
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_top_k_of_a_bad_type_is_a_type_error(autotune):
+    bench = Bench()
+    prune = {"perf_model": _perf_model([]), "top_k": 1.5}
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, prune_configs_by=prune)(add_kernel)
+    with pytest.raises(TypeError) as info:
+        run_add(tuner)
+    assert str(info.value) == TOP_K_MESSAGE
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_early_config_prune_gets_configs_named_args_and_kwargs(autotune):
+    bench = Bench()
+    seen = []
+
+    def early(configs, named_args, **kwargs):
+        seen.append((len(configs), sorted(named_args), kwargs))
+        return [c for c in configs if c.kwargs["BLOCK"] >= 64]
+
+    tuner = autotune(
+        configs=bench.configs(), key=["n"], do_bench=bench, prune_configs_by={"early_config_prune": early}
+    )(add_kernel)
+    run_add(tuner)
+    assert sorted(bench.timed) == [64, 128]
+    assert tuner.best_config.kwargs == {"BLOCK": 64}
+    assert seen[0][0] == 4 and seen[0][1] == ["n", "out_ptr", "x_ptr", "y_ptr"]
+
+
+@pytest.mark.parametrize("autotune", both(since=(3, 6), why="AutotunerError since 3.6"))
+def test_everything_pruned_raises_upstreams_error(autotune):
+    bench = Bench()
+    prune = {"early_config_prune": lambda configs, nargs, **kw: []}
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, prune_configs_by=prune)(add_kernel)
+    with pytest.raises(Exception) as info:
+        run_add(tuner)
+    from triton.runtime.errors import AutotunerError
+
+    assert isinstance(info.value, AutotunerError)
+    assert info.value.error_message == PRUNE_MESSAGE
+    assert str(info.value) == "Autotuner error: " + PRUNE_MESSAGE
+    assert bench.timed == []
+
+
+def test_everything_pruned_message_on_every_release():
+    """Ours on every release: upstream's text and formatting, an ``AutotuningError`` (a subclass of
+    upstream's ``AutotunerError`` where it exists, of RuntimeError before 3.6)."""
+    bench = Bench()
+    prune = {"early_config_prune": lambda configs, nargs, **kw: []}
+    tuner = tdl.autotune(configs=bench.configs(), key=["n"], do_bench=bench, prune_configs_by=prune)(
+        add_kernel
+    )
+    with pytest.raises(tdl.AutotuningError) as info:
+        run_add(tuner)
+    assert info.value.error_message == PRUNE_MESSAGE
+    assert str(info.value) == "Autotuner error: " + PRUNE_MESSAGE
+    assert isinstance(info.value, RuntimeError) or TRITON >= (3, 6)
+
+
+@pytest.mark.parametrize("autotune", both(since=(3, 8), why="a single pruned config is not benchmarked"))
+def test_single_remaining_config_is_not_benchmarked(autotune):
+    bench = Bench()
+    configs = bench.configs()
+    prune = {"early_config_prune": lambda cs, nargs, **kw: [cs[2]]}
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench, prune_configs_by=prune)(add_kernel)
+    run_add(tuner)
+    assert bench.timed == []
+    assert tuner.best_config is configs[2]
+    assert tuner.cache == {key_for(100): configs[2]}
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_a_single_config_list_is_not_benchmarked(autotune):
+    bench = Bench()
+    configs = bench.configs((64,))
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench)(add_kernel)
+    run_add(tuner)
+    assert bench.timed == []
+    assert tuner.best_config is configs[0]
+
+
+# --- benchmark arguments ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [{"warmup": 5, "rep": 20}, {"use_cuda_graph": True}])
+@pytest.mark.parametrize("autotune", both())
+def test_warmup_rep_use_cuda_graph_are_accepted(autotune, options):
+    bench = Bench()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # upstream deprecates them
+        tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, **options)(add_kernel)
+    assert isinstance(tuner, UpstreamAutotuner)
+    if is_ours(autotune):  # upstream then replaces do_bench with triton.testing's (a GPU timer)
+        run_add(tuner)
+        assert tuner.best_config.kwargs == {"BLOCK": 32}
+        assert len(bench.timed) == 4
+
+
+@pytest.mark.parametrize("cache_results", [True, False])
+@pytest.mark.parametrize(
+    "autotune", both(since=(3, 6), why="cache_results since 3.4, off under the interpreter since 3.6")
+)
+def test_cache_results_is_accepted(autotune, cache_results):
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, cache_results=cache_results)(
+        add_kernel
+    )
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+
+
+# --- positional order -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_positional_order_up_to_do_bench(autotune):
+    bench = Bench()
+    configs = bench.configs()
+    pruned = []
+
+    def early(cs, nargs, **kw):
+        pruned.append(len(cs))
+        return cs[1:]
+
+    events = []
+    tuner = autotune(
+        configs,
+        ["n"],
+        {"early_config_prune": early},
+        None,  # reset_to_zero
+        None,  # restore_value
+        lambda nargs, reset_only=False: events.append("pre"),
+        lambda nargs, exception: events.append("post"),
+        None,  # warmup
+        None,  # rep
+        False,  # use_cuda_graph
+        bench,  # do_bench
+    )(add_kernel)
+    run_add(tuner)
+    assert pruned == [4]
+    assert sorted(bench.timed) == [32, 64, 128]
+    assert events.count("post") == 3
+    assert tuner.best_config is configs[1]
+
+
+@pytest.mark.parametrize("autotune", both(since=(3, 6), why="cache_results (12th) since 3.4"))
+def test_positional_cache_results(autotune):
+    bench = Bench()
+    tuner = autotune(bench.configs(), ["n"], None, None, None, None, None, None, None, False, bench, True)(
+        add_kernel
+    )
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_positional_reset_to_zero_is_fourth(autotune):
+    bench = Bench()
+    tuner = autotune(bench.configs(), ["n"], None, ["acc_ptr"], None, None, None, None, None, False, bench)(
+        accumulate_kernel
+    )
+    acc = torch.full((50,), 10.0)
+    tuner[grid(50)](acc, torch.ones(50), 50)
+    assert torch.equal(acc, torch.ones(50))
+
+
+# --- names ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_key_given_as_one_string_keys_on_that_argument(autotune):
+    """``key="n"``: upstream iterates the string, which for a one-letter name is that argument."""
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key="n", do_bench=bench)(add_kernel)
+    run_add(tuner, 100)
+    run_add(tuner, 60)
+    assert len(bench.timed) == 8
+    assert set(tuner.cache) == {key_for(100), key_for(60)}
+
+
+def test_key_string_that_is_not_an_argument_is_a_clear_error():
+    with pytest.raises(TypeError, match=r"key must be a list of argument names.*'xn'"):
+        tdl.autotune(configs=Bench().configs(), key="xn")(add_kernel)
+
+
+def test_key_string_naming_a_longer_argument_is_that_argument():
+    bench = Bench()
+    tuner = tdl.autotune(configs=bench.configs(), key="out_ptr", do_bench=bench)(add_kernel)
+    run_add(tuner)
+    assert tuner.keys == ["out_ptr"]
+
+
+@pytest.mark.parametrize("what", ["key", "reset_to_zero", "restore_value"])
+@pytest.mark.parametrize("autotune", both(since=(3, 9), why="3.9 checks the names"))
+def test_unknown_argument_names_are_upstreams_value_error(autotune, what):
+    options = {"key": ["n"], what: ["n", "nope"]}
+    message = (
+        f"{what} contains names that are not kernel arguments: nope. "
+        "Valid argument names are: x_ptr, y_ptr, out_ptr, n, BLOCK."
+    )
+    with pytest.raises(ValueError) as info:
+        autotune(configs=Bench().configs(), **options)(add_kernel)
+    assert str(info.value) == message
+
+
+def test_config_parameter_that_is_not_a_kernel_argument_is_an_error():
+    configs = [triton.Config({"BLOK": 16}), triton.Config({"BLOCK": 32})]
+    with pytest.raises(ValueError) as info:
+        tdl.autotune(configs=configs, key=["n"])(add_kernel)
+    text = str(info.value)
+    assert "'BLOK'" in text and "add_kernel" in text and "BLOCK" in text
+
+
+def test_backend_options_in_config_kwargs_are_not_mistaken_for_unknown_names():
+    """AMD kernels put compile options in Config kwargs (waves_per_eu, matrix_instr_nonkdim, kpack)."""
+    configs = [
+        triton.Config({"BLOCK": 16, "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2}),
+        triton.Config({"BLOCK": 32, "waves_per_eu": 0}),
+    ]
+    tdl.autotune(configs=configs, key=["n"])(add_kernel)
+
+
+# --- stacking with @triton.heuristics ---------------------------------------------------------------------
+
+
+def _alpha(nargs):
+    return 3 if nargs["n"] > 50 else 2
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_autotune_over_heuristics(autotune):
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(
+        triton.heuristics({"ALPHA": _alpha})(scaled_add_kernel)
+    )
+    for n, alpha in ((100, 3), (40, 2)):
+        x, y, out = add_inputs(n)
+        tuner[grid(n)](x, y, out, n)
+        assert torch.equal(out, (x + y) * alpha)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert len(bench.timed) == 8
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_heuristics_over_autotune(autotune):
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(scaled_add_kernel)
+    kernel = triton.heuristics({"ALPHA": _alpha})(tuner)
+    x, y, out = add_inputs(100)
+    kernel[grid(100)](x, y, out, 100)
+    assert torch.equal(out, (x + y) * 3)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert len(bench.timed) == 4
+
+
+# --- the default config and meta-parameter conflicts -------------------------------------------------------
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_conflicting_meta_parameter_in_a_benchmark_is_upstreams_value_error(autotune):
+    """Passing a tuned meta-parameter in the call: upstream raises "Conflicting meta-parameters";
+    ours launches with the caller's values (configuration passthrough) when all are given."""
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel)
+    x, y, out = add_inputs(40)
+    if is_ours(autotune):
+        tuner[grid(40)](x, y, out, 40, BLOCK=16)
+        assert torch.equal(out, x + y) and bench.timed == []
+    else:
+        with pytest.raises(ValueError, match="Conflicting meta-parameters: BLOCK"):
+            tuner[grid(40)](x, y, out, 40, BLOCK=16)
