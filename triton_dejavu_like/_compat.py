@@ -177,6 +177,14 @@ def l2_flush_buffer() -> Any:
     return driver.active.get_empty_cache_for_benchmark()
 
 
+def load_compiled(kernel: Any) -> None:
+    """Load a compiled kernel onto the current device, as its first launch would: raises
+    ``OutOfResources`` when it needs more shared memory, threads or registers than the device has."""
+    init = getattr(kernel, "_init_handles", None)
+    if init is not None:
+        init()
+
+
 #: ``triton.AsyncCompileMode`` exists (3.6 and 3.9 have it; 3.2 and 3.3 do not).
 HAS_ASYNC_COMPILE: bool = hasattr(triton, "AsyncCompileMode")
 

@@ -24,6 +24,7 @@ ISOLATION_TIMEOUT = "TRITON_DEJAVU_ISOLATION_TIMEOUT"
 NUMERICAL_CHECK = "TRITON_DEJAVU_NUMERICAL_CHECK"
 DEBUG = "TRITON_DEJAVU_DEBUG"
 COMPILE_THREADS = "TRITON_DEJAVU_COMPILE_THREADS"
+COMPILE_PROCESSES = "TRITON_DEJAVU_COMPILE_PROCESSES"
 PROGRESS = "TRITON_DEJAVU_PROGRESS"
 CUDA_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_CUDA_VERSION"
 ROCM_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_ROCM_VERSION"
@@ -39,6 +40,7 @@ ALL = (
     NUMERICAL_CHECK,
     DEBUG,
     COMPILE_THREADS,
+    COMPILE_PROCESSES,
     PROGRESS,
     CUDA_VERSION_OVERRIDE,
     ROCM_VERSION_OVERRIDE,
@@ -145,6 +147,25 @@ def compile_threads() -> int:
         _invalid(COMPILE_THREADS, raw, "a whole number >= 0", default)
         return default
     return value
+
+
+#: Under ``TRITON_DEJAVU_COMPILE_PROCESSES=auto`` (the default), tuning runs with at least this many
+#: candidates compile them in worker processes (fewer do not pay for starting the workers).
+PROCESS_COMPILE_MIN = 32
+
+
+def compile_processes() -> str:
+    """``TRITON_DEJAVU_COMPILE_PROCESSES``: ``auto`` (default: worker processes for runs of at least
+    :data:`PROCESS_COMPILE_MIN` candidates on a GPU), ``1``/``on`` (always), ``0``/``off`` (threads only)."""
+    raw = _raw(COMPILE_PROCESSES).lower()
+    if raw in ("", "auto"):
+        return "auto"
+    if raw in _TRUE:
+        return "on"
+    if raw in _FALSE:
+        return "off"
+    _invalid(COMPILE_PROCESSES, raw, "use auto, 1/on or 0/off", "auto")
+    return "auto"
 
 
 def storage_roots() -> list[Path]:

@@ -15,7 +15,12 @@ DELAY_S = 2.0
 
 
 class _Silent:
+    n = 0
+
     def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix(self, values: dict[str, Any], refresh: bool = True) -> None:
         pass
 
     def close(self) -> None:

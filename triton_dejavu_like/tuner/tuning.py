@@ -2,8 +2,9 @@
 
 The run builds the search (a strategy over candidate indices, with its budget), opens an evaluator
 for the call through :func:`~triton_dejavu_like.measure.open_evaluator` (in process or isolated),
-compiles what the strategy plans ahead, lets the strategy measure, re-measures the finalists, and
-returns an :class:`Outcome` with the winner and its :class:`~triton_dejavu_like.store.StoredEntry`.
+runs the compile-and-time :class:`~triton_dejavu_like.measure.pipeline.Pipeline` until the search is
+over, re-measures the finalists, and returns an :class:`Outcome` with the winner and its
+:class:`~triton_dejavu_like.store.StoredEntry`.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from typing import Any
 from .._compat import AutotunerErrorBase, Config
 from .._log import DejavuStorageWarning, log, warn_once
 from ..codec import EncodingError, describe_config
+from .. import _env
 from ..measure import QUANTILES, Benchmarker, Evaluator, KernelRecipe, one_line_reason, open_evaluator
+from ..measure.compile_pool import compile_in_processes
+from ..measure.pipeline import Counters, Pipeline
 from ..measure.progress import progress_bar
-from ..search import Budget, SearchRun, SearchSpace, drive, make_strategy
+from ..search import BatchSearch, Budget, SearchSpace, make_strategy
 from ..store import InvalidEntry, StoredEntry
 from .key import TuningKey
 
@@ -55,7 +59,6 @@ class Trial:
         self.timings: dict[Config, list[float]] = {}
         self.failures: dict[Config, str] = {}
         self.refined: dict[Config, list[float]] = {}
-        self.on_measured: Callable[[int], Any] = lambda n: None
         self.phases: dict[str, float] = {}
 
     @contextlib.contextmanager
@@ -81,8 +84,6 @@ class Trial:
             result = evaluator.measure(config)
         except Exception as exc:  # the candidate is ruled out, tuning goes on
             return self.rule_out(config, one_line_reason(exc))
-        finally:
-            self.on_measured(1)
         self.timings[config] = result
         return result[0]
 
@@ -129,22 +130,31 @@ class TuningRun:
     ) -> Outcome:
         name = self.recipe.kernel_name
         space = SearchSpace.from_configs(candidates)
-        strategy = make_strategy(self.strategy)
         trial = Trial(name, candidates)
         start = time.perf_counter()
         ctx = self.recipe.context(args, kwargs, interpreted=self.interpreted, benchmarker=self.benchmarker)
         with open_evaluator(self.recipe, ctx) as evaluator:
-            search = SearchRun(space, lambda index: trial.measure(evaluator, index), self.budget)
-            planned = strategy.planned(search, warm_start, self.budget.seed)
-            with trial.phase("compile"):
-                if planned:
-                    for config, reason in evaluator.prepare([candidates[i] for i in planned]).items():
-                        trial.rule_out(config, reason)
-            bar = progress_bar(len(planned) if planned else search.limit, f"tuning {name}")
-            trial.on_measured = bar.update
+            search = BatchSearch(make_strategy(self.strategy), space, self.budget, warm_start)
+            bar = progress_bar(search.limit, f"tuning {name}")
+            pipeline = Pipeline(
+                search,
+                candidates,
+                measure=lambda i: trial.measure(evaluator, i),
+                rule_out=lambda i, reason: trial.rule_out(candidates[i], reason),
+                prepare=lambda batch: _prepare(evaluator, candidates, batch),
+                batch_size=max(16, _env.compile_threads()),
+                on_progress=lambda counters: _show(bar, counters),
+            )
             try:
-                with trial.phase("measure"):
-                    drive(strategy, search, warm_start)
+                with trial.phase("search"):
+                    streamed = None if self.recipe.isolation.active() else compile_in_processes(
+                        self.recipe, ctx, candidates
+                    )
+                    if streamed is not None:
+                        pipeline.batch_size = streamed[0].workers + 2
+                        pipeline.run_streamed(*streamed)
+                    else:  # exhaustive: compile everything at once; else a batch of proposals at a time
+                        pipeline.run_batched(len(space) if self.strategy == "exhaustive" else None)
             finally:
                 bar.close()
             with trial.phase("refine"):
@@ -166,7 +176,7 @@ class TuningRun:
         key: TuningKey,
         best: Config,
         trial: Trial,
-        search: SearchRun,
+        search: BatchSearch,
         duration: float,
         candidates_hash: str,
     ) -> StoredEntry | None:
@@ -184,6 +194,7 @@ class TuningRun:
                 budget=self.budget.as_dict() if self.strategy != "exhaustive" else None,
                 refined=len(trial.refined),
                 phases_s=trial.phases,
+                strategy_s=round(search.strategy_time_s, 6),
                 candidates=candidates_hash,
                 top=trial.ranking()[:TOP_K],
                 ruled_out=list(trial.failures.items())[:MAX_RULED_OUT],
@@ -199,3 +210,15 @@ class TuningRun:
                 exc,
             )
             return None
+
+
+def _prepare(evaluator: Evaluator, candidates: list[Config], batch: list[int]) -> dict[int, str]:
+    """Compile a batch in this process (threads); the indices that failed, with their reasons."""
+    configs = [candidates[i] for i in batch]
+    failures = evaluator.prepare(configs)
+    return {i: failures[c] for i, c in zip(batch, configs) if c in failures}
+
+
+def _show(bar: Any, counters: Counters) -> None:
+    bar.update(counters.timed + counters.ruled_out - bar.n)
+    bar.set_postfix(counters.postfix(), refresh=False)
