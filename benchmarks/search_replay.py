@@ -389,12 +389,15 @@ def summary_table(rows: list[Row], held_in: Sequence[str]) -> str:
     return markdown_table(header, lines, 3)
 
 
-def run_all(jobs: list[Job], workers: int) -> list[Outcome]:
+def run_all(jobs: list[Job], workers: int, save: Path | None = None) -> list[Outcome]:
+    """Every job; one progress line per finished run on stderr, results saved as they come."""
     outcomes: list[Outcome] = []
     started = time.perf_counter()
 
     def done(outcome: Outcome) -> Outcome:
         outcomes.append(outcome)
+        if save is not None:
+            save_outcomes(outcomes, {"partial": True}, save)
         job = outcome.job
         print(
             f"[{len(outcomes)}/{len(jobs)} {time.perf_counter() - started:.0f}s] {job.path} {job.strategy} "
@@ -469,10 +472,17 @@ HELD_IN = ("pnpoly_RTX_3090", "convolution_RTX_2080_Ti")
 
 
 def render(spaces: list[ReplaySpace], rows: list[Row], run: dict[str, Any]) -> str:
+    seeds = max(len(r.outcomes) for r in rows)
+    if run.get("partial"):
+        produced = f"Partial results of a run (up to {seeds} seeds per row; see the 'runs' column). "
+    else:
+        produced = (
+            f"Produced by `{run['command']}` ({run['seeds']} seeds per row, noise "
+            f"{'on' if run['noise'] else 'off'}, {run['elapsed_s'] / 60:.1f} min on {run['cores']} cores). "
+        )
     how = (
-        f"Produced by `{run['command']}` ({run['seeds']} seeds per row, noise "
-        f"{'on' if run['noise'] else 'off'}, {run['elapsed_s'] / 60:.1f} min on {run['cores']} cores). "
-        "Every strategy runs through the batch interface (`drive_batched`) with 1 or 16 candidates in "
+        produced
+        + "Every strategy runs through the batch interface (`drive_batched`) with 1 or 16 candidates in "
         "flight, results told in random order. 'Fraction of optimum @b' is the space's best mean time "
         "divided by the best mean time among the first b of the space's candidates handed out (a "
         "failed config counts as not found), averaged over seeds; the 2% figure is the prefix of the "
@@ -508,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--full", action="store_true", help="every space, 20 seeds; writes README")
+    parser.add_argument("--full", action="store_true", help="every space, 20 seeds")
     parser.add_argument("--seeds", type=int, help="runs per space, strategy and batch (default 3, --full 20)")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds start here (default 0)")
     parser.add_argument("--data", type=Path, default=DATA_DIR)
@@ -548,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for batch in args.batches
             for seed in seeds
         ]
-        outcomes = run_all(jobs, args.workers)
+        outcomes = run_all(jobs, args.workers, args.save)
         given = [a for a in (sys.argv[1:] if argv is None else argv) if a]
         given = [a for k, a in enumerate(given) if not (a == "--save" or (k and given[k - 1] == "--save"))]
         run = {
@@ -562,7 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             save_outcomes(outcomes, run, args.save)
     text = render(spaces, build_rows(spaces, outcomes, paths), run)
     print(text)
-    if args.write or (args.full and not args.render):
+    if args.write:
         write_section(text)
     return 0
 
