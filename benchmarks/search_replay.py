@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import math
 import os
@@ -35,14 +36,14 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from triton_dejavu_like.search import Budget, BudgetExhausted, SearchRun, SearchSpace, drive, make_strategy
+from triton_dejavu_like.search import Budget, SearchSpace, drive_batched, make_strategy
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "search-spaces"
 README = Path(__file__).resolve().parent / "README.md"
@@ -50,6 +51,8 @@ SECTION = "## Search replay"
 MARGINS = (0.05, 0.01)
 WARM_SEEDS = 5
 STRATEGIES = ("random", "bayesian")
+BUDGETS = (0.02, 0.05)  # shares of the space
+BATCHES = (1, 16)
 
 
 @dataclass
@@ -106,6 +109,9 @@ def load(path: Path) -> ReplaySpace:
 
 @cache
 def _loaded(path: str) -> ReplaySpace:
+    if path.startswith("synthetic:"):
+        _, kind, seed = path.split(":")
+        return synthetic(kind, int(seed))
     return load(Path(path))
 
 
@@ -127,105 +133,195 @@ def warm_seeds(source: ReplaySpace, target: ReplaySpace, count: int = WARM_SEEDS
     return seeds
 
 
+def synthetic(kind: str, seed: int) -> ReplaySpace:
+    """A generated GPU-like tuning space (``kind`` ``tiled`` or ``stencil``), different for each seed.
+
+    ``tiled``: a matmul-like kernel; ordinal tile sizes, warps, stages, group and split factors; time
+    from wave quantisation, a per-seed preferred tile shape, warps-per-tile and stage interactions,
+    a register-spill cliff (x2.5) and failures where shared memory or registers run out (plus a few
+    random ones). ``stencil``: two thread-block dimensions, per-thread tiles, a categorical memory
+    strategy whose two usable variants have different optima (two basins), unrolling; block sizes
+    outside 32-1024 threads are not candidates; failures where registers or shared memory run out.
+    Repeats carry 3% multiplicative noise.
+    """
+    rng = random.Random(f"{kind}:{seed}")
+    jitter = {}
+
+    def noise(key: Any) -> float:  # fixed per config: a space's fine structure the model cannot see
+        if key not in jitter:
+            jitter[key] = math.exp(rng.gauss(0, 0.08))
+        return jitter[key]
+
+    if kind == "tiled":
+        params = {
+            "BLOCK_M": [16, 32, 64, 128, 256],
+            "BLOCK_N": [16, 32, 64, 128, 256],
+            "BLOCK_K": [16, 32, 64, 128],
+            "num_warps": [1, 2, 4, 8, 16],
+            "num_stages": [1, 2, 3, 4, 5],
+            "GROUP_M": [1, 4, 8],
+            "SPLIT_K": [1, 2, 4],
+        }
+        sms, smem = rng.choice([80, 108, 132]), rng.choice([100_000, 164_000, 228_000])
+        m, n, k = (rng.choice([1024, 2048, 4096, 8192]) for _ in range(3))
+        pref_m, pref_n = rng.choice([64, 128, 256]), rng.choice([64, 128, 256])
+        pref_stages = rng.choice([2, 3, 4])
+
+        def time_of(c: dict[str, Any]) -> float | None:
+            bm, bn, bk, w, st, g, sk = (c[p] for p in params)
+            if bm * bn < 32 * 32 or (sk > 1 and k // sk < 4 * bk):
+                return None  # restriction: not a candidate
+            if (bm + bn) * bk * 2 * st > smem:
+                return math.inf
+            regs = bm * bn / (32 * w)
+            if regs > 512 or rng.random() < 0.03:
+                return math.inf
+            tiles = math.ceil(m / bm) * math.ceil(n / bn) * sk
+            waves = math.ceil(tiles / sms)
+            t = waves * bm * bn * k / sk / 1e6
+            t *= 1 + 0.3 * abs(math.log2(bm / pref_m)) + 0.3 * abs(math.log2(bn / pref_n))
+            t *= 1 + 0.25 * abs(math.log2(max(1, bm * bn / 4096) / w))
+            t *= 1 + 0.15 * abs(st - pref_stages) + (0.4 if bk == 16 else 0.0)
+            t *= 1 + (0.05 if g == 1 else 0.0) + 0.1 * (sk > 1) * (tiles / sk > sms)
+            if regs > 128:
+                t *= 2.5  # spills
+            return t * noise(tuple(c.values()))
+
+    elif kind == "stencil":
+        params = {
+            "block_x": [1, 2, 4, 8, 16, 32, 64, 128],
+            "block_y": [1, 2, 4, 8, 16, 32],
+            "tile_x": [1, 2, 3, 4, 6, 8],
+            "tile_y": [1, 2, 3, 4, 6, 8],
+            "memory": ["global", "shared", "texture"],
+            "unroll": [0, 1],
+        }
+        best_tile = {"global": rng.choice([2, 3, 4]), "shared": rng.choice([4, 6, 8]), "texture": 1}
+        pref_x = rng.choice([16, 32, 64])
+        reg_limit = rng.choice([48, 64, 96])
+
+        def time_of(c: dict[str, Any]) -> float | None:
+            bx, by, tx, ty, mem, un = (c[p] for p in params)
+            threads = bx * by
+            if not 32 <= threads <= 1024:
+                return None
+            if tx * ty * (2 + un) > reg_limit or (mem == "texture" and tx * ty > 4):
+                return math.inf  # registers exhausted
+            if mem == "shared" and (bx * tx + 4) * (by * ty + 4) * 4 > 48_000:
+                return math.inf
+            coalesce = 1 + 0.5 * abs(math.log2(bx / pref_x)) if bx < 32 or bx > pref_x else 1.0
+            t = {"shared": 1.0, "global": 1.35, "texture": 1.6}[mem] * coalesce
+            t *= 1 + 0.12 * (abs(tx - best_tile[mem]) + abs(ty - best_tile[mem]) / 2)
+            t *= 0.9 if un and tx * ty >= 4 else 1.0
+            t *= 1 + 0.3 * (threads < 128) + 0.2 * (threads > 512)
+            return t * noise(tuple(c.values()))
+
+    else:
+        raise ValueError(f"unknown synthetic space {kind!r}")
+    names = list(params)
+    rows, mean, repeats = [], [], []
+    for combo in itertools.product(*params.values()):
+        config = dict(zip(names, combo))
+        t = time_of(config)
+        if t is None:
+            continue
+        rows.append(config)
+        mean.append(t)
+        repeats.append([t * math.exp(rng.gauss(0, 0.03)) for _ in range(5)] if math.isfinite(t) else [])
+    space = SearchSpace.from_table(names, [params[p] for p in names], [[r[p] for p in names] for r in rows])
+    cost = [0.5 + (0.0 if not math.isfinite(t) else 0.01 * t) for t in mean]
+    return ReplaySpace(
+        name=f"synthetic_{kind}_{seed}",
+        kernel=f"synthetic {kind}",
+        device=f"seed {seed}",
+        params=params,
+        space=space,
+        mean_ms=mean,
+        repeats_ms=repeats,
+        cost_ms=cost,
+        records=rows,
+    )
+
+
+SYNTHETIC = ("synthetic:tiled:1", "synthetic:stencil:2")
+
+
 @dataclass(frozen=True)
 class Job:
-    path: str
+    path: str  # a file, or "synthetic:<kind>:<seed>"
     strategy: str
     seed: int
-    cap: int
+    batch: int
     noise: bool
+    share: float = max(BUDGETS)
     warm_from: str | None = None
 
 
 @dataclass
 class Outcome:
     job: Job
-    evaluations: dict[float, int | None]  # margin -> evaluations to reach it (None: not within cap)
-    cost_s: dict[float, float | None]  # margin -> summed compile + benchmark seconds to reach it
+    fraction: dict[float, float]  # budget share -> best time in space / best mean time found
+    evaluations: dict[float, int | None]  # margin -> evaluations until reached (None: not in budget)
     evaluated: int
-    overhead_s: float  # strategy time per evaluation, excluding the replayed measurements
+    overhead_s: float  # strategy time per evaluation (its own time: fits, proposals)
 
 
 def replay(job: Job) -> Outcome:
+    """One search through the batch interface (``drive_batched``), with ``job.batch`` in flight."""
     replay_space = _loaded(job.path)
     warm = warm_seeds(_loaded(job.warm_from), replay_space) if job.warm_from else []
     rng = random.Random(job.seed)
-    targets = {m: set(replay_space.within(m)) for m in MARGINS}
-    tightest = min(MARGINS)
-    order: list[int] = []
-    measuring = 0.0
 
     def objective(index: int) -> float:
-        nonlocal measuring
-        started = time.perf_counter()
-        order.append(index)
         mean = replay_space.mean_ms[index]
-        value = rng.choice(replay_space.repeats_ms[index]) if job.noise and math.isfinite(mean) else mean
-        measuring += time.perf_counter() - started
-        if index in targets[tightest] or len(order) >= job.cap:
-            raise BudgetExhausted  # the score is known: stop this run
-        return value
+        return rng.choice(replay_space.repeats_ms[index]) if job.noise and math.isfinite(mean) else mean
 
-    budget = Budget(max_share=1.0, seed=job.seed)
-    strategy = make_strategy(job.strategy)  # imports SMAC once per process, outside the timing
-    started = time.perf_counter()
-    drive(strategy, SearchRun(replay_space.space, objective, budget), warm)
-    wall = time.perf_counter() - started
+    strategy = make_strategy(job.strategy)  # imports SMAC once per process
+    budget = Budget(max_share=job.share, seed=job.seed)
+    search = drive_batched(strategy, replay_space.space, budget, objective, job.batch, warm, job.seed)
+    n = len(replay_space.space)
+    fraction = {}
+    for share in BUDGETS:
+        first = search.issued[: budget_evaluations(share, n)]
+        found = min((replay_space.mean_ms[i] for i in first), default=math.inf)
+        fraction[share] = replay_space.best_ms / found
     evaluations: dict[float, int | None] = {}
-    cost: dict[float, float | None] = {}
     for margin in MARGINS:
-        hit = next((n for n, i in enumerate(order, 1) if i in targets[margin]), None)
-        evaluations[margin] = hit
-        cost[margin] = None if hit is None else sum(replay_space.cost_ms[i] for i in order[:hit]) / 1e3
-    return Outcome(job, evaluations, cost, len(order), (wall - measuring) / max(1, len(order)))
+        targets = set(replay_space.within(margin))
+        evaluations[margin] = next((k for k, i in enumerate(search.order, 1) if i in targets), None)
+    told = max(1, len(search.order))
+    return Outcome(job, fraction, evaluations, len(search.order), search.strategy_time_s / told)
 
 
-def _median(values: Sequence[float | None]) -> float | None:
-    """Median with runs that never reached the margin counted as worse than every other run."""
-    ranked = sorted(values, key=lambda v: math.inf if v is None else v)
-    mid = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
-    if any(v is None for v in mid):
-        return None
-    return statistics.fmean(mid)  # type: ignore[arg-type]
+def budget_evaluations(share: float, n: int) -> int:
+    return Budget(max_share=share).max_evaluations(n)
 
 
 @dataclass
 class Row:
-    space: str
-    label: str
+    space: ReplaySpace
+    strategy: str
+    batch: int
     outcomes: list[Outcome]
-    expectation: dict[float, float]
-    cap: int
 
-    def median_evals(self, margin: float) -> float | None:
-        return _median([o.evaluations[margin] for o in self.outcomes])
+    def mean_fraction(self, share: float) -> float:
+        return statistics.fmean(o.fraction[share] for o in self.outcomes)
 
-    def median_cost(self, margin: float) -> float | None:
-        return _median([o.cost_s[margin] for o in self.outcomes])
+    def evals(self, margin: float) -> list[float]:
+        cap = budget_evaluations(max(BUDGETS), len(self.space.space)) + 1
+        return [cap if o.evaluations[margin] is None else o.evaluations[margin] for o in self.outcomes]
+
+    def median_evals(self, margin: float) -> float:
+        return statistics.median(self.evals(margin))
 
     def missed(self, margin: float) -> int:
         return sum(o.evaluations[margin] is None for o in self.outcomes)
 
-    def ratio(self, margin: float) -> float | None:
-        median = self.median_evals(margin)
-        return None if median is None else median / self.expectation[margin]
+    def ratio(self, margin: float) -> float:
+        return self.median_evals(margin) / self.space.random_expectation(margin)
 
-
-TARGET_RATIO = {0.05: 1 / 3, 0.01: 1 / 2}
-
-
-def _evals(value: float | None, cap: int) -> str:
-    return f"> {cap:,}" if value is None else f"{value:,.1f}"
-
-
-def _seconds(value: float | None) -> str:
-    return "not reached" if value is None else f"{value:,.1f}"
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int) -> str:
-    """A Markdown table; columns after the first ``text_columns`` are right-aligned numbers."""
-    align = ["---"] * text_columns + ["---:"] * (len(header) - text_columns)
-    return "\n".join("| " + " | ".join(cells) + " |" for cells in (header, align, *rows))
+    def overhead_ms(self) -> float:
+        return 1e3 * statistics.median(o.overhead_s for o in self.outcomes)
 
 
 def space_table(spaces: list[ReplaySpace]) -> str:
@@ -243,28 +339,93 @@ def space_table(spaces: list[ReplaySpace]) -> str:
 
 
 def results_table(rows: list[Row]) -> str:
-    header = ["space", "strategy", "runs"]
+    """Per space, strategy and batch size: fraction of optimum at each budget, evaluations to the
+    margins (median, runs that missed within the budget count as budget + 1), overhead."""
+    header = ["space", "strategy", "batch", "runs"]
+    header += [f"fraction of optimum @{b:.0%}" for b in BUDGETS]
     for margin in MARGINS:
-        pct = f"{margin:.0%}"
-        header += [f"evals to {pct}", "x random exp.", f"compile+bench s to {pct}"]
-    header += ["not reached (5%/1%)", "overhead/eval"]
+        header += [f"evals to {margin:.0%} (median)", "x random exp."]
+    header += [f"missed in budget ({'/'.join(f'{m:.0%}' for m in MARGINS)})", "overhead/eval"]
+    random_rows = {(r.space.name, r.batch): r for r in rows if r.strategy == "random"}
     lines = []
     for r in rows:
-        cells = [r.space, r.label, str(len(r.outcomes))]
+        cells = [r.space.name, r.strategy, str(r.batch), str(len(r.outcomes))]
+        ref = random_rows.get((r.space.name, r.batch))
+        for b in BUDGETS:
+            mark = ""
+            if r.strategy == "bayesian" and ref is not None:
+                mark = " ✓" if r.mean_fraction(b) >= ref.mean_fraction(b) else " ✗"
+            cells.append(f"{r.mean_fraction(b):.3f}{mark}")
         for margin in MARGINS:
             ratio = r.ratio(margin)
-            if ratio is None:
-                shown = f"> {r.cap / r.expectation[margin]:.2f}"
-            else:
-                shown = f"{ratio:.3f}"
-            if r.label != "random":
-                shown += " ✓" if ratio is not None and ratio <= TARGET_RATIO[margin] else " ✗"
-            cells += [_evals(r.median_evals(margin), r.cap), shown, _seconds(r.median_cost(margin))]
-        cells.append("/".join(str(r.missed(m)) for m in MARGINS))
-        overhead = statistics.median(o.overhead_s for o in r.outcomes)
-        cells.append(f"{overhead * 1e3:.1f} ms")
+            mark = ""
+            if r.strategy == "bayesian" and margin == 0.05:
+                mark = " ✓" if ratio <= 1 / 3 else " ✗"
+            cells += [f"{r.median_evals(margin):,.1f}", f"{ratio:.3f}{mark}"]
+        cells += ["/".join(str(r.missed(m)) for m in MARGINS), f"{r.overhead_ms():.1f} ms"]
         lines.append(cells)
-    return markdown_table(header, lines, 2)
+    return markdown_table(header, lines, 3)
+
+
+def summary_table(rows: list[Row], held_in: Sequence[str]) -> str:
+    """Mean fraction of optimum over spaces, per strategy and batch, and the targets."""
+    header = ["spaces", "strategy", "batch"] + [f"mean fraction @{b:.0%}" for b in BUDGETS]
+    groups = {
+        "measured GPU spaces": [r for r in rows if not r.space.name.startswith("synthetic")],
+        "held out (not used to choose settings)": [
+            r for r in rows if r.space.name not in held_in and not r.space.name.startswith("synthetic")
+        ],
+        "synthetic spaces": [r for r in rows if r.space.name.startswith("synthetic")],
+    }
+    lines = []
+    for label_, group in groups.items():
+        keys = sorted({(r.strategy, r.batch) for r in group})
+        for strategy, batch in keys:
+            sel = [r for r in group if (r.strategy, r.batch) == (strategy, batch)]
+            lines.append(
+                [label_, strategy, str(batch)]
+                + [f"{statistics.fmean(r.mean_fraction(b) for r in sel):.3f}" for b in BUDGETS]
+            )
+    return markdown_table(header, lines, 3)
+
+
+def run_all(jobs: list[Job], workers: int, save: Path | None = None) -> list[Outcome]:
+    """Every job; one progress line per finished run on stderr, results saved as they come."""
+    outcomes: list[Outcome] = []
+    started = time.perf_counter()
+
+    def done(outcome: Outcome) -> Outcome:
+        outcomes.append(outcome)
+        if save is not None:
+            save_outcomes(outcomes, {"partial": True}, save)
+        job = outcome.job
+        print(
+            f"[{len(outcomes)}/{len(jobs)} {time.perf_counter() - started:.0f}s] {job.path} {job.strategy} "
+            f"batch {job.batch} seed {job.seed}: {outcome.evaluated} evaluations, "
+            f"fraction {outcome.fraction[max(BUDGETS)]:.3f}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return outcome
+
+    if workers <= 1:
+        return [done(replay(job)) for job in jobs]
+    with ProcessPoolExecutor(workers, initializer=_quiet_worker) as pool:
+        return [done(o) for o in pool.map(replay, jobs, chunksize=1)]
+
+
+def _quiet_worker() -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def build_rows(spaces: list[ReplaySpace], outcomes: list[Outcome], paths: dict[str, str]) -> list[Row]:
+    by_path = {paths[s.name]: s for s in spaces}
+    groups: dict[tuple[str, str, int], list[Outcome]] = {}
+    for o in outcomes:
+        groups.setdefault((o.job.path, o.job.strategy, o.job.batch), []).append(o)
+    order = {p: k for k, p in enumerate(paths.values())}
+    keys = sorted(groups, key=lambda g: (order[g[0]], g[2], g[1] != "random"))
+    return [Row(by_path[p], strategy, batch, groups[(p, strategy, batch)]) for p, strategy, batch in keys]
 
 
 def warm_pairs(spaces: list[ReplaySpace]) -> list[tuple[ReplaySpace, ReplaySpace]]:
@@ -278,54 +439,12 @@ def warm_pairs(spaces: list[ReplaySpace]) -> list[tuple[ReplaySpace, ReplaySpace
     return pairs
 
 
-def plan(spaces: list[ReplaySpace], paths: dict[str, str], seeds: range, cap_of, noise: bool) -> list[Job]:
-    jobs = []
-    for s in spaces:
-        for strategy in STRATEGIES:
-            jobs += [Job(paths[s.name], strategy, seed, cap_of(s, strategy), noise) for seed in seeds]
-    for source, target in warm_pairs(spaces):
-        jobs += [
-            Job(paths[target.name], "bayesian", seed, cap_of(target, "bayesian"), noise, paths[source.name])
-            for seed in seeds
-        ]
-    return jobs
-
-
-def label(job: Job) -> str:
-    if job.warm_from:
-        return f"bayesian, warm from {Path(job.warm_from).name.removesuffix('.json.gz')}"
-    return job.strategy
-
-
-def run_all(jobs: list[Job], workers: int, on_done: Callable[[list[Outcome]], None]) -> list[Outcome]:
-    """Every job, in order; one progress line per finished run goes to stderr."""
-    outcomes: list[Outcome] = []
-
-    def done(outcome: Outcome) -> Outcome:
-        outcomes.append(outcome)
-        on_done(outcomes)
-        job = outcome.job
-        print(
-            f"[{len(outcomes)}/{len(jobs)}] {Path(job.path).name} {label(job)} seed {job.seed}: "
-            f"{outcome.evaluated} evaluations",
-            file=sys.stderr,
-            flush=True,
-        )
-        return outcome
-
-    if workers <= 1:
-        return [done(replay(job)) for job in jobs]
-    with ProcessPoolExecutor(workers, initializer=_quiet_worker) as pool:
-        return [done(o) for o in pool.map(replay, jobs, chunksize=1)]
-
-
 def save_outcomes(outcomes: list[Outcome], run: dict[str, Any], path: Path) -> None:
-    """The raw results and how they were made, so that the tables can be rendered again."""
     data = [
         {
             "job": asdict(o.job),
+            "fraction": {str(b): o.fraction[b] for b in BUDGETS},
             "evaluations": {str(m): o.evaluations[m] for m in MARGINS},
-            "cost_s": {str(m): o.cost_s[m] for m in MARGINS},
             "evaluated": o.evaluated,
             "overhead_s": o.overhead_s,
         }
@@ -339,8 +458,8 @@ def load_outcomes(path: Path) -> tuple[list[Outcome], dict[str, Any]]:
     outcomes = [
         Outcome(
             Job(**item["job"]),
+            {b: item["fraction"][str(b)] for b in BUDGETS},
             {m: item["evaluations"][str(m)] for m in MARGINS},
-            {m: item["cost_s"][str(m)] for m in MARGINS},
             item["evaluated"],
             item["overhead_s"],
         )
@@ -349,68 +468,41 @@ def load_outcomes(path: Path) -> tuple[list[Outcome], dict[str, Any]]:
     return outcomes, saved["run"]
 
 
-def _quiet_worker() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+HELD_IN = ("pnpoly_RTX_3090", "convolution_RTX_2080_Ti")
 
 
-def build_rows(spaces: list[ReplaySpace], outcomes: list[Outcome]) -> list[Row]:
-    by_name = {s.name: s for s in spaces}
-    groups: dict[tuple[str, str], list[Outcome]] = {}
-    for o in outcomes:
-        groups.setdefault((Path(o.job.path).name.removesuffix(".json.gz"), label(o.job)), []).append(o)
-    rows = []
-    for (space, lab), outs in groups.items():
-        s = by_name[space]
-        expectation = {m: s.random_expectation(m) for m in MARGINS}
-        rows.append(Row(space, lab, outs, expectation, outs[0].job.cap))
-    return rows
-
-
-def warm_start_notes(spaces: list[ReplaySpace]) -> str:
-    notes = []
-    for source, target in warm_pairs(spaces):
-        shared = [p for p in source.params if p in target.params and len(target.params[p]) > 1]
-        seeds = warm_seeds(source, target)
-        best = min(target.mean_ms[i] for i in seeds)
-        notes.append(
-            f"- {target.name} seeded from {source.name}: shared tuned parameters {', '.join(shared)}; "
-            f"the {WARM_SEEDS} best mappable source configs give {len(seeds)} target candidates, the best "
-            f"of which is {100 * (best / target.best_ms - 1):.1f}% slower than the target's best."
+def render(spaces: list[ReplaySpace], rows: list[Row], run: dict[str, Any]) -> str:
+    seeds = max(len(r.outcomes) for r in rows)
+    if run.get("partial"):
+        produced = f"Partial results of a run (up to {seeds} seeds per row; see the 'runs' column). "
+    else:
+        produced = (
+            f"Produced by `{run['command']}` ({run['seeds']} seeds per row, noise "
+            f"{'on' if run['noise'] else 'off'}, {run['elapsed_s'] / 60:.1f} min on {run['cores']} cores). "
         )
-    return "\n".join(notes)
-
-
-def describe(run: dict[str, Any]) -> str:
-    command = run.get("command") or "python benchmarks/search_replay.py" + (" --full" if run["full"] else "")
-    command = re.sub(r" --save \S+", "", command)  # where the raw results went is beside the point
-    first = f", from seed {run['first_seed']}" if run.get("first_seed") else ""
-    return (
-        f"Produced by `{command}` ({run['seeds']} seeds per row{first}, noise "
-        f"{'on' if run['noise'] else 'off'}, {run['elapsed_s'] / 60:.1f} min on {run['cores']} cores)."
-    )
-
-
-def render(spaces: list[ReplaySpace], results: list[tuple[list[Row], dict[str, Any]]]) -> str:
-    """The README section: the first result set in full, further ones (other seeds) as tables."""
-    (rows, run), *further = results
     how = (
-        describe(run) + " Every row runs the package's own strategy (`make_strategy`) on the file's "
-        "configs; grid points absent from the file are not candidates. With noise on, each "
-        "measurement is one of the config's measured repeats; a config counts as reached when its "
-        "mean time is within the margin of the space's best mean. Medians over seeds; 'x random "
-        "exp.' divides the median by the random-search expectation (N+1)/(k+1). Targets for "
-        "Bayesian optimisation: at most 1/3 of it for 5% and 1/2 for 1% (✓/✗). Compile+bench s sums "
-        "the measured compile and benchmark time of every config evaluated until the margin was "
-        "reached. A run stops at the 1% margin or at its cap (random: N; Bayesian: the random "
-        "expectation for 1%; CI-sized runs: 200); '> cap' means more than half the runs did not "
-        "reach the margin. Overhead/eval is the strategy's own time per evaluation on this machine "
-        "(replayed measurements cost nothing)."
+        produced
+        + "Every strategy runs through the batch interface (`drive_batched`) with 1 or 16 candidates in "
+        "flight, results told in random order. 'Fraction of optimum @b' is the space's best mean time "
+        "divided by the best mean time among the first b of the space's candidates handed out (a "
+        "failed config counts as not found), averaged over seeds; the 2% figure is the prefix of the "
+        "5% run (the strategies' decisions do not depend on the budget except through the initial "
+        "design cap, which does not bind here). 'Evals to' counts results until a config within the "
+        "margin of the best was measured (median; a run that missed within the 5% budget counts as "
+        "the budget + 1); 'x random exp.' divides it by random search's expectation (N+1)/(k+1). "
+        "✓/✗: Bayesian optimisation at least as good as random search at the same batch size "
+        "(fractions), and at most 1/3 of the expectation (5%). Settings were chosen on "
+        f"{' and '.join(HELD_IN)} only; the other spaces are held out. Overhead/eval: the strategy's "
+        "own time per evaluation (model fits and proposals) on this machine."
     )
-    notes = warm_start_notes(spaces) or "- no pair of spaces measures one kernel on two GPUs"
-    parts = [SECTION, how, space_table(spaces), results_table(rows), "Warm start:\n\n" + notes]
-    for more_rows, more_run in further:
-        parts += ["Further seeds, same settings. " + describe(more_run), results_table(more_rows)]
+    parts = [SECTION, how, space_table(spaces), summary_table(rows, HELD_IN), results_table(rows)]
     return "\n\n".join(parts)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int) -> str:
+    """A Markdown table; columns after the first ``text_columns`` are right-aligned numbers."""
+    align = ["---"] * text_columns + ["---:"] * (len(header) - text_columns)
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in (header, align, *rows))
 
 
 def write_section(text: str, path: Path = README) -> None:
@@ -426,67 +518,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--full", action="store_true", help="every file, 20 seeds, full caps; writes README")
-    parser.add_argument("--seeds", type=int, help="runs per space and strategy (default 3, --full 20)")
+    parser.add_argument("--full", action="store_true", help="every space, 20 seeds")
+    parser.add_argument("--seeds", type=int, help="runs per space, strategy and batch (default 3, --full 20)")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds start here (default 0)")
     parser.add_argument("--data", type=Path, default=DATA_DIR)
-    parser.add_argument("--only", nargs="*", help="file names (without .json.gz) to replay")
+    parser.add_argument(
+        "--only", nargs="*", help="spaces (file names without .json.gz, or synthetic:kind:seed)"
+    )
+    parser.add_argument("--no-synthetic", dest="synthetic", action="store_false")
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
+    parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no-noise", dest="noise", action="store_false", help="answer the mean time")
-    parser.add_argument(
-        "--write", action="store_true", help="write the tables into benchmarks/README.md (--full does)"
-    )
-    parser.add_argument("--save", type=Path, help="write the raw results (JSON) here as runs finish")
-    parser.add_argument(
-        "--render",
-        type=Path,
-        nargs="+",
-        help="render saved results (--save); the first file is the main one",
-    )
-    parser.add_argument("--full-caps", action="store_true", help="the caps of --full (implied by --full)")
+    parser.add_argument("--write", action="store_true", help="write the tables into benchmarks/README.md")
+    parser.add_argument("--save", type=Path, help="write the raw results (JSON) here")
+    parser.add_argument("--render", type=Path, help="render saved results (--save) instead of running")
     args = parser.parse_args(argv)
     args.seeds = args.seeds or (20 if args.full else 3)
     files = sorted(args.data.glob("*.json.gz"))
+    names = [str(f) for f in files] + (list(SYNTHETIC) if args.synthetic else [])
     if args.only:
-        files = [f for f in files if f.name.removesuffix(".json.gz") in args.only]
+        names = [p for p in names if Path(p).name.removesuffix(".json.gz") in args.only or p in args.only]
     elif not args.full:
-        files = [f for f in files if f.name.startswith(("pnpoly", "convolution"))]
-    if not files:
+        names = [p for p in names if Path(p).name.startswith(("pnpoly", "convolution_RTX"))]
+    if not names:
         print(f"no tuning spaces under {args.data}", file=sys.stderr)
         return 1
-    spaces = [_loaded(str(f)) for f in files]
-    paths = {s.name: str(f) for s, f in zip(spaces, files)}
-
-    def cap_of(space: ReplaySpace, strategy: str) -> int:
-        if strategy == "random":
-            return len(space.space)
-        full_cap = math.ceil(space.random_expectation(min(MARGINS)))
-        return min(len(space.space), full_cap if args.full or args.full_caps else 200)
-
+    spaces = [_loaded(p) for p in names]
+    paths = {s.name: p for s, p in zip(spaces, names)}
     if args.render:
-        loaded = [load_outcomes(path) for path in args.render]
-        results = [(build_rows(spaces, outcomes), run) for outcomes, run in loaded]
+        outcomes, run = load_outcomes(args.render)
     else:
         started = time.perf_counter()
-        run = {"full": args.full, "seeds": args.seeds, "first_seed": args.first_seed, "noise": args.noise}
-        run["cores"] = os.cpu_count()
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        jobs = [
+            Job(paths[s.name], strategy, seed, batch, args.noise)
+            for s in sorted(spaces, key=lambda s: -len(s.space))  # the longest first
+            for strategy in args.strategies
+            for batch in args.batches
+            for seed in seeds
+        ]
+        outcomes = run_all(jobs, args.workers, args.save)
         given = [a for a in (sys.argv[1:] if argv is None else argv) if a]
-        run["command"] = " ".join(["python benchmarks/search_replay.py", *given])
-
-        def checkpoint(done: list[Outcome]) -> None:
-            run["elapsed_s"] = time.perf_counter() - started
-            if args.save:
-                save_outcomes(done, run, args.save)
-
-        outcomes = run_all(
-            plan(spaces, paths, range(args.first_seed, args.first_seed + args.seeds), cap_of, args.noise),
-            args.workers,
-            checkpoint,
-        )
-        results = [(build_rows(spaces, outcomes), run)]
-    text = render(spaces, results)
+        given = [a for k, a in enumerate(given) if not (a == "--save" or (k and given[k - 1] == "--save"))]
+        run = {
+            "command": " ".join(["python benchmarks/search_replay.py", *given]),
+            "seeds": args.seeds,
+            "noise": args.noise,
+            "cores": os.cpu_count(),
+            "elapsed_s": time.perf_counter() - started,
+        }
+        if args.save:
+            save_outcomes(outcomes, run, args.save)
+    text = render(spaces, build_rows(spaces, outcomes, paths), run)
     print(text)
-    if args.write or (args.full and not args.render):
+    if args.write:
         write_section(text)
     return 0
 

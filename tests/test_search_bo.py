@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import types
 from pathlib import Path
 
 import pytest
@@ -26,16 +25,14 @@ from triton_dejavu_like.search import (
     SearchSpace,
     base,
     drive,
+    drive_batched,
     make_strategy,
     require_smac,
 )
 
 pytest.importorskip("smac", reason="needs the bo extra")
 
-from smac.runhistory import StatusType, TrialInfo
-
 from triton_dejavu_like.search import _smac_session
-from triton_dejavu_like.search._global_state import isolated
 from triton_dejavu_like.search.bayesian import BayesianOptimization, BOSettings
 
 
@@ -81,35 +78,36 @@ def test_share_budget_is_spent_on_candidates_only():
     assert all(0 <= i < len(space) for i in objective.calls)
 
 
-def test_non_candidates_and_failures_reach_smac_as_a_finite_penalty(tmp_path):
-    space = grid_space((6, 6), keep=lambda p: p != (0, 0))
-    with isolated():
-        session = _smac_session.SmacSession(
-            space,
-            initial=[0, 1],
-            seed=0,
-            settings=BOSettings(penalty_factor=2.0),
-            workdir=tmp_path,
-        )
+def test_failures_are_left_out_of_the_regression_and_feed_the_failure_model(monkeypatch):
+    fits = []
+    real_fit = _smac_session.ForestModel.fit
 
-    def told() -> list[float]:
-        return sorted(v.cost for v in session.runhistory.values() if v.status != StatusType.RUNNING)
+    def recording_fit(self, indices, y):
+        fits.append((self, list(indices), list(y)))
+        return real_fit(self, indices, y)
 
-    failed = session.ask()
-    session.tell(failed, math.inf)  # no time known yet: the penalty waits
-    assert told() == []
-    measured = session.ask()
-    session.tell(measured, 3.0)
-    assert told() == [3.0, 6.0]
-    default = session.configspace.get_default_configuration()  # the grid point (0, 0)
-    assert session.index_of(default) is None  # is not a candidate
-    session.tell(_smac_session.Proposal(TrialInfo(config=default, seed=0), None), None)
-    assert told() == [3.0, 6.0, 6.0]
+    monkeypatch.setattr(_smac_session.ForestModel, "fit", recording_fit)
+    space = grid_space((10, 10, 10))
+    inner = bowl((2, 8, 5))
+    run = bo_run(
+        space,
+        lambda i: math.inf if space.candidates[i][0] >= 5 else inner(space.candidates[i]),
+        Budget(max_share=0.04, seed=2),
+    )
+    regression = [f for f in fits if f[0] is fits[0][0]]
+    failure = [f for f in fits if f[0] is not fits[0][0]]
+    assert regression and failure
+    for _, indices, y in regression:
+        assert all(math.isfinite(v) for v in y)
+        assert all(math.isfinite(run.results[i]) for i in indices)
+        assert y == [math.log(run.results[i]) for i in indices]  # log times
+    for _, indices, y in failure:
+        assert y == [float(math.isinf(run.results[i])) for i in indices]
 
 
 def test_time_budget_stops_the_search(monkeypatch):
     now = [0.0]
-    monkeypatch.setattr(base, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(base.time, "monotonic", lambda: now[0])
     space = grid_space((8, 8, 8))
     time_of = bowl((1, 2, 3))
 
@@ -179,31 +177,37 @@ def test_failed_candidates_are_avoided_without_trouble(caplog):
     assert not caplog.records
 
 
-def test_smac_failure_falls_back_to_random_proposals_with_one_warning(monkeypatch, caplog):
+@pytest.mark.parametrize("batch", [1, 16])
+def test_smac_failure_falls_back_to_random_proposals_with_one_warning(monkeypatch, caplog, batch):
     calls = [0]
-    real_ask = _smac_session.SmacSession.ask
+    real_fit = _smac_session.ForestModel.fit
 
-    def flaky_ask(self):
+    def flaky_fit(self, indices, y):
         calls[0] += 1
-        if calls[0] > 12:
+        if calls[0] > 3:
             raise RuntimeError("model exploded")
-        return real_ask(self)
+        return real_fit(self, indices, y)
 
-    monkeypatch.setattr(_smac_session.SmacSession, "ask", flaky_ask)
+    monkeypatch.setattr(_smac_session.ForestModel, "fit", flaky_fit)
     space = grid_space((10, 10, 10))
     objective = Counting(space, bowl((3, 3, 3)))
     with caplog.at_level(logging.WARNING, logger="triton_dejavu_like"):
-        run = bo_run(space, objective, Budget(max_share=0.05, seed=0))
-    assert len(run.results) == 50 == len(set(objective.calls))
+        search = drive_batched(
+            make_strategy("bayesian"), space, Budget(max_share=0.05, seed=0), objective, batch
+        )
+    assert len(search.results) == 50 == len(set(objective.calls))
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "model exploded" in warnings[0].getMessage()
 
 
 def test_tiny_spaces_are_measured_without_a_model(monkeypatch):
-    monkeypatch.setattr(_smac_session, "SmacSession", None)  # would fail if used
+    monkeypatch.setattr(_smac_session, "ForestModel", None)  # would fail if used
     space = grid_space((2, 3))
     run = bo_run(space, Counting(space, bowl((1, 1))), Budget(seed=0))
     assert len(run.results) == 6
+    space = grid_space((8, 8))  # exhaustive is cheaper than a model
+    run = bo_run(space, Counting(space, bowl((1, 1))), Budget(seed=0))
+    assert len(run.results) == 64
 
 
 def test_initial_design_size_rule():

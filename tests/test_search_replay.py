@@ -67,23 +67,38 @@ def test_warm_seeds_are_the_other_gpus_best_configs_mapped_on_shared_parameters(
 
 
 @needs_data
-def test_ci_sized_replay_runs_the_real_strategies(pnpoly, tmp_path):
+def test_ci_sized_replay_runs_the_real_strategies_through_the_batch_interface(pnpoly):
     path = str(DATA / "pnpoly_RTX_3090.json.gz")
     outcomes = [
-        replay.replay(replay.Job(path, strategy, seed, cap=150, noise=True))
+        replay.replay(replay.Job(path, strategy, seed, batch, noise=True, share=0.02))
         for strategy in ("random", "bayesian")
-        for seed in range(3)
+        for batch in (1, 16)
+        for seed in range(2)
     ]
-    again = replay.replay(replay.Job(path, "bayesian", 0, cap=150, noise=True))
-    assert again.evaluations == outcomes[3].evaluations  # seeded: the replay is reproducible
-    rows = replay.build_rows([pnpoly], outcomes)
-    by_label = {row.label: row for row in rows}
-    bo = by_label["bayesian"]
-    assert all(o.evaluated <= 150 for o in bo.outcomes)
-    assert bo.missed(0.05) == 0
-    assert bo.median_evals(0.05) < pnpoly.random_expectation(0.05)
+    again = replay.replay(replay.Job(path, "bayesian", 0, 16, noise=True, share=0.02))
+    assert again.fraction == outcomes[6].fraction  # seeded: the replay is reproducible
+    limit = replay.budget_evaluations(0.02, len(pnpoly.space))
+    assert all(o.evaluated == limit for o in outcomes)
+    assert all(0 < o.fraction[0.02] <= 1 for o in outcomes)
+    rows = replay.build_rows([pnpoly], outcomes, {pnpoly.name: path})
+    assert [(r.strategy, r.batch) for r in rows] == [
+        ("random", 1),
+        ("bayesian", 1),
+        ("random", 16),
+        ("bayesian", 16),
+    ]
     table = replay.results_table(rows)
-    assert "| pnpoly_RTX_3090 | bayesian | 3 |" in table
+    assert "| pnpoly_RTX_3090 | bayesian | 16 | 2 |" in table
+
+
+def test_synthetic_spaces_are_gpu_like_and_seeded():
+    tiled = replay.synthetic("stencil", 2)
+    assert tiled.space.names == ("block_x", "block_y", "tile_x", "tile_y", "memory", "unroll")
+    assert len(tiled.space) < tiled.space.grid_size  # restrictions
+    invalid = sum(math.isinf(t) for t in tiled.mean_ms) / len(tiled.mean_ms)
+    assert 0.05 < invalid < 0.5
+    assert replay.synthetic("stencil", 2).mean_ms == tiled.mean_ms
+    assert replay.synthetic("stencil", 3).mean_ms != tiled.mean_ms
 
 
 def test_readme_section_is_replaced_and_other_sections_are_kept(tmp_path):

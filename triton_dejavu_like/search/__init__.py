@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from .base import Budget, BudgetExhausted, SearchRun, SearchSpace, Strategy, drive
+from .base import (
+    DEFAULT_TIME_CAP_S,
+    BatchSearch,
+    Budget,
+    BudgetExhausted,
+    SearchRun,
+    SearchSpace,
+    Strategy,
+    drive,
+    drive_batched,
+    exhaustive_is_cheaper,
+)
 from .exhaustive import Exhaustive
 from .random_search import RandomSearch
 
@@ -43,6 +54,8 @@ def make_strategy(name: str) -> Strategy:
 
 __all__ = [
     "BO_EXTRA_HINT",
+    "DEFAULT_TIME_CAP_S",
+    "BatchSearch",
     "Budget",
     "BudgetExhausted",
     "Exhaustive",
@@ -52,6 +65,8 @@ __all__ = [
     "SearchSpace",
     "Strategy",
     "drive",
+    "drive_batched",
+    "exhaustive_is_cheaper",
     "make_strategy",
     "require_smac",
 ]

@@ -1,17 +1,24 @@
 """The search interface: a space of candidates, a budget, and strategies that spend it.
 
-A strategy proposes candidate indices and calls :meth:`SearchRun.evaluate`; the run measures each
-index once, enforces the budget (it raises :class:`BudgetExhausted` when a new evaluation would go
-over it), and remembers every result. Strategies never see configs, timers or storage.
+A :class:`BatchSearch` hands out candidate indices (``ask(n)``) and takes back their measured times
+(``tell(index, value)``), in any order and any number at a time, so an executor can keep a pool of
+compile workers busy. It is the one place where the budget is enforced: the share of the space, the
+wall time (checked before new work is handed out), the adaptive stop, and the restarts while nothing
+valid was found. Strategies only propose indices and learn from results (:class:`Strategy`); they
+never see configs, timers or storage.
+
+:class:`SearchRun` with :func:`drive` is the synchronous adapter (one measurement at a time through an
+objective function); :func:`drive_batched` runs a strategy with a number of measurements in flight
+(replays and tests).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
+import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -19,43 +26,93 @@ from .._compat import CONFIG_FIELDS, Config
 
 Objective = Callable[[int], float]
 
+#: Default wall-time cap (s) of an adaptive search (``Budget(max_time_s=None)`` with a search strategy).
+DEFAULT_TIME_CAP_S = 180.0
+#: Adaptive stop: an improvement counts when it makes the best time at least this much faster.
+IMPROVEMENT = 0.01
+#: Adaptive stop: at least this many evaluations without improvement before stopping ...
+PATIENCE_MIN = 48
+#: ... and at least this many batches (the largest ``ask(n)`` seen) ...
+PATIENCE_BATCHES = 3
+#: ... and at least this share of the evaluations made until the last improvement.
+PATIENCE_SHARE = 0.5
+#: Adaptive stop: the strategy's expected relative improvement below which the search may stop.
+NEGLIGIBLE_GAIN = 1e-3
+#: Adaptive stop: never before this many evaluations.
+MIN_EVALUATIONS = 32
+#: Spaces this small are measured in full under an adaptive budget (see :func:`exhaustive_is_cheaper`).
+EXHAUSTIVE_MAX = 64
+
+
+def exhaustive_is_cheaper(space_size: int) -> bool:
+    """True when measuring every candidate costs about what a model-guided search would spend.
+
+    An adaptive search cannot stop before ``MIN_EVALUATIONS`` and waits ``PATIENCE_MIN`` evaluations
+    without improvement, so on ``EXHAUSTIVE_MAX`` candidates or fewer it would measure most of the
+    space anyway; measuring all of it is then exact and needs no model."""
+    return space_size <= EXHAUSTIVE_MAX
+
 
 class BudgetExhausted(Exception):
-    """Raised by :meth:`SearchRun.evaluate` when the budget allows no further evaluation."""
+    """Raised by :meth:`SearchRun.evaluate` (or an objective) when no further evaluation may run."""
 
 
 @dataclass(frozen=True)
 class Budget:
     """How much a search may spend: wall time, a share of the space, restarts, and the seed.
 
-    ``max_time_s`` is checked before each new evaluation (one always runs); ``max_share`` caps the
-    number of distinct candidates evaluated at ``ceil(max_share * len(space))``; ``max_repeat``
-    restarts a search (with the next seed) that found nothing valid, up to that many runs in all.
+    ``max_time_s`` is checked before new work is handed out (one evaluation always runs); None: no
+    limit for exhaustive search, ``DEFAULT_TIME_CAP_S`` for search strategies. ``max_share`` caps the
+    number of distinct candidates evaluated at ``ceil(max_share * len(space))``; None: the adaptive
+    stop for search strategies (see :meth:`BatchSearch.stalled`), the whole space for exhaustive
+    search. ``max_repeat`` restarts a search (with the next seed) that found nothing valid, up to
+    that many runs in all.
     """
 
-    max_time_s: float = math.inf
-    max_share: float = 1.0
+    max_time_s: float | None = None
+    max_share: float | None = None
     max_repeat: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.max_time_s > 0:
+        if self.max_time_s is not None and not self.max_time_s > 0:
             raise ValueError(f"search_max_search_t must be > 0, got {self.max_time_s}")
-        if not 0 < self.max_share <= 1:
+        if self.max_share is not None and not 0 < self.max_share <= 1:
             raise ValueError(f"search_max_share must be in (0, 1], got {self.max_share}")
         if self.max_repeat < 1:
             raise ValueError(f"search_max_repeat must be >= 1, got {self.max_repeat}")
 
+    @property
+    def adaptive(self) -> bool:
+        """No share given: a search strategy stops when further batches are unlikely to pay."""
+        return self.max_share is None
+
     def max_evaluations(self, space_size: int) -> int:
-        return max(1, min(space_size, math.ceil(self.max_share * space_size - 1e-9)))
+        share = 1.0 if self.max_share is None else self.max_share
+        return max(1, min(space_size, math.ceil(share * space_size - 1e-9)))
+
+    def time_limit(self, adaptive_strategy: bool) -> float:
+        if self.max_time_s is not None:
+            return self.max_time_s
+        return DEFAULT_TIME_CAP_S if adaptive_strategy else math.inf
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "max_time_s": None if math.isinf(self.max_time_s) else self.max_time_s,
+        out: dict[str, Any] = {
+            "max_time_s": None if self.max_time_s is None or math.isinf(self.max_time_s) else self.max_time_s,
             "max_share": self.max_share,
             "max_repeat": self.max_repeat,
             "seed": self.seed,
         }
+        if self.adaptive:
+            out["adaptive"] = {
+                "time_cap_s": DEFAULT_TIME_CAP_S if self.max_time_s is None else self.max_time_s,
+                "improvement": IMPROVEMENT,
+                "patience": [PATIENCE_MIN, PATIENCE_BATCHES, PATIENCE_SHARE],
+                "negligible_gain": NEGLIGIBLE_GAIN,
+                "min_evaluations": MIN_EVALUATIONS,
+                "exhaustive_max": EXHAUSTIVE_MAX,
+            }
+        return out
 
 
 def _sort_values(values: list[Any]) -> list[Any]:
@@ -141,69 +198,33 @@ def _config_row(config: Config) -> dict[str, Any]:
     return row
 
 
-@dataclass
-class SearchRun:
-    """One search over a space: measures each candidate at most once and enforces the budget."""
-
-    space: SearchSpace
-    objective: Objective
-    budget: Budget = field(default_factory=Budget)
-    results: dict[int, float] = field(default_factory=dict)
-    order: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.started = time.monotonic()
-        self.limit = self.budget.max_evaluations(len(self.space))
-        self.counted = 0
-
-    def restart(self) -> None:
-        """A new attempt: a fresh time and share budget; earlier results stay known and free."""
-        self.started = time.monotonic()
-        self.counted = 0
-
-    @property
-    def elapsed_s(self) -> float:
-        return time.monotonic() - self.started
-
-    @property
-    def exhausted(self) -> bool:
-        if self.counted >= self.limit or len(self.results) >= len(self.space):
-            return True
-        return self.counted > 0 and self.elapsed_s >= self.budget.max_time_s
-
-    def evaluate(self, index: int) -> float:
-        if not 0 <= index < len(self.space):
-            raise IndexError(f"candidate {index} out of range")
-        known = self.results.get(index)
-        if known is not None:
-            return known
-        if self.exhausted:
-            raise BudgetExhausted
-        value = float(self.objective(index))
-        if math.isnan(value):
-            value = math.inf
-        self.results[index] = value
-        self.order.append(index)
-        self.counted += 1
-        return value
-
-    @property
-    def found_valid(self) -> bool:
-        return any(math.isfinite(v) for v in self.results.values())
-
-    def best(self) -> int | None:
-        finite = [(v, i) for i, v in self.results.items() if math.isfinite(v)]
-        return min(finite)[1] if finite else None
-
-
 class Strategy(ABC):
-    """Decides which candidates to evaluate and in what order."""
+    """Decides which candidates to evaluate: proposes indices and learns from their results.
+
+    The search calls :meth:`start` at the beginning of each attempt, :meth:`propose` whenever it
+    needs new work and :meth:`observe` for every result (in the order results arrive). A strategy
+    never sees configs, timers or storage, and never enforces the budget.
+    """
 
     name: ClassVar[str]
+    #: Whether an adaptive budget (``max_share=None``) may stop this strategy early.
+    adaptive_stop: ClassVar[bool] = True
 
     @abstractmethod
-    def search(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> None:
-        """Evaluate candidates through ``run.evaluate`` until done or :class:`BudgetExhausted`."""
+    def start(self, space: SearchSpace, warm_start: Sequence[int], seed: int, limit: int) -> None:
+        """A new attempt with this seed; ``limit`` candidates at most will be evaluated in it."""
+
+    @abstractmethod
+    def propose(self, n: int, state: BatchSearch) -> list[int]:
+        """Up to ``n`` candidates, none measured (``state.results``) or pending (``state.pending``).
+        Fewer (even none) when it cannot propose more before results arrive."""
+
+    def observe(self, index: int, value: float) -> None:  # noqa: B027 (optional hook)
+        """A result: the time in ms, ``math.inf`` for a failed candidate."""
+
+    def expected_gain(self) -> float | None:
+        """The expected relative improvement of the next proposal (adaptive stop), if known."""
+        return None
 
     def planned(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> list[int] | None:
         """The candidates the first attempt will evaluate, in order, when known in advance
@@ -215,13 +236,273 @@ class Strategy(ABC):
         return {"strategy": self.name}
 
 
+class BatchSearch:
+    """One search: hands out candidates (``ask``), takes back results (``tell``), enforces the budget.
+
+    ``ask(n)`` returns up to ``n`` new candidate indices, none measured or pending; ``[]`` means
+    nothing more now: either the search is over (``done``) or the strategy waits for results of
+    pending candidates. ``tell(index, value)`` gives a pending candidate's time in ms (``math.inf``:
+    it failed; NaN counts as a failure); results may arrive in any order. ``results``, ``order``
+    (the order results arrived), ``pending`` and ``best()`` describe the state at any time.
+
+    Budget (all of it here): at most ``budget.max_evaluations`` candidates are handed out per
+    attempt; no new work once the time limit has passed (the first candidate is always handed out);
+    under an adaptive budget the stop rule of :meth:`stalled`; when an attempt ends with nothing
+    valid found and no result pending, a new attempt starts with the next seed and a fresh budget,
+    up to ``budget.max_repeat`` attempts (results measured before stay known and are not measured
+    again).
+    """
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        space: SearchSpace,
+        budget: Budget | None = None,
+        warm_start: Iterable[int] = (),
+        seed: int | None = None,
+        known: dict[int, float] | None = None,
+    ) -> None:
+        self.strategy = strategy
+        self.space = space
+        self.budget = budget or Budget()
+        self.seed = self.budget.seed if seed is None else seed
+        self.warm_start = [i for i in dict.fromkeys(warm_start) if 0 <= i < len(space)]
+        self.results: dict[int, float] = dict(known or {})
+        self.order: list[int] = []  # results, in the order they arrived
+        self.issued: list[int] = []  # candidates, in the order they were handed out
+        self.pending: set[int] = set()
+        self.limit = self.budget.max_evaluations(len(space))
+        adaptive = strategy.adaptive_stop
+        self.time_limit_s = self.budget.time_limit(adaptive)
+        self.adaptive = adaptive and self.budget.adaptive and not exhaustive_is_cheaper(len(space))
+        self.attempt = 0
+        self.batch_size = 1
+        self.strategy_time_s = 0.0  # time spent inside the strategy (its overhead)
+        self._best_value = math.inf
+        self._last_improvement = 0
+        self._finished = False
+        self._attempt_over = False
+        self._start_attempt()
+        for index, value in self.results.items():
+            self._observe(index, value)
+
+    # -- state ------------------------------------------------------------------------------
+    def _start_attempt(self) -> None:
+        self.started = time.monotonic()
+        self.counted = 0  # candidates handed out in this attempt
+        self._measured_in_attempt = 0
+        self._best_value_attempt = math.inf
+        self._last_improvement = 0
+        self._attempt_over = False
+        t = time.perf_counter()
+        self.strategy.start(self.space, self.warm_start, self.seed + self.attempt, self.limit)
+        self.strategy_time_s += time.perf_counter() - t
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def found_valid(self) -> bool:
+        return math.isfinite(self._best_value)
+
+    def best(self) -> int | None:
+        finite = [(v, i) for i, v in self.results.items() if math.isfinite(v)]
+        return min(finite)[1] if finite else None
+
+    @property
+    def open_count(self) -> int:
+        return len(self.space) - len(self.results) - len(self.pending)
+
+    def stalled(self) -> bool:
+        """The adaptive stop: no improvement by ``IMPROVEMENT`` over the last ``patience``
+        evaluations (``max(PATIENCE_MIN, PATIENCE_BATCHES * batch, PATIENCE_SHARE * evaluations
+        until the last improvement)``), or the strategy expects less than ``NEGLIGIBLE_GAIN`` from
+        its next proposal and nothing improved over the last ``max(16, batch)`` evaluations; never
+        before ``MIN_EVALUATIONS`` evaluations in the attempt."""
+        measured = self._measured_in_attempt
+        if measured < MIN_EVALUATIONS or not math.isfinite(self._best_value_attempt):
+            return False
+        since = measured - self._last_improvement
+        gain = self.strategy.expected_gain()
+        if gain is not None and gain < NEGLIGIBLE_GAIN and since >= max(16, self.batch_size):
+            return True
+        patience = max(
+            PATIENCE_MIN,
+            PATIENCE_BATCHES * self.batch_size,
+            math.ceil(PATIENCE_SHARE * self._last_improvement),
+        )
+        return since >= patience
+
+    def _attempt_spent(self) -> bool:
+        if self._attempt_over or self.open_count <= 0 or self.counted >= self.limit:
+            return True
+        if self.counted > 0 and self.elapsed_s >= self.time_limit_s:
+            return True
+        return self.adaptive and self.stalled()
+
+    def _advance(self) -> bool:
+        """Whether new work may be handed out now (restarting an attempt if the budget says so)."""
+        while not self._finished:
+            if not self._attempt_spent():
+                return True
+            self._attempt_over = True
+            if self.pending:
+                return False  # their results decide whether to restart
+            more = self.attempt + 1 < self.budget.max_repeat
+            if not self.found_valid and more and len(self.results) < len(self.space):
+                self.attempt += 1
+                self._start_attempt()
+                continue
+            self._finished = True
+        return False
+
+    @property
+    def done(self) -> bool:
+        """No candidate will be handed out any more (results of pending ones may still be told)."""
+        self._advance()
+        return self._finished
+
+    # -- ask / tell -------------------------------------------------------------------------
+    def ask(self, n: int = 1) -> list[int]:
+        if n < 1:
+            return []
+        self.batch_size = max(self.batch_size, n)
+        out: list[int] = []
+        while len(out) < n and self._advance():
+            room = min(n - len(out), self.limit - self.counted, self.open_count)
+            if self.counted == 0 and self.elapsed_s >= self.time_limit_s:
+                room = 1  # the time is up already: only the one candidate that always runs
+            t = time.perf_counter()
+            proposed = self.strategy.propose(room, self)
+            self.strategy_time_s += time.perf_counter() - t
+            fresh = []
+            for index in proposed[:room]:
+                index = int(index)
+                if not 0 <= index < len(self.space):
+                    raise IndexError(f"strategy {self.strategy.name} proposed candidate {index} out of range")
+                if index not in self.results and index not in self.pending:
+                    self.pending.add(index)
+                    self.issued.append(index)
+                    fresh.append(index)
+            self.counted += len(fresh)
+            out += fresh
+            if not fresh:
+                if not self.pending:
+                    self._attempt_over = True  # the strategy has nothing more to offer
+                    continue
+                break
+        return out
+
+    def tell(self, index: int, value: float) -> None:
+        if index not in self.pending:
+            raise KeyError(f"candidate {index} is not pending")
+        self.pending.discard(index)
+        value = float(value)
+        if math.isnan(value):
+            value = math.inf
+        self.results[index] = value
+        self.order.append(index)
+        self._measured_in_attempt += 1
+        self._observe(index, value)
+        t = time.perf_counter()
+        self.strategy.observe(index, value)
+        self.strategy_time_s += time.perf_counter() - t
+
+    def _observe(self, index: int, value: float) -> None:
+        if value < self._best_value:
+            self._best_value = value
+        if value < self._best_value_attempt * (1 - IMPROVEMENT):
+            self._last_improvement = self._measured_in_attempt
+        self._best_value_attempt = min(self._best_value_attempt, value)
+
+
+@dataclass
+class SearchRun:
+    """The synchronous adapter: one search whose candidates are measured through ``objective``.
+
+    :func:`drive` runs a strategy on it one measurement at a time (the tuner's current loop); the
+    budget is the :class:`BatchSearch`'s. ``evaluate`` measures one index directly (once)."""
+
+    space: SearchSpace
+    objective: Objective
+    budget: Budget = field(default_factory=Budget)
+    results: dict[int, float] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.limit = self.budget.max_evaluations(len(self.space))
+        self.search: BatchSearch | None = None
+
+    def measure(self, index: int) -> float:
+        value = float(self.objective(index))
+        if math.isnan(value):
+            value = math.inf
+        self.results[index] = value
+        self.order.append(index)
+        return value
+
+    def evaluate(self, index: int) -> float:
+        """The result of ``index``, measuring it if it was not (regardless of any strategy)."""
+        if not 0 <= index < len(self.space):
+            raise IndexError(f"candidate {index} out of range")
+        known = self.results.get(index)
+        return known if known is not None else self.measure(index)
+
+    @property
+    def found_valid(self) -> bool:
+        return any(math.isfinite(v) for v in self.results.values())
+
+    def best(self) -> int | None:
+        finite = [(v, i) for i, v in self.results.items() if math.isfinite(v)]
+        return min(finite)[1] if finite else None
+
+
 def drive(strategy: Strategy, run: SearchRun, warm_start: Sequence[int] = ()) -> SearchRun:
-    """Run a strategy, restarting up to ``max_repeat`` times while nothing valid was found."""
-    for attempt in range(run.budget.max_repeat):
-        if attempt:
-            run.restart()
-        with contextlib.suppress(BudgetExhausted):
-            strategy.search(run, warm_start, run.budget.seed + attempt)
-        if run.found_valid or len(run.results) >= len(run.space):
+    """Run a strategy on ``run`` one measurement at a time, within the run's budget."""
+    search = BatchSearch(strategy, run.space, run.budget, warm_start, known=run.results)
+    run.search = search
+    while True:
+        batch = search.ask(1)
+        if not batch:
             break
+        index = batch[0]
+        try:
+            value = run.measure(index)
+        except BudgetExhausted:
+            break
+        search.tell(index, value)
     return run
+
+
+def drive_batched(
+    strategy: Strategy,
+    space: SearchSpace,
+    budget: Budget,
+    evaluate: Objective,
+    batch_size: int = 16,
+    warm_start: Sequence[int] = (),
+    completion_seed: int | None = 0,
+) -> BatchSearch:
+    """Run a strategy with up to ``batch_size`` candidates in flight, as a compile pool would.
+
+    The search is asked to fill the free slots; one pending candidate completes at a time, chosen
+    at random (seeded by ``completion_seed``; None: the oldest first), so results arrive out of
+    order; then the free slot is refilled. ``evaluate`` raising :class:`BudgetExhausted` stops it.
+    """
+    search = BatchSearch(strategy, space, budget, warm_start)
+    rng = random.Random(completion_seed)
+    flight: list[int] = []
+    while True:
+        free = batch_size - len(flight)
+        if free > 0:
+            flight += search.ask(free)
+        if not flight:
+            break
+        index = flight.pop(0 if completion_seed is None else rng.randrange(len(flight)))
+        try:
+            value = evaluate(index)
+        except BudgetExhausted:
+            break
+        search.tell(index, value)
+    return search

@@ -1,32 +1,30 @@
-"""Bayesian optimisation with SMAC 2.x (extra ``bo``): a random-forest model proposes candidates.
+"""Batched Bayesian optimisation (extra ``bo``): SMAC's random forest proposes batches of candidates.
 
-The search evaluates the warm-start candidates and a small random initial design first, then asks
-SMAC for one candidate at a time and tells it the measured time. SMAC works in a temporary
-directory that is removed afterwards, never prompts, and leaves logging and warnings configuration
-as it found them. If SMAC fails, the search goes on with random proposals after one warning.
+One model fit serves a whole batch. The regression sees only successful candidates (log times); a
+second forest estimates where candidates fail, and expected improvement is weighted by the chance
+of success (failed candidates are never told to the regression as large times). Candidates near
+the ones pending (handed out, result not yet known) are penalised, so a batch spreads out instead
+of piling up around one optimum (local penalisation). A share of proposals are random candidates
+or neighbours of the best one so far, so the search keeps exploring where the model is wrong. If
+SMAC fails, the search goes on with random proposals after one warning. docs/search.md explains
+every setting and how it was chosen.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ._global_state import isolated, quiet_third_party
-from .base import SearchRun, Strategy
+from .base import BatchSearch, SearchRun, SearchSpace, Strategy, exhaustive_is_cheaper
 from .exhaustive import ordered
-from .random_search import RandomSearch
 
 log = logging.getLogger(__name__)
-
-
-class SmacFailure(RuntimeError):
-    """SMAC could not start or could not propose; the search continues without it."""
 
 
 @dataclass(frozen=True)
@@ -35,97 +33,209 @@ class BOSettings:
 
     ``initial_per_dim``/``initial_min``: random candidates measured before the model proposes
     (``max(initial_min, initial_per_dim * dimensions)``, at most ``initial_max_share`` of the
-    evaluation budget; warm-start candidates count towards it). ``penalty_factor``: the cost told to
-    SMAC for a failed candidate or a non-candidate, as a multiple of the worst time seen.
-    ``max_free_proposals``: consecutive proposals that cost nothing (already measured, or not a
-    candidate) before the search stops trusting the model and continues at random.
+    evaluation budget; warm-start candidates count towards it). ``random_share`` and
+    ``local_share``: the chance that a proposal is a random candidate, or a random neighbour (one
+    parameter changed) of the best candidate so far. ``penalty_length``: the distance (parameters
+    scaled to [0, 1]) at which a pending candidate halves a neighbour's score about. The model is
+    refit when the data grew by ``1/refit_growth`` (at least one result).
     """
 
     initial_per_dim: int = 2
     initial_min: int = 5
     initial_max_share: float = 0.25
-    penalty_factor: float = 2.0
-    max_free_proposals: int = 64
     n_trees: int = 10
-    random_probability: float = 0.2
+    random_share: float = 0.1
+    local_share: float = 0.15
+    penalty_length: float = 0.25
     refit_growth: int = 100
+    xi: float = 0.0
 
     def initial_size(self, dimensions: int, max_evaluations: int) -> int:
         wanted = max(self.initial_min, self.initial_per_dim * dimensions)
         return max(1, min(wanted, math.floor(self.initial_max_share * max_evaluations)))
 
 
+class ModelFailure(RuntimeError):
+    """SMAC could not fit or predict; the search continues without it."""
+
+
+def _expected_improvement(best: float, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    from scipy.special import ndtr
+
+    sigma = np.sqrt(var)
+    gap = best - mean
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sigma > 0, gap / np.where(sigma > 0, sigma, 1.0), 0.0)
+    ei = gap * ndtr(z) + sigma * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    return np.where(sigma > 0, np.maximum(ei, 0.0), np.maximum(gap, 0.0))
+
+
 @dataclass
 class BayesianOptimization(Strategy):
-    """SMAC's random forest and expected improvement over the candidates (``use_bo=True``)."""
+    """SMAC's random forest, expected improvement and local penalisation over the candidates."""
 
     name = "bayesian"
     config: BOSettings = field(default_factory=BOSettings)
 
     def settings(self) -> dict[str, Any]:
-        return {"strategy": self.name, **asdict(self.config)}
+        return {"strategy": self.name, "batched": 1, **asdict(self.config)}
 
-    def search(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> None:
-        space = run.space
-        n_initial = self.config.initial_size(len(space.names), run.limit)
-        if len(space) - len(run.results) <= n_initial or not space.names:
-            RandomSearch().search(run, warm_start, seed)  # too small for a model to pay
-            return
-        initial = self._initial_design(run, warm_start, seed, n_initial)
-        try:
-            with tempfile.TemporaryDirectory(prefix="triton-dejavu-like-smac-") as workdir:
-                session = self._open(run, initial, seed, Path(workdir))
-                self._loop(run, session)
-        except SmacFailure as exc:
-            log.warning(
-                "Bayesian optimisation stopped (%s); continuing with random proposals",
-                exc.__cause__ or exc,
-            )
-            RandomSearch().search(run, initial, seed)
+    # -- set-up -----------------------------------------------------------------------------
+    def _without_model(self, space: SearchSpace, limit: int, known: int = 0) -> bool:
+        n_initial = self.config.initial_size(len(space.names), limit)
+        return not space.names or exhaustive_is_cheaper(len(space)) or len(space) - known <= n_initial
+
+    def _design(self, space: SearchSpace, warm_start: Sequence[int], seed: int) -> list[int]:
+        """Warm-start candidates, then a random order (its head is the initial design)."""
+        rest = np.random.default_rng(seed).permutation(len(space)).tolist()
+        return ordered(warm_start, rest)
+
+    def start(self, space: SearchSpace, warm_start: Sequence[int], seed: int, limit: int) -> None:
+        self.space = space
+        self.rng = np.random.default_rng([seed, 1])
+        self.n_initial = self.config.initial_size(len(space.names), limit)
+        self._order = self._design(space, warm_start, seed)
+        self._initial_len = max(len(warm_start), self.n_initial)
+        self._next = 0
+        self._model: Any = None
+        self._failed = self._without_model(space, limit)
+        self._fitted_on = (-1, -1)
+        self._gain: float | None = None
+        self._penalties: dict[int, np.ndarray] = {}
+        if not self._failed:
+            points = np.asarray(space.points, dtype=float).reshape(len(space), len(space.names))
+            scale = np.array([max(1, len(v) - 1) for v in space.values], dtype=float)
+            self._numeric = np.array([space.is_numeric(d) for d in range(len(space.names))])
+            self._points = points
+            self._scaled = points / scale
 
     def planned(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> list[int] | None:
-        """The initial design is fixed before any result (so it is compiled together); what the
-        model proposes after it is not known in advance."""
-        n_initial = self.config.initial_size(len(run.space.names), run.limit)
-        if len(run.space) - len(run.results) <= n_initial or not run.space.names:
-            return RandomSearch().planned(run, warm_start, seed)
-        return self._initial_design(run, warm_start, seed, n_initial)
+        """The warm-start candidates and the initial design, measured before the model proposes
+        (so the tuner compiles them together); what the model proposes later is not known yet."""
+        self.start(run.space, warm_start, seed, run.limit)
+        order = [i for i in self._order if i not in run.results]
+        if self._failed:
+            return order[: run.limit]
+        return order[: self._initial_len]
 
-    def _initial_design(self, run: SearchRun, warm_start: Sequence[int], seed: int, size: int) -> list[int]:
-        """Warm-start candidates, those already measured (a restart), then random candidates."""
-        first = ordered(warm_start, sorted(run.results))
-        taken = set(first)
-        rest = [i for i in range(len(run.space)) if i not in taken]
-        fill = random.Random(seed).sample(rest, min(len(rest), max(0, size - len(warm_start))))
-        return first + fill
+    # -- proposals --------------------------------------------------------------------------
+    def _next_in_order(self, state: BatchSearch) -> int | None:
+        while self._next < len(self._order):
+            index = self._order[self._next]
+            self._next += 1
+            if index not in state.results and index not in state.pending:
+                return index
+        return None
 
-    def _open(self, run: SearchRun, initial: list[int], seed: int, workdir: Path) -> Any:
-        try:
+    def propose(self, n: int, state: BatchSearch) -> list[int]:
+        out: list[int] = []
+        # warm start and initial design first; random candidates while the model cannot run yet
+        while len(out) < n and (self._failed or self._next < self._initial_len or not self._ready(state)):
+            index = self._next_in_order(state)
+            if index is None:
+                return out
+            out.append(index)
+        if len(out) < n:
+            try:
+                with quiet_third_party():
+                    out += self._propose_from_model(n - len(out), state, out)
+            except Exception as exc:
+                self._failed = True
+                self._gain = None
+                log.warning("Bayesian optimisation stopped (%s); continuing with random proposals", exc)
+                while len(out) < n and (index := self._next_in_order(state)) is not None:
+                    out.append(index)
+        return out
+
+    def _ready(self, state: BatchSearch) -> bool:
+        finite = sum(1 for v in state.results.values() if math.isfinite(v))
+        return len(state.results) >= self.n_initial and finite >= 2
+
+    def _fit(self, state: BatchSearch) -> None:
+        measured = sorted(state.results)  # the model depends on the results, not on their order
+        values = np.array([state.results[i] for i in measured])
+        ok = np.isfinite(values)
+        size = (len(measured), int(ok.sum()))
+        last = self._fitted_on
+        grown = size[0] - max(last[0], 0)
+        if last[0] >= 0 and grown < max(1, last[0] // self.config.refit_growth):
+            return
+        if self._model is None:
             with isolated():
-                from ._smac_session import SmacSession
+                from ._smac_session import ForestModel
 
-                return SmacSession(
-                    run.space, initial=initial, seed=seed % (2**31 - 1), settings=self.config, workdir=workdir
-                )
-        except Exception as exc:
-            raise SmacFailure("SMAC could not be set up") from exc
+            seed = int(self.rng.integers(2**31))
+            self._model = ForestModel(self.space, n_trees=self.config.n_trees, seed=seed)
+            self._failure_model = ForestModel(self.space, n_trees=self.config.n_trees, seed=seed + 1)
+        idx = np.array(measured)
+        y = np.log(values[ok])
+        self._model.fit(idx[ok], y)
+        everything = np.arange(len(self.space))
+        mean, var = self._model.predict(everything)
+        ei = _expected_improvement(float(y.min()) - self.config.xi, mean, var)
+        if not ok.all():
+            self._failure_model.fit(idx, (~ok).astype(float))
+            p_fail, _ = self._failure_model.predict(everything)
+            ei = ei * (1.0 - np.clip(p_fail, 0.0, 1.0))
+        self._score = ei
+        self._ties = self.rng.random(len(self.space))
+        self._fitted_on = size
 
-    def _loop(self, run: SearchRun, session: Any) -> None:
-        free = 0
-        while True:
-            try:
-                with quiet_third_party():
-                    proposal = session.ask()
-            except Exception as exc:
-                raise SmacFailure("SMAC could not propose a candidate") from exc
-            index = proposal.index
-            known = index is None or index in run.results
-            free = free + 1 if known else 0
-            if free > self.config.max_free_proposals:
-                raise SmacFailure(f"{free} proposals in a row were not new candidates")
-            value = None if index is None else run.evaluate(index)
-            try:
-                with quiet_third_party():
-                    session.tell(proposal, value)
-            except Exception as exc:
-                raise SmacFailure("SMAC could not learn from a measurement") from exc
+    def _penalty_of(self, index: int) -> np.ndarray:
+        """``1 - exp(-(d / length)^2)`` for every candidate, d its distance to ``index`` in scaled
+        parameters (categorical ones differ by 1 or 0); kept while ``index`` is pending."""
+        cached = self._penalties.get(index)
+        if cached is None:
+            diff = np.abs(self._scaled - self._scaled[index])
+            diff[:, ~self._numeric] = diff[:, ~self._numeric] > 0
+            cached = 1.0 - np.exp(-np.einsum("ij,ij->i", diff, diff) / self.config.penalty_length**2)
+            self._penalties[index] = cached
+        return cached
+
+    def _distance_penalty(self, around: Sequence[int], mask: np.ndarray) -> np.ndarray:
+        """The product of the penalties of ``around`` at the candidates in ``mask``."""
+        penalty = np.ones(int(mask.sum()))
+        for p in around:
+            penalty *= self._penalty_of(p)[mask]
+        return penalty
+
+    def observe(self, index: int, value: float) -> None:
+        self._penalties.pop(index, None)  # no longer pending
+
+    def _propose_from_model(self, n: int, state: BatchSearch, chosen: list[int]) -> list[int]:
+        self._fit(state)
+        open_mask = np.ones(len(self.space), dtype=bool)
+        taken = [*state.results, *state.pending, *chosen]
+        open_mask[taken] = False
+        candidates = np.flatnonzero(open_mask)
+        if not len(candidates):
+            return []
+        score = self._score[candidates]
+        self._gain = float(score.max())
+        score = score * self._distance_penalty([*state.pending, *chosen], open_mask)
+        available = np.ones(len(candidates), dtype=bool)
+        out: list[int] = []
+        best = state.best()
+        for _ in range(min(n, len(candidates))):
+            u = self.rng.random()
+            pick: int | None = None
+            if u < self.config.random_share:
+                pick = int(self.rng.choice(np.flatnonzero(available)))
+            elif u < self.config.random_share + self.config.local_share and best is not None:
+                hamming = (self._points[candidates] != self._points[best]).sum(axis=1)
+                near = np.flatnonzero(available & (hamming == 1))
+                if len(near):
+                    pick = int(self.rng.choice(near))
+            if pick is None:
+                masked = np.where(available, score, -np.inf)
+                top = np.flatnonzero(masked == masked.max())
+                pick = int(top[np.argmax(self._ties[candidates[top]])])
+            available[pick] = False
+            index = int(candidates[pick])
+            out.append(index)
+            if len(out) < n:
+                score = score * self._penalty_of(index)[candidates]
+        return out
+
+    def expected_gain(self) -> float | None:
+        return self._gain

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import SearchRun, Strategy
+from .base import BatchSearch, SearchRun, SearchSpace, Strategy
 
 
 def ordered(first: Sequence[int], rest: Sequence[int]) -> list[int]:
@@ -19,21 +19,33 @@ def ordered(first: Sequence[int], rest: Sequence[int]) -> list[int]:
 
 
 class OrderedStrategy(Strategy):
-    """A strategy whose whole evaluation order is fixed before the first result."""
+    """A strategy whose whole evaluation order is fixed before the first result: trivially batched
+    (``propose(n)`` hands out the next ``n`` not yet measured or pending)."""
 
     def order(self, n: int, warm_start: Sequence[int], seed: int) -> list[int]:
         raise NotImplementedError
 
-    def search(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> None:
-        for index in self.order(len(run.space), warm_start, seed):
-            run.evaluate(index)
+    def start(self, space: SearchSpace, warm_start: Sequence[int], seed: int, limit: int) -> None:
+        self._order = self.order(len(space), warm_start, seed)
+        self._next = 0
+
+    def propose(self, n: int, state: BatchSearch) -> list[int]:
+        out: list[int] = []
+        while len(out) < n and self._next < len(self._order):
+            index = self._order[self._next]
+            self._next += 1
+            if index not in state.results and index not in state.pending:
+                out.append(index)
+        return out
 
     def planned(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> list[int] | None:
-        return self.order(len(run.space), warm_start, seed)[: run.limit]
+        known = run.results
+        return [i for i in self.order(len(run.space), warm_start, seed) if i not in known][: run.limit]
 
 
 class Exhaustive(OrderedStrategy):
     name = "exhaustive"
+    adaptive_stop = False
 
     def order(self, n: int, warm_start: Sequence[int], seed: int) -> list[int]:
         return ordered(warm_start, range(n))

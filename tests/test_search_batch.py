@@ -1,0 +1,198 @@
+"""The batch ask/tell interface: proposals, out-of-order results, budgets, failures, seeds."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from triton_dejavu_like.search import (
+    BatchSearch,
+    Budget,
+    SearchRun,
+    SearchSpace,
+    base,
+    drive,
+    drive_batched,
+    exhaustive_is_cheaper,
+    make_strategy,
+)
+
+
+def grid_space(shape: tuple[int, ...], keep=lambda point: True) -> SearchSpace:
+    values = [list(range(n)) for n in shape]
+    rows = [p for p in itertools.product(*values) if keep(p)]
+    return SearchSpace.from_table([f"d{i}" for i in range(len(shape))], values, rows)
+
+
+def bowl(space: SearchSpace, centre: tuple[int, ...]):
+    return lambda i: 1.0 + sum((a - b) ** 2 for a, b in zip(space.candidates[i], centre))
+
+
+def _needs_smac(name: str) -> None:
+    if name == "bayesian":
+        pytest.importorskip("smac", reason="needs the bo extra")
+
+
+@pytest.mark.parametrize("name", ["random", "exhaustive", "bayesian"])
+def test_a_batch_is_distinct_new_candidates_and_pending_ones_are_never_proposed_again(name):
+    _needs_smac(name)
+    space = grid_space((8, 8, 8))
+    objective = bowl(space, (5, 2, 6))
+    search = BatchSearch(make_strategy(name), space, Budget(max_share=0.2, seed=3))
+    first = search.ask(16)
+    assert len(first) == 16 == len(set(first)) and search.pending == set(first)
+    second = search.ask(16)  # nothing told yet: all new, none of the first batch
+    assert len(second) == 16 and not set(second) & set(first)
+    for index in reversed(first[::2]):  # half of the results, out of order
+        search.tell(index, objective(index))
+    seen = set(first) | set(second)
+    while not search.done:
+        batch = search.ask(16)
+        assert not set(batch) & seen, "a measured or pending candidate was proposed again"
+        seen |= set(batch)
+        pending = sorted(search.pending)
+        random.Random(len(seen)).shuffle(pending)
+        for index in pending[: max(1, len(pending) // 2)]:
+            search.tell(index, objective(index))
+    assert not search.pending
+    assert len(search.results) == len(seen) == math.ceil(0.2 * len(space))
+    assert search.order[:8] == list(reversed(first[::2]))  # the order results arrived in
+    assert search.results[search.best()] == min(search.results.values())
+
+
+def test_results_may_arrive_before_the_rest_of_their_batch_and_tell_rejects_strangers():
+    space = grid_space((5, 5))
+    search = BatchSearch(make_strategy("random"), space, Budget(max_share=0.5))
+    batch = search.ask(4)
+    search.tell(batch[2], 3.0)
+    search.tell(batch[0], math.nan)  # NaN is a failure
+    assert search.results == {batch[2]: 3.0, batch[0]: math.inf} and search.best() == batch[2]
+    with pytest.raises(KeyError):
+        search.tell(batch[2], 1.0)  # already told
+    with pytest.raises(KeyError):
+        search.tell(next(i for i in range(len(space)) if i not in batch), 1.0)  # never handed out
+
+
+def test_an_empty_ask_waits_for_pending_results_then_the_search_is_done():
+    space = grid_space((3, 3))
+    search = BatchSearch(make_strategy("exhaustive"), space)
+    assert search.ask(16) == list(range(9))
+    assert search.ask(1) == [] and not search.done  # everything is pending
+    for i in range(9):
+        search.tell(i, float(i + 1))
+    assert search.done and search.ask(4) == [] and search.best() == 0
+
+
+def test_share_budget_counts_handed_out_candidates():
+    space = grid_space((10, 10))
+    search = BatchSearch(make_strategy("random"), space, Budget(max_share=0.07))
+    assert len(search.ask(16)) == 7 and search.ask(16) == []
+    assert not search.done  # until the results are in (a restart could need them)
+    for i in list(search.pending):
+        search.tell(i, 1.0)
+    assert search.done
+
+
+def test_time_budget_stops_handing_out_work_but_the_first_candidate_always_runs(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(base.time, "monotonic", lambda: now[0])
+    space = grid_space((10, 10))
+    search = BatchSearch(make_strategy("random"), space, Budget(max_time_s=5.0))
+    assert len(search.ask(4)) == 4
+    now[0] = 5.0
+    assert search.ask(4) == []
+    for i in list(search.pending):
+        search.tell(i, 1.0)
+    assert search.done and len(search.results) == 4
+    now[0] = 100.0
+    late = BatchSearch(make_strategy("random"), space, Budget(max_time_s=5.0))
+    now[0] = 200.0
+    assert len(late.ask(4)) == 1  # the first one runs
+
+
+def test_default_budget_caps_time_for_search_strategies_only():
+    assert Budget().time_limit(adaptive_strategy=True) == base.DEFAULT_TIME_CAP_S
+    assert Budget().time_limit(adaptive_strategy=False) == math.inf
+    assert Budget(max_time_s=7).time_limit(adaptive_strategy=True) == 7
+    assert Budget().adaptive and not Budget(max_share=1.0).adaptive
+    assert Budget(max_share=1.0, max_time_s=180.0).as_dict() == {
+        "max_time_s": 180.0,
+        "max_share": 1.0,
+        "max_repeat": 1,
+        "seed": 0,
+    }
+    assert "adaptive" in Budget().as_dict()
+
+
+def test_adaptive_budget_stops_when_nothing_improves_and_explicit_share_does_not():
+    space = grid_space((20, 25))
+    flat = lambda i: 1.0  # noqa: E731 - nothing ever improves after the first result
+    search = drive_batched(make_strategy("random"), space, Budget(), flat, batch_size=1)
+    assert len(search.results) == 1 + base.PATIENCE_MIN  # the first result, then patience
+    batched = drive_batched(make_strategy("random"), space, Budget(), flat, batch_size=32)
+    assert len(batched.results) == 1 + base.PATIENCE_BATCHES * 32 + 31  # patience, plus those in flight
+    improving = drive_batched(make_strategy("random"), space, Budget(), lambda i: 1000.0 - i, batch_size=1)
+    assert len(improving.results) > base.PATIENCE_MIN
+    fixed = drive_batched(make_strategy("random"), space, Budget(max_share=0.3), flat, batch_size=1)
+    assert len(fixed.results) == 150
+    whole = drive_batched(make_strategy("exhaustive"), space, Budget(), flat, batch_size=8)
+    assert len(whole.results) == len(space)  # exhaustive search has no adaptive stop
+
+
+def test_small_spaces_are_measured_in_full_under_an_adaptive_budget():
+    assert exhaustive_is_cheaper(base.EXHAUSTIVE_MAX) and not exhaustive_is_cheaper(base.EXHAUSTIVE_MAX + 1)
+    space = grid_space((8, 8))
+    search = drive_batched(make_strategy("random"), space, Budget(), lambda i: 1.0, batch_size=4)
+    assert len(search.results) == 64
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+def test_restarts_while_nothing_valid_is_found_without_measuring_anything_twice(batch):
+    space = grid_space((10, 10, 5))
+    search = drive_batched(
+        make_strategy("random"),
+        space,
+        Budget(max_share=0.02, max_repeat=3, seed=0),
+        lambda i: math.inf,
+        batch,
+    )
+    assert len(search.results) == len(set(search.order)) == 30 and search.attempt == 2
+    assert search.best() is None and search.done
+    found = drive_batched(
+        make_strategy("random"), space, Budget(max_share=0.02, max_repeat=3), lambda i: 1.0, batch
+    )
+    assert len(found.results) == 10 and found.attempt == 0
+
+
+def test_all_failing_small_space_ends():
+    space = grid_space((2, 2))
+    search = drive_batched(make_strategy("random"), space, Budget(max_repeat=5), lambda i: math.inf, 3)
+    assert len(search.results) == 4 and search.done and search.best() is None
+
+
+@pytest.mark.parametrize("name", ["random", "bayesian"])
+@pytest.mark.parametrize("batch", [1, 16])
+def test_same_seed_and_results_give_the_same_proposals(name, batch):
+    _needs_smac(name)
+    space = grid_space((9, 9, 9), keep=lambda p: p[0] + p[1] < 15)
+    objective = bowl(space, (7, 4, 2))
+
+    def issued(seed, completion):
+        budget = Budget(max_share=0.06, seed=seed)
+        return drive_batched(make_strategy(name), space, budget, objective, batch, (), completion).issued
+
+    first = issued(3, 5)
+    assert first == issued(3, 5)
+    assert first != issued(4, 5)
+
+
+def test_the_synchronous_adapter_keeps_its_results_and_budget():
+    space = grid_space((10, 10))
+    calls = []
+    run = SearchRun(space, lambda i: calls.append(i) or float(i), Budget(max_share=0.05))
+    drive(make_strategy("random"), run, warm_start=[42, 42, 7])
+    assert calls[:2] == [42, 7] and len(calls) == 5 == len(run.results)
+    assert run.search is not None and run.search.order == run.order == calls
