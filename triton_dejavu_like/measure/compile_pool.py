@@ -83,9 +83,7 @@ class CallSpec:
             ref = KernelRef.of(recipe)
         except IsolationError as exc:
             raise Unsupported(str(exc)) from exc
-        meta = tuple(
-            (k, _arg_spec(v)) for k, v in sorted(ctx.kwargs.items()) if k not in ("grid", "warmup")
-        )
+        meta = tuple((k, _arg_spec(v)) for k, v in sorted(ctx.kwargs.items()) if k not in ("grid", "warmup"))
         return cls(ref, tuple(_arg_spec(a) for a in ctx.args), meta)
 
 

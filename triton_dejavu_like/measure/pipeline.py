@@ -77,7 +77,11 @@ class Pipeline:
                 return
             failures = self.prepare(batch)
             self.counters.compiled += len(batch) - len(failures)
-            for index in batch:
+            for position, index in enumerate(batch):
+                if position and self.search.out_of_time:  # the time budget is checked per measurement
+                    for unmeasured in batch[position:]:
+                        self.search.cancel(unmeasured)
+                    break
                 reason = failures.get(index)
                 if reason is not None:
                     self._tell(index, self.rule_out(index, reason), timed=False)

@@ -394,6 +394,20 @@ class BatchSearch:
                 break
         return out
 
+    @property
+    def out_of_time(self) -> bool:
+        """The attempt's wall-time budget is spent (new work is no longer handed out)."""
+        return self.counted > 0 and self.elapsed_s >= self.time_limit_s
+
+    def cancel(self, index: int) -> None:
+        """Give back a pending candidate without a result (it was never measured): it may be handed
+        out again, and does not count towards the share of the space."""
+        if index not in self.pending:
+            raise KeyError(f"candidate {index} is not pending")
+        self.pending.discard(index)
+        self.issued.remove(index)
+        self.counted -= 1
+
     def tell(self, index: int, value: float) -> None:
         if index not in self.pending:
             raise KeyError(f"candidate {index} is not pending")

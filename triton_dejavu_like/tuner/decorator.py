@@ -29,8 +29,8 @@ def autotune(
     fallback_heuristic: Callable[[tuple[Any, ...]], Config] | None = None,
     use_bo: bool = False,
     use_random_search: bool = False,
-    search_max_search_t: float = 180,
-    search_max_share: float = 1.0,
+    search_max_search_t: float | None = None,
+    search_max_share: float | None = None,
     search_max_repeat: int = 1,
     custom_data_storage: str | Path | None = None,
     ignore_dtypes: bool = False,
@@ -54,7 +54,8 @@ def autotune(
     :class:`ConfigSpace`); with neither, upstream's single default config is used.
 
     ``use_random_search=True`` or ``use_bo=True`` (extra ``bo``) search within ``search_max_search_t``
-    seconds and ``search_max_share`` of the space, restarting up to ``search_max_repeat`` times when
+    seconds and ``search_max_share`` of the space (None: stop when further batches are unlikely to
+    pay, under a 180 s cap; see docs/search.md), restarting up to ``search_max_repeat`` times when
     nothing valid was found, seeded by ``search_seed``. ``fallback_heuristic(key) -> triton.Config``
     answers a miss when ``TRITON_DEJAVU_FORCE_FALLBACK=1``. ``custom_data_storage`` stores this
     kernel's results under another root; ``tag`` (default ``$TRITON_DEJAVU_TAG`` or "default") names

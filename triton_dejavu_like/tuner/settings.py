@@ -58,8 +58,8 @@ class TunerSettings:
             Budget()
             if strategy == "exhaustive"
             else Budget(
-                max_time_s=float(a.get("search_max_search_t", 180)),
-                max_share=float(a.get("search_max_share", 1.0)),
+                max_time_s=_number(a.get("search_max_search_t")),
+                max_share=_number(a.get("search_max_share")),
                 max_repeat=int(a.get("search_max_repeat", 1)),
                 seed=int(a.get("search_seed", 0)),
             )
@@ -122,3 +122,7 @@ def _names(value: Sequence[str] | None, what: str) -> tuple[str, ...] | None:
     if isinstance(value, str):
         raise TypeError(f"{what} must be a list of argument names, not the string {value!r}")
     return tuple(value)
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)

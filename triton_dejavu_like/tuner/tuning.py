@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _env
 from .._compat import AutotunerErrorBase, Config
 from .._log import DejavuStorageWarning, log, warn_once
 from ..codec import EncodingError, describe_config
-from .. import _env
 from ..measure import QUANTILES, Benchmarker, Evaluator, KernelRecipe, one_line_reason, open_evaluator
 from ..measure.compile_pool import compile_in_processes
 from ..measure.pipeline import Counters, Pipeline
@@ -147,12 +147,17 @@ class TuningRun:
             )
             try:
                 with trial.phase("search"):
-                    streamed = None if self.recipe.isolation.active() else compile_in_processes(
-                        self.recipe, ctx, candidates
+                    streamed = (
+                        None
+                        if self.recipe.isolation.active()
+                        else compile_in_processes(self.recipe, ctx, candidates)
                     )
                     if streamed is not None:
                         pipeline.batch_size = streamed[0].workers + 2
                         pipeline.run_streamed(*streamed)
+                    elif self.interpreted:  # nothing to compile ahead: one candidate at a time
+                        pipeline.batch_size = 1
+                        pipeline.run_batched()
                     else:  # exhaustive: compile everything at once; else a batch of proposals at a time
                         pipeline.run_batched(len(space) if self.strategy == "exhaustive" else None)
             finally:

@@ -1,0 +1,165 @@
+"""The compile-and-time pipeline: streamed compiling ahead of timing, batches, failures, budget."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import threading
+
+import pytest
+import triton
+
+from triton_dejavu_like.measure.pipeline import Pipeline
+from triton_dejavu_like.search import BatchSearch, Budget, SearchSpace, make_strategy
+
+
+class FakePool:
+    """Compiles in threads; ``release(i)`` lets candidate ``i``'s compile finish (so the test decides
+    the order), ``reasons`` makes some fail."""
+
+    def __init__(self, workers: int, reasons: dict[int, str] | None = None, order: list[int] | None = None):
+        self.workers = workers
+        self.device = 0
+        self.reasons = reasons or {}
+        self.submitted: list[int] = []
+        self._executor = cf.ThreadPoolExecutor(max_workers=64)
+        self._gates: dict[int, threading.Event] = {}
+        self.order = order
+
+    def submit(self, call, config):
+        index = config.kwargs["I"]
+        self.submitted.append(index)
+        gate = self._gates.setdefault(index, threading.Event())
+        if self.order is None:
+            gate.set()
+
+        def compile_it():
+            assert gate.wait(10), f"candidate {index} was never released"
+            return self.reasons.get(index)
+
+        return self._executor.submit(compile_it)
+
+    def release(self, index: int) -> None:
+        self._gates.setdefault(index, threading.Event()).set()
+
+    def restart(self) -> None:
+        pass
+
+
+def candidates(n: int) -> list[triton.Config]:
+    return [triton.Config({"I": i, "X": i % 4}) for i in range(n)]
+
+
+def make_pipeline(n, times, strategy="exhaustive", budget=None, batch_size=4):
+    configs = candidates(n)
+    space = SearchSpace.from_configs(configs)
+    search = BatchSearch(make_strategy(strategy), space, budget or Budget())
+    log: list[tuple[str, int]] = []
+
+    def measure(i):
+        log.append(("time", i))
+        return times[i]
+
+    def rule_out(i, reason):
+        log.append(("out", i))
+        return math.inf
+
+    def prepare(batch):
+        log.append(("compile", tuple(batch)))
+        return {}
+
+    pipeline = Pipeline(search, configs, measure, rule_out, prepare, batch_size=batch_size)
+    return pipeline, search, log
+
+
+def test_streamed_times_each_candidate_as_soon_as_it_is_compiled():
+    times = [5.0, 1.0, 3.0, 2.0, 4.0, 6.0]
+    pipeline, search, log = make_pipeline(6, times, batch_size=3)
+    # compiles finish in this order; the pipeline must time them in the same order
+    finish = [2, 0, 1, 4, 3, 5]
+    pool = FakePool(workers=2, order=finish)
+    releaser = threading.Thread(
+        target=lambda: [pool.release(i) or threading.Event().wait(0.05) for i in finish]
+    )
+    releaser.start()
+    pipeline.run_streamed(pool, call=None)
+    releaser.join()
+    assert [i for kind, i in log if kind == "time"] == finish
+    assert search.best() == 1 and len(search.results) == 6 and not search.pending
+    assert pipeline.counters.compiled == 6 and pipeline.counters.timed == 6
+
+
+def test_streamed_never_has_more_than_a_batch_compiling():
+    pipeline, search, _ = make_pipeline(12, [1.0] * 12, batch_size=3)
+    pool = FakePool(workers=1)
+    inflight = []
+    original = pool.submit
+
+    def tracking(call, config):
+        inflight.append(len(search.pending))
+        return original(call, config)
+
+    pool.submit = tracking
+    pipeline.run_streamed(pool, call=None)
+    assert max(inflight) <= 3 and len(search.results) == 12
+
+
+def test_streamed_compile_failures_are_ruled_out_without_gpu_time():
+    times = [1.0, 2.0, 3.0, 4.0, 5.0]
+    pipeline, search, log = make_pipeline(5, times)
+    pool = FakePool(
+        workers=2, reasons={0: "OutOfResources: out of resource: shared memory", 3: "CompilationError"}
+    )
+    pipeline.run_streamed(pool, call=None)
+    assert sorted(i for kind, i in log if kind == "out") == [0, 3]
+    assert sorted(i for kind, i in log if kind == "time") == [1, 2, 4]
+    assert search.results[0] == math.inf and search.best() == 1
+    assert pipeline.counters.ruled_out == 2
+
+
+def test_streamed_bayesian_search_proposes_in_batches_and_learns_as_results_arrive():
+    pytest.importorskip("smac")
+    n = 300
+    values = [abs(i % 37 - 18) + (i % 11) * 0.1 + 1 for i in range(n)]
+    configs = [triton.Config({"A": i % 20, "B": i // 20}) for i in range(n)]
+    space = SearchSpace.from_configs(configs)
+    search = BatchSearch(make_strategy("bayesian"), space, Budget(max_share=0.2, seed=3))
+    timed = []
+
+    def measure(i):
+        timed.append(i)
+        return values[i]
+
+    class Pool(FakePool):
+        def submit(self, call, config):
+            return self._executor.submit(lambda: None)
+
+    pipeline = Pipeline(search, configs, measure, lambda i, r: math.inf, lambda b: {}, batch_size=8)
+    pipeline.run_streamed(Pool(workers=8), call=None)
+    assert len(timed) == len(set(timed)) == search.limit == 60
+    assert not search.pending
+
+
+def test_batched_compiles_each_batch_before_timing_it():
+    pipeline, search, log = make_pipeline(7, [float(i) for i in range(7)], batch_size=3)
+    pipeline.run_batched()
+    kinds = [kind for kind, _ in log]
+    assert kinds == ["compile", "time", "time", "time"] * 2 + ["compile", "time"]
+    assert search.best() == 0
+
+
+def test_batched_stops_timing_when_the_time_budget_is_spent():
+    import time
+
+    times = [1.0] * 20
+
+    def slow(i):
+        time.sleep(0.03)
+        return times[i]
+
+    configs = candidates(20)
+    search = BatchSearch(make_strategy("random"), SearchSpace.from_configs(configs), Budget(max_time_s=0.1))
+    pipeline = Pipeline(search, configs, slow, lambda i, r: math.inf, lambda b: {}, batch_size=20)
+    pipeline.run_batched()
+    assert 1 <= len(search.results) < 20
+    assert not search.pending and search.done
