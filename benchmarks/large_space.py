@@ -354,6 +354,16 @@ def spawn(role: str, spec: Json, env: dict[str, str], timeout_s: float) -> Json:
     return result
 
 
+def try_spawn(role: str, spec: Json, env: dict[str, str], timeout_s: float, results: Json) -> Json | None:
+    """``spawn``, but a failure is logged and recorded under ``results["failed"]`` instead of raised."""
+    try:
+        return spawn(role, spec, env, timeout_s)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        log(f"{role} ({spec.get('shape')}): FAILED, going on: {str(exc)[-600:]}")
+        results.setdefault("failed", {})[f"{role}/{spec.get('shape')}"] = str(exc)[-3000:]
+        return None
+
+
 def fresh_env(work: Path, name: str, tiny: bool, triton_cache: Path | None = None) -> dict[str, str]:
     run_dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work))
     env = {
@@ -543,7 +553,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     spec = {"shape": shape, "strategy": strategy, "seed": seed, "tiny": args.tiny}
                     spec.update(max_t=args.search_max_t, max_share=args.search_max_share)
                     log(f"{rid}: tuning in a fresh process")
-                    r = spawn("tune", spec, env, args.timeout)
+                    try:
+                        r = spawn("tune", spec, env, args.timeout)
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # e.g. no SMAC for BO
+                        log(f"{rid}: FAILED, going on: {str(exc)[-600:]}")
+                        results.setdefault("failed", {})[rid] = str(exc)[-3000:]
+                        save()
+                        continue
                     results["runs"][rid] = r
                     if strategy == "exhaustive":
                         cache_of[shape] = env
@@ -555,7 +571,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.upstream_sample and (args.tiny or shape not in results["upstream"] or not args.resume):
                 spec = {"shape": shape, "n": args.upstream_sample, "seed": 0, "tiny": args.tiny}
                 log(f"{shape}: upstream triton.autotune over a sample of {args.upstream_sample} configs")
-                up = spawn("upstream", spec, fresh_env(work, "upstream", args.tiny), args.timeout)
+                up = try_spawn(
+                    "upstream", spec, fresh_env(work, "upstream", args.tiny), args.timeout, results
+                )
+                if up is None:
+                    continue
                 sizes = [r["space_size"] for r in results["runs"].values() if r.get("space_size")]
                 space_size = sizes[0] if sizes else len(make_space(args.tiny))
                 per = up["per_config_s"]
@@ -576,7 +596,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"serial compile time of {args.compile_sample} configs "
                 "(shape-independent: the same specialisation)"
             )
-            comp = spawn("compile", spec, fresh_env(work, "compile", args.tiny), args.timeout)
+            comp = try_spawn(
+                "compile", spec, fresh_env(work, "compile", args.tiny), args.timeout, results
+            ) or {"compile_s": []}
             comp["threads"] = threads
             results["compile"] = comp
             save()
@@ -600,7 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 env = cache_of.get(shape) or fresh_env(work, "careful", args.tiny)
                 log(f"{shape}: careful re-measurement of {len(picks)} configs in one process")
                 spec = {"shape": shape, "configs": list(picks.values()), "target_ms": args.careful_ms}
-                results["careful"][shape] = spawn("careful", spec, env, args.timeout)
+                careful = try_spawn("careful", spec, env, args.timeout, results)
+                if careful is not None:
+                    results["careful"][shape] = careful
                 save()
     text, ratios = summarise(results, shapes, args)
     results["ratios"] = ratios

@@ -11,8 +11,9 @@ The examples' own spaces are small (attention 4 configs, RMSNorm 8), so each cas
 
 Every config is compiled first, in ``--jobs`` worker processes sharing one fresh Triton cache (the
 compile time recorded per config is its worker's ``JITFunction.warmup`` wall time), then launched
-and timed in this process: two warm-up launches, then ``--repeats`` launches, each after an L2
-flush (and, for persistent RMSNorm configs, after the pre-hook), timed with CUDA events. The file
+and timed in this process: two warm-up launches, then ``--repeats`` launches (fewer, at least 5,
+when that would exceed 300 ms), each after an L2 flush (and, for persistent RMSNorm configs, after
+the pre-hook), timed with CUDA events. The file
 follows Kernel Tuner's cachefile format as ``benchmarks/search_replay.py`` reads it: ``tune_params``,
 ``tune_params_keys``, and per config ``time`` (mean, ms), ``times``, ``compile_time`` and
 ``benchmark_time`` (ms); a config that does not compile is ``"CompilationFailedConfig"``, one that
@@ -37,6 +38,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -220,12 +222,23 @@ def compile_all(
 # --- timing (this process) -----------------------------------------------------------------------------
 
 
-def time_config(case: Case, meta: dict[str, Any], repeats: int, flush: Any) -> list[float]:
+def time_config(
+    case: Case, meta: dict[str, Any], repeats: int, flush: Any, max_ms: float = 300.0
+) -> list[float]:
     import torch
 
-    for _ in range(2):
-        case.before_launch(meta)
-        case.launch(meta)
+    case.before_launch(meta)
+    case.launch(meta)  # loads the binary (resource limits are checked here)
+    if case.gpu:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    case.before_launch(meta)
+    case.launch(meta)
+    if case.gpu:
+        torch.cuda.synchronize()
+    estimate_ms = (time.perf_counter() - t0) * 1e3
+    # slow configs get fewer launches: about max_ms of kernel time each, at least 5 launches
+    repeats = max(min(repeats, 5), min(repeats, int(max_ms / max(estimate_ms, 1e-3))))
     if not case.gpu:
         times = []
         for _ in range(repeats):
@@ -342,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=32, help="timed launches per config")
     parser.add_argument("--tiny", action="store_true", help="interpreter on CPU tensors, tiny spaces")
     args = parser.parse_args(argv)
+    if "TRITON_CACHE_DIR" not in os.environ:  # compile times from an empty cache (workers inherit it)
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="measure-space-triton-cache-")
     if args.tiny:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (build_case imports it)
         args.repeats = min(args.repeats, 3)
@@ -349,6 +364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from search_replay import load
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    log(
+        f"Triton cache: {os.environ['TRITON_CACHE_DIR']} "
+        "(set TRITON_CACHE_DIR to choose one; it must start empty)"
+    )
     for name in args.case:
         started = time.perf_counter()
         case = build_case(name, args.tiny)
