@@ -161,9 +161,9 @@ def varlen_attention_kernel(
         k_start = tl.load(cu_seqlens_k + off_z)
         seqlen_k = tl.load(cu_seqlens_k + off_z + 1) - k_start
     else:
-        q_start = 0
+        q_start = off_z * 0  # a tensor, as in the varlen branch
         seqlen_q = MAX_SEQLENS_Q
-        k_start = 0
+        k_start = off_z * 0
         seqlen_k = MAX_SEQLENS_K
     if start_m * BLOCK_M < seqlen_q:
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
