@@ -98,7 +98,7 @@ else:
         num_warps=[4],
         num_stages=[1],
     )
-    ATTENTION_SIZES = {"seqlens": [5, 17, 1], "HQ": 2, "HK": 1, "head_dim": 12}
+    ATTENTION_SIZES = {"seqlens": [3, 17], "HQ": 2, "HK": 1, "head_dim": 12}
 
 
 @tdl.autotune(
@@ -337,7 +337,7 @@ if ON_GPU:
     RMS_SIZES = {"rows": 8192, "cols": 4096}
 else:
     RMS_CONFIGS = [rms_config(b, p, 4) for b in (16, 64) for p in (0, PERSISTENT)]
-    RMS_SIZES = {"rows": 6, "cols": 80}
+    RMS_SIZES = {"rows": 4, "cols": 80}
 
 
 @tdl.autotune(key=["n_cols"], configs=RMS_CONFIGS, warmup=5, rep=20)
