@@ -11,8 +11,9 @@ Upstream ``triton.autotune`` over the whole list is estimated, not run: a seeded
 ``--upstream-sample`` configs is tuned by upstream in a fresh process (empty Triton cache), each
 config's cost (upstream compiles it serially inside its benchmark, then times it with
 ``do_bench``) is timed, and the sum over the space is estimated as ``N * mean`` with the sampling
-standard error ``N * sd / sqrt(n) * sqrt(1 - n/N)``. The compile time per config is measured on the
-same sample, serially, with ``JITFunction.warmup`` in another fresh process; it gives the "ideal"
+standard error ``N * sd / sqrt(n) * sqrt(1 - n/N)``. The compile time per config is measured on
+another sample, serially, with ``JITFunction.warmup`` in another fresh process (after one untimed
+compile that loads the backend); it gives the "ideal"
 exhaustive time ``sum(compile) / compile threads + measure + refine`` to compare ours against.
 
 Budgets: ``--search-max-share`` and ``--search-max-t`` are passed to the decorator for random search
@@ -30,6 +31,7 @@ run in pieces (``--shapes``, ``--strategies``, ``--seeds``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -261,6 +263,11 @@ def role_compile(spec: Json) -> Json:
         return {"compile_s": [], "failures": [], "note": "no compilation under the interpreter"}
     times, failures = [], []
     args = (*problem.args(), problem.c.stride(0), problem.c.stride(1))
+    # one config outside the sample first: the first compile of a process also loads the backend
+    sampled = {config_id(config_dict(c)) for c in configs}
+    spare = next(c for c in make_space(spec["tiny"]).configs() if config_id(config_dict(c)) not in sampled)
+    with contextlib.suppress(Exception):
+        raw.warmup(*args, grid=(1,), **spare.all_kwargs())
     for config in configs:
         start = time.perf_counter()
         try:
@@ -517,6 +524,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--tiny", action="store_true", help="interpreter on CPU tensors, tiny shapes and space"
     )
     parser.add_argument("--timeout", type=float, default=900, help="seconds per process")
+    parser.add_argument(
+        "--deadline-min",
+        type=float,
+        default=7.0,
+        help="start no new tuning or upstream process after this many minutes (0: none); the careful "
+        "stage and the table still follow",
+    )
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -541,56 +555,73 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tdl-large-space-") as tmp:
         work = Path(tmp)
         cache_of: dict[str, dict[str, str]] = {}
-        for shape in shapes:
-            for strategy in args.strategies:
-                seeds: list[int | None] = [None] if strategy == "exhaustive" else list(args.seeds)
-                for seed in seeds:
-                    rid = run_id(shape, strategy, seed, args.search_max_t, args.search_max_share)
-                    if rid in results["runs"]:
-                        log(f"{rid}: kept from {args.out}")
-                        continue
-                    env = fresh_env(work, "tune", args.tiny)
-                    spec = {"shape": shape, "strategy": strategy, "seed": seed, "tiny": args.tiny}
-                    spec.update(max_t=args.search_max_t, max_share=args.search_max_share)
-                    log(f"{rid}: tuning in a fresh process")
-                    try:
-                        r = spawn("tune", spec, env, args.timeout)
-                    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # e.g. no SMAC for BO
-                        log(f"{rid}: FAILED, going on: {str(exc)[-600:]}")
-                        results.setdefault("failed", {})[rid] = str(exc)[-3000:]
-                        save()
-                        continue
-                    results["runs"][rid] = r
-                    if strategy == "exhaustive":
-                        cache_of[shape] = env
-                    save()
-                    log(
-                        f"{rid}: {r['decision']} in {r['first_call_s']:.1f} s, {r['evaluated']} of "
-                        f"{r['space_size']} evaluated, {r['failed']} failed, pick {config_label(r['best'])}"
-                    )
-            if args.upstream_sample and (args.tiny or shape not in results["upstream"] or not args.resume):
-                spec = {"shape": shape, "n": args.upstream_sample, "seed": 0, "tiny": args.tiny}
-                log(f"{shape}: upstream triton.autotune over a sample of {args.upstream_sample} configs")
-                up = try_spawn(
-                    "upstream", spec, fresh_env(work, "upstream", args.tiny), args.timeout, results
-                )
-                if up is None:
-                    continue
-                sizes = [r["space_size"] for r in results["runs"].values() if r.get("space_size")]
-                space_size = sizes[0] if sizes else len(make_space(args.tiny))
-                per = up["per_config_s"]
-                n, big_n = len(per), space_size
-                up["space_size"] = space_size
-                up["estimate_s"] = (statistics.fmean(per) if per else up["first_call_s"] / up["n"]) * big_n
-                sd = statistics.stdev(per) if len(per) > 1 else 0.0
-                up["stderr_s"] = big_n * sd / math.sqrt(max(n, 1)) * math.sqrt(max(0.0, 1 - n / big_n))
-                results["upstream"][shape] = up
+
+        def out_of_time(what: str) -> bool:
+            if args.deadline_min and time.perf_counter() - started > args.deadline_min * 60:
+                log(f"{what}: skipped, past --deadline-min {args.deadline_min}")
+                results.setdefault("skipped", []).append(what)
+                return True
+            return False
+
+        def tune(shape: str, strategy: str, seed: int | None) -> None:
+            rid = run_id(shape, strategy, seed, args.search_max_t, args.search_max_share)
+            if rid in results["runs"]:
+                log(f"{rid}: kept from {args.out}")
+                return
+            if out_of_time(rid):
+                return
+            env = fresh_env(work, "tune", args.tiny)
+            spec = {"shape": shape, "strategy": strategy, "seed": seed, "tiny": args.tiny}
+            spec.update(max_t=args.search_max_t, max_share=args.search_max_share)
+            log(f"{rid}: tuning in a fresh process")
+            try:
+                r = spawn("tune", spec, env, args.timeout)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:  # e.g. no SMAC for BO
+                log(f"{rid}: FAILED, going on: {str(exc)[-600:]}")
+                results.setdefault("failed", {})[rid] = str(exc)[-3000:]
                 save()
-                log(
-                    f"{shape}: upstream sample {up['first_call_s']:.1f} s, whole list estimated "
-                    f"{up['estimate_s']:.1f} s"
-                )
-        if args.compile_sample and "compile" not in results:
+                return
+            results["runs"][rid] = r
+            if strategy == "exhaustive":
+                cache_of[shape] = env
+            save()
+            log(
+                f"{rid}: {r['decision']} in {r['first_call_s']:.1f} s, {r['evaluated']} of "
+                f"{r['space_size']} evaluated, {r['failed']} failed, pick {config_label(r['best'])}"
+            )
+
+        def upstream(shape: str) -> None:
+            if shape in results["upstream"] or out_of_time(f"{shape}/upstream"):
+                return
+            spec = {"shape": shape, "n": args.upstream_sample, "seed": 0, "tiny": args.tiny}
+            log(f"{shape}: upstream triton.autotune over a sample of {args.upstream_sample} configs")
+            up = try_spawn("upstream", spec, fresh_env(work, "upstream", args.tiny), args.timeout, results)
+            if up is None:
+                return
+            sizes = [r["space_size"] for r in results["runs"].values() if r.get("space_size")]
+            space_size = sizes[0] if sizes else len(make_space(args.tiny))
+            per = up["per_config_s"]
+            n, big_n = len(per), space_size
+            up["space_size"] = space_size
+            up["estimate_s"] = (statistics.fmean(per) if per else up["first_call_s"] / up["n"]) * big_n
+            sd = statistics.stdev(per) if len(per) > 1 else 0.0
+            up["stderr_s"] = big_n * sd / math.sqrt(max(n, 1)) * math.sqrt(max(0.0, 1 - n / big_n))
+            results["upstream"][shape] = up
+            save()
+            log(
+                f"{shape}: upstream sample {up['first_call_s']:.1f} s, whole list estimated "
+                f"{up['estimate_s']:.1f} s"
+            )
+
+        # Order: what every ratio needs first (exhaustive, upstream, compile), then the seeds round
+        # robin over shapes and strategies, so that a deadline drops later seeds, not a whole shape.
+        if "exhaustive" in args.strategies:
+            for shape in shapes:
+                tune(shape, "exhaustive", None)
+        if args.upstream_sample:
+            for shape in shapes:
+                upstream(shape)
+        if args.compile_sample and not results.get("compile", {}).get("compile_s"):
             spec = {"shape": shapes[0], "n": args.compile_sample, "seed": 1, "tiny": args.tiny}
             log(
                 f"serial compile time of {args.compile_sample} configs "
@@ -606,6 +637,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log(
                     f"compile: mean {statistics.fmean(comp['compile_s']):.2f} s per config, {threads} threads"
                 )
+        for seed in args.seeds:
+            for shape in shapes:
+                for strategy in args.strategies:
+                    if strategy != "exhaustive":
+                        tune(shape, strategy, seed)
         if not args.no_careful:
             for shape in shapes:
                 runs = {rid: r for rid, r in results["runs"].items() if rid.startswith(f"{shape}/")}

@@ -213,7 +213,10 @@ def compile_all(
     ) as pool:
         futures = {pool.submit(compile_one, p): i for i, p in enumerate(points)}
         for done, future in enumerate(as_completed(futures), 1):
-            results[futures[future]] = future.result()
+            try:
+                results[futures[future]] = future.result()
+            except Exception:  # the worker died (BrokenProcessPool): this process compiles it later
+                results[futures[future]] = (math.nan, None)
             if done % 100 == 0:
                 log(f"  compiled {done}/{len(points)}")
     return results
@@ -281,6 +284,13 @@ def measure(case: Case, jobs: int, repeats: int, tiny: bool) -> Json:
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(sep=" ")
     for i, (meta, (compile_ms, compile_error)) in enumerate(zip(points, compiled), 1):
         record: Json = {**meta}
+        if math.isnan(compile_ms):  # its worker died: compile it here
+            c0 = time.perf_counter()
+            try:
+                case.launch(meta, warmup=True)
+            except Exception as exc:
+                compile_error = f"{type(exc).__name__}: {exc}"[:300]
+            compile_ms = (time.perf_counter() - c0) * 1e3
         t0 = time.perf_counter()
         if compile_error is not None:
             out_of_resources = failure_kind(compile_error) == "InvalidConfig"
