@@ -10,19 +10,24 @@ interleaved rounds, the L2 flushed before each launch, about ``--careful-ms`` pe
 Upstream ``triton.autotune`` over the whole list is estimated, not run: a seeded random sample of
 ``--upstream-sample`` configs is tuned by upstream in a fresh process (empty Triton cache), each
 config's cost (upstream compiles it serially inside its benchmark, then times it with
-``do_bench``) is timed, and the sum over the space is estimated as ``N * mean`` with the sampling
-standard error ``N * sd / sqrt(n) * sqrt(1 - n/N)``. The compile time per config is measured on
+``do_bench``) is timed, and the sum over the space is estimated as ``first + (N - 1) * mean``: the
+process's first config also pays one-time costs, so it counts once and the mean is over the other
+``m = n - 1`` configs, with the finite-population standard error
+``(N - 1) * sd / sqrt(m) * sqrt(1 - m / (N - 1))``. The compile time per config is measured on
 another sample, serially, with ``JITFunction.warmup`` in another fresh process (after one untimed
-compile that loads the backend); it gives the "ideal"
-exhaustive time ``sum(compile) / compile threads + measure + refine`` to compare ours against.
+compile that loads the backend); it gives the "ideal" exhaustive time
+``mean compile * N / compile threads + measure + refine`` (the last two from the exhaustive run's
+stored phases) to compare ours against.
 
 Budgets: ``--search-max-share`` and ``--search-max-t`` are passed to the decorator for random search
 and BO (exhaustive has no budget). The package defaults (180 s, share 1.0) make random search
 evaluate the whole space and BO run for its whole 180 s (it has no convergence stop), about 30 min
 for the default shapes and seeds, over this script's 8-minute target: the script's default is a
-share of 0.05 (33 evaluations); ``--search-max-share 1`` gives the package default. Results go to
+share of 0.05 (33 evaluations); ``--search-max-share 1`` gives the package default. The exhaustive
+runs, upstream and the compile sample go first, then the seeds round robin; no new process starts
+after ``--deadline-min`` (default 7), and the careful stage and the table follow. Results go to
 ``--out`` as runs finish; ``--resume`` reuses the runs already there, so a long experiment can be
-run in pieces (``--shapes``, ``--strategies``, ``--seeds``).
+run in pieces (``--shapes``, ``--strategies``, ``--seeds``, ``--search-max-share``).
 
     python benchmarks/large_space.py --out large_space.json                 # GPU, ~8 min
     python benchmarks/large_space.py --tiny --out /tmp/large_space.json     # CPU interpreter, seconds
@@ -361,6 +366,22 @@ def spawn(role: str, spec: Json, env: dict[str, str], timeout_s: float) -> Json:
     return result
 
 
+def extrapolate(per_config_s: list[float], sample_total_s: float, space_size: int) -> tuple[float, float]:
+    """Upstream's time over the whole space, and its standard error, from a timed random sample.
+
+    The first config of the process also pays one-time costs (backend start, first compile of the
+    process): it is counted once, and the other ``n - 1`` configs give the mean per config for the
+    remaining ``N - 1``, with the finite-population standard error.
+    """
+    if len(per_config_s) < 2:
+        return sample_total_s * space_size / max(1, len(per_config_s)), 0.0
+    first, rest = per_config_s[0], per_config_s[1:]
+    n, big_n = len(rest), space_size - 1
+    estimate = first + statistics.fmean(rest) * big_n
+    stderr = big_n * statistics.stdev(rest) / math.sqrt(n) * math.sqrt(max(0.0, 1 - n / big_n))
+    return estimate, stderr
+
+
 def try_spawn(role: str, spec: Json, env: dict[str, str], timeout_s: float, results: Json) -> Json | None:
     """``spawn``, but a failure is logged and recorded under ``results["failed"]`` instead of raised."""
     try:
@@ -600,12 +621,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return
             sizes = [r["space_size"] for r in results["runs"].values() if r.get("space_size")]
             space_size = sizes[0] if sizes else len(make_space(args.tiny))
-            per = up["per_config_s"]
-            n, big_n = len(per), space_size
             up["space_size"] = space_size
-            up["estimate_s"] = (statistics.fmean(per) if per else up["first_call_s"] / up["n"]) * big_n
-            sd = statistics.stdev(per) if len(per) > 1 else 0.0
-            up["stderr_s"] = big_n * sd / math.sqrt(max(n, 1)) * math.sqrt(max(0.0, 1 - n / big_n))
+            up["estimate_s"], up["stderr_s"] = extrapolate(up["per_config_s"], up["first_call_s"], space_size)
             results["upstream"][shape] = up
             save()
             log(
