@@ -502,6 +502,12 @@ def summarise(results: Json, shapes: Sequence[str], args: argparse.Namespace) ->
             shape_ratios["exhaustive_over_ideal"] = ex["first_call_s"] / ideal
             shape_ratios["ideal_s"] = ideal
         ratios[shape] = shape_ratios
+    decorate = [r["decorate_s"] for rid, r in results.get("runs", {}).items() if "/bo/" in rid]
+    if decorate:
+        lines.append(
+            f"\nBO's decoration (SMAC import, once per process) took {_med(decorate):.1f} s (median), "
+            "not included in its tune wall."
+        )
     text = "\n".join(lines) + "\n\nRatios (tuning wall time, first call, medians over seeds):\n"
     for shape, r in ratios.items():
 
