@@ -149,7 +149,7 @@ def spawn(name: str, case: str, env: dict, extra: dict | None = None) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def measure_case(case: str, work: Path, repeats: int) -> dict:
+def measure_case(case: str, work: Path, repeats: int, variants: list[str] | None = None) -> dict:
     up_cache, our_cache, storage = work / f"{case}-up", work / f"{case}-ours", work / f"{case}-store"
     up_env = {"TRITON_CACHE_DIR": str(up_cache)}
     our_env = {
@@ -161,6 +161,16 @@ def measure_case(case: str, work: Path, repeats: int) -> dict:
     out["upstream_tune"] = spawn("upstream-tune", case, up_env)
     out["upstream_restore"] = spawn("upstream-restore", case, up_env)
     out["ours_tune"] = spawn("ours-tune", case, our_env)
+    out["variants"] = {}
+    for variant in variants or []:  # NAME=VALUE environment settings, each tuned cold in its own dirs
+        name, _, value = variant.partition("=")
+        cold = {
+            **our_env,
+            "TRITON_CACHE_DIR": str(work / f"{case}-{name}-{value}"),
+            "TRITON_DEJAVU_STORAGE": str(work / f"{case}-{name}-{value}-store"),
+            name: value,
+        }
+        out["variants"][variant] = spawn("ours-tune", case, cold)
     restores, plains = [], []
     for _ in range(repeats):  # fresh processes, interleaved: the first call varies by tens of ms
         restores.append(spawn("ours-restore", case, our_env))
@@ -229,18 +239,31 @@ def main() -> None:
     parser.add_argument("--extra", default="{}")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per first-call measurement")
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        default=[],
+        metavar="VAR=VALUE",
+        help="also tune ours cold with these environment settings (e.g. TRITON_DEJAVU_COMPILE_PROCESSES=off)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     if args.role:
         print(json.dumps(role(args.role, args.cases[0], json.loads(args.extra))))
         return
     with tempfile.TemporaryDirectory(prefix="tdl-tuning-") as work:
-        results = [measure_case(case, Path(work), args.repeats) for case in args.cases]
+        results = [measure_case(case, Path(work), args.repeats, args.variants) for case in args.cases]
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     print(report(results))
     for r in results:
         print(f"{r['case']}: our tuning phases (s): {r['ours_tune']['phases_s']}")
+        for variant, v in r["variants"].items():
+            print(
+                f"{r['case']}: ours with {variant}: {v['ms'] / 1e3:.2f} s "
+                f"({r['upstream_tune']['ms'] / v['ms']:.1f}x upstream), best {v['best']}, "
+                f"phases {v['phases_s']}"
+            )
         parts = ", ".join(f"{k} {v:.1f}" for k, v in r["ours_restore"]["miss_parts_ms"].items())
         print(f"{r['case']}: our work on the restoring first call (ms, medians): {parts}")
 
