@@ -20,10 +20,9 @@ compile that loads the backend); it gives the "ideal" exhaustive time
 stored phases) to compare ours against.
 
 Budgets: ``--search-max-share`` and ``--search-max-t`` are passed to the decorator for random search
-and BO (exhaustive has no budget). The package defaults (180 s, share 1.0) make random search
-evaluate the whole space and BO run for its whole 180 s (it has no convergence stop), about 30 min
-for the default shapes and seeds, over this script's 8-minute target: the script's default is a
-share of 0.05 (33 evaluations); ``--search-max-share 1`` gives the package default. The exhaustive
+and BO (exhaustive has no budget); without them the package's default (adaptive) budget applies.
+``exhaustive-threads`` is exhaustive search with ``TRITON_DEJAVU_COMPILE_PROCESSES=off`` (compile
+threads instead of worker processes). The exhaustive
 runs, upstream and the compile sample go first, then the seeds round robin; no new process starts
 after ``--deadline-min`` (default 7), and the careful stage and the table follow. Results go to
 ``--out`` as runs finish; ``--resume`` reuses the runs already there, so a long experiment can be
@@ -52,7 +51,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
-STRATEGIES = ("exhaustive", "random", "bo")
+STRATEGIES = ("exhaustive", "exhaustive-threads", "random", "bo")
+#: Strategies that run with extra environment settings (compile in threads instead of processes).
+VARIANT_ENV = {"exhaustive-threads": {"TRITON_DEJAVU_COMPILE_PROCESSES": "off"}}
 GPU_SHAPES = ("4096x4096x4096", "512x4096x1024")
 TINY_SHAPES = ("40x32x24", "8x32x16")
 TOP = 10
@@ -192,7 +193,7 @@ def role_tune(spec: Json) -> Json:
     problem = Problem(spec["shape"])
     space = make_space(spec["tiny"])
     kwargs: Json = {}
-    if spec["strategy"] != "exhaustive":
+    if not spec["strategy"].startswith("exhaustive"):
         kwargs = {"use_bo": True} if spec["strategy"] == "bo" else {"use_random_search": True}
         kwargs["search_seed"] = spec["seed"]
         if spec.get("max_t") is not None:
@@ -405,8 +406,8 @@ def fresh_env(work: Path, name: str, tiny: bool, triton_cache: Path | None = Non
 
 
 def run_id(shape: str, strategy: str, seed: int | None, max_t: float | None, max_share: float | None) -> str:
-    if strategy == "exhaustive":
-        return f"{shape}/exhaustive"
+    if strategy.startswith("exhaustive"):
+        return f"{shape}/{strategy}"
     return f"{shape}/{strategy}/seed{seed}/t{max_t}/share{max_share}"
 
 
@@ -439,10 +440,10 @@ def summarise(results: Json, shapes: Sequence[str], args: argparse.Namespace) ->
             runs = [
                 r
                 for rid, r in results.get("runs", {}).items()
-                if rid.startswith(f"{shape}/{strategy}")
-                and (
-                    strategy == "exhaustive"
-                    or rid.endswith(f"/t{args.search_max_t}/share{args.search_max_share}")
+                if rid == f"{shape}/{strategy}"
+                or (
+                    rid.startswith(f"{shape}/{strategy}/")
+                    and rid.endswith(f"/t{args.search_max_t}/share{args.search_max_share}")
                 )
             ]
             if not runs:
@@ -534,7 +535,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="search seeds (random, bo)")
     parser.add_argument(
-        "--search-max-share", type=float, help="random/BO budget: share of the space (default 0.05; tiny 0.5)"
+        "--search-max-share",
+        type=float,
+        help="random/BO budget: share of the space (default: the package's adaptive budget; tiny 0.5)",
     )
     parser.add_argument(
         "--search-max-t", type=float, default=None, help="random/BO budget: seconds (pkg default)"
@@ -566,8 +569,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out FILE is required")
-    if args.search_max_share is None:
-        args.search_max_share = 0.5 if args.tiny else 0.05
+    if args.search_max_share is None and args.tiny:
+        args.search_max_share = 0.5
     shapes = args.shapes or list(TINY_SHAPES if args.tiny else GPU_SHAPES)
     results: Json = {"runs": {}, "upstream": {}, "careful": {}}
     if args.resume and args.out.exists():
@@ -597,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return
             if out_of_time(rid):
                 return
-            env = fresh_env(work, "tune", args.tiny)
+            env = {**fresh_env(work, "tune", args.tiny), **VARIANT_ENV.get(strategy, {})}
             spec = {"shape": shape, "strategy": strategy, "seed": seed, "tiny": args.tiny}
             spec.update(max_t=args.search_max_t, max_share=args.search_max_share)
             log(f"{rid}: tuning in a fresh process")
@@ -638,9 +641,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # Order: what every ratio needs first (exhaustive, upstream, compile), then the seeds round
         # robin over shapes and strategies, so that a deadline drops later seeds, not a whole shape.
-        if "exhaustive" in args.strategies:
+        for strategy in [s for s in args.strategies if s.startswith("exhaustive")]:
             for shape in shapes:
-                tune(shape, "exhaustive", None)
+                tune(shape, strategy, None)
         if args.upstream_sample:
             for shape in shapes:
                 upstream(shape)
@@ -663,7 +666,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for seed in args.seeds:
             for shape in shapes:
                 for strategy in args.strategies:
-                    if strategy != "exhaustive":
+                    if not strategy.startswith("exhaustive"):
                         tune(shape, strategy, seed)
         if not args.no_careful:
             for shape in shapes:

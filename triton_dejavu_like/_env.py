@@ -151,7 +151,7 @@ def compile_threads() -> int:
 
 #: Under ``TRITON_DEJAVU_COMPILE_PROCESSES=auto`` (the default), tuning runs with at least this many
 #: candidates compile them in worker processes (fewer do not pay for starting the workers).
-PROCESS_COMPILE_MIN = 32
+PROCESS_COMPILE_MIN = 128
 
 
 def compile_processes() -> str:
