@@ -117,7 +117,7 @@ class MissSummary:
     """How often one kernel's key was answered one way, over the lines of a misses file."""
 
     kernel: str
-    key_text: str
+    key: str  # the key as Python writes it
     answer: str
     count: int
     configs: tuple[str, ...]
@@ -148,7 +148,7 @@ def aggregate(lines: Iterable[str]) -> tuple[list[MissSummary], int]:
         MissSummary(kernel, key, answer, n, tuple(sorted(configs[(kernel, key, answer)])))
         for (kernel, key, answer), n in counts.items()
     ]
-    rows.sort(key=lambda r: (-r.count, r.kernel, r.key_text, r.answer))
+    rows.sort(key=lambda r: (-r.count, r.kernel, r.key, r.answer))
     return rows, bad
 
 
