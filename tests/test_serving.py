@@ -229,8 +229,8 @@ with warnings.catch_warnings(record=True) as caught:
     for n, dtype in [(100, torch.float32), (31, torch.float32), (9000, torch.float32), (100, torch.float64)]:
         run_add(tuner, n, dtype=dtype)
         answers.append([n, str(dtype), tuner.last_decision, tuner.best_config.kwargs["BLOCK"]])
-print(json.dumps({"answers": answers, "calls": bench.calls,
-                  "warned": sorted(str(w.message) for w in caught if "is not in the store" in str(w.message))}))
+warned = sorted(str(w.message) for w in caught if "is not in the store" in str(w.message))
+print(json.dumps({"answers": answers, "calls": bench.calls, "warned": warned}))
 """
 
 
