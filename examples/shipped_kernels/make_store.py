@@ -23,9 +23,8 @@ def main() -> None:
     os.environ.pop("TRITON_DEJAVU_TAG", None)
     STORE.mkdir(exist_ok=True)
     sys.path.insert(0, str(HERE))
-    import torch
-
     import shipped_kernels
+    import torch
 
     for n in shipped_kernels.SHIPPED_SIZES:
         x = torch.rand(n)
