@@ -26,6 +26,9 @@ def _isolated_storage(tmp_path, monkeypatch):
         "TRITON_DEJAVU_COMPILE_THREADS",
         "TRITON_DEJAVU_PROGRESS",
         "TRITON_DEJAVU_TAG",
+        "TRITON_DEJAVU_READ_ONLY",
+        "TRITON_DEJAVU_DETERMINISTIC",
+        "TRITON_DEJAVU_MISSES_FILE",
         "TRITON_PRINT_AUTOTUNING",
         "_TRITON_DEJAVU_DETERMINED_CUDA_VERSION",
         "_TRITON_DEJAVU_DETERMINED_ROCM_VERSION",
@@ -34,6 +37,9 @@ def _isolated_storage(tmp_path, monkeypatch):
     from triton_dejavu_like._log import forget_warnings
 
     forget_warnings()  # each test sees the warnings its own actions cause
+    from triton_dejavu_like import reset_misses
+
+    reset_misses()
     yield
 
 

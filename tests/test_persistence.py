@@ -292,9 +292,9 @@ def test_restore_happens_once_per_process_not_per_call(monkeypatch):
     loads = []
     real = storage.CacheFile.load
 
-    def counting(self):
+    def counting(self, **options):
         loads.append(1)
-        return real(self)
+        return real(self, **options)
 
     monkeypatch.setattr(storage.CacheFile, "load", counting)
     tuner = tuned_add(FakeBench())

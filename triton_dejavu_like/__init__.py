@@ -20,7 +20,10 @@ from ._log import DejavuConfigWarning, DejavuStorageWarning, DejavuTuningWarning
 from .measure.bench import TimingPolicy
 from .measure.isolation import IsolationError
 from .search import MissingExtraError
+from .store.layered import add_store
 from .tuner import Autotuner, AutotuningError, ConfigSpace, autotune
+from .tuner.misses import misses, reset_misses
+from .tuner.mode import tuning
 
 _logger = logging.getLogger(__name__)
 _logger.addHandler(logging.NullHandler())
@@ -43,5 +46,9 @@ __all__ = [
     "MissingExtraError",
     "TimingPolicy",
     "__version__",
+    "add_store",
     "autotune",
+    "misses",
+    "reset_misses",
+    "tuning",
 ]

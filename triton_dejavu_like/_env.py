@@ -26,6 +26,9 @@ DEBUG = "TRITON_DEJAVU_DEBUG"
 COMPILE_THREADS = "TRITON_DEJAVU_COMPILE_THREADS"
 COMPILE_PROCESSES = "TRITON_DEJAVU_COMPILE_PROCESSES"
 PROGRESS = "TRITON_DEJAVU_PROGRESS"
+READ_ONLY = "TRITON_DEJAVU_READ_ONLY"
+DETERMINISTIC = "TRITON_DEJAVU_DETERMINISTIC"
+MISSES_FILE = "TRITON_DEJAVU_MISSES_FILE"
 CUDA_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_CUDA_VERSION"
 ROCM_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_ROCM_VERSION"
 
@@ -42,6 +45,9 @@ ALL = (
     COMPILE_THREADS,
     COMPILE_PROCESSES,
     PROGRESS,
+    READ_ONLY,
+    DETERMINISTIC,
+    MISSES_FILE,
     CUDA_VERSION_OVERRIDE,
     ROCM_VERSION_OVERRIDE,
 )
@@ -106,6 +112,25 @@ def debug() -> bool:
 def progress() -> bool:
     """``TRITON_DEJAVU_PROGRESS=0`` turns the progress bar off (default on; it only shows on a terminal)."""
     return flag(PROGRESS, default=True)
+
+
+def read_only() -> bool:
+    """``TRITON_DEJAVU_READ_ONLY=1``: the default of :func:`triton_dejavu_like.tuning` is off (no
+    benchmarking, nothing written)."""
+    return flag(READ_ONLY)
+
+
+def deterministic() -> bool:
+    """``TRITON_DEJAVU_DETERMINISTIC=1``: no timing at run time; a key is answered from the store,
+    else by the read-only rules, identically in every process."""
+    return flag(DETERMINISTIC)
+
+
+def misses_file() -> Path | None:
+    """``TRITON_DEJAVU_MISSES_FILE``: where a process appends the keys it answered without tuning
+    (JSON lines); None when unset."""
+    raw = _raw(MISSES_FILE)
+    return Path(raw).expanduser().absolute() if raw else None
 
 
 def seconds(value: float) -> float:

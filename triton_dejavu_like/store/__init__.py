@@ -18,6 +18,7 @@ from .cache_file import (
 )
 from .entry import InvalidEntry, StoredEntry, parse_timestamp
 from .identity import KernelIdentity, Platform, detect_platform
+from .layered import LayeredStore, StoreLayer, add_store, registered_stores
 from .layout import CACHE_FILE_NAME, default_root, default_tag
 from .store import FileStore, MemoryStore, Store
 
@@ -30,11 +31,14 @@ __all__ = [
     "InvalidCacheFile",
     "InvalidEntry",
     "KernelIdentity",
+    "LayeredStore",
     "MemoryStore",
     "NewerSchemaFile",
     "Platform",
     "Store",
+    "StoreLayer",
     "StoredEntry",
+    "add_store",
     "atomic_write",
     "default_root",
     "default_tag",
@@ -46,4 +50,5 @@ __all__ = [
     "parse_timestamp",
     "read_bounded",
     "read_document",
+    "registered_stores",
 ]

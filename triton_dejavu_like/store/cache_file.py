@@ -389,8 +389,12 @@ class CacheFile:
         )
         doc.rejected = {}
 
-    def load(self) -> EntryMap:
-        """The stored entries by key id (empty when there is no usable file)."""
+    def load(self, *, repair: bool = True) -> EntryMap:
+        """The stored entries by key id (empty when there is no usable file).
+
+        ``repair=False`` never writes (no lock file, no directory, nothing moved aside): problems
+        are only reported. Read-only mode and read-only layers load this way.
+        """
         if not self.path.exists():
             return {}
         try:  # the common case, a valid file of ours, needs no lock: writers replace files atomically
@@ -399,6 +403,9 @@ class CacheFile:
             doc = None
         if doc is not None and doc.identity == self.identity and not doc.rejected:
             return dict(doc.entries)
+        if not repair:
+            doc = self._read(exclusive=False)
+            return dict(doc.entries) if doc else {}
         try:  # anything else is handled under the lock, where a bad file may be moved aside
             with self._locked():
                 doc = self._read(exclusive=True)

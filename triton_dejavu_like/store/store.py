@@ -1,8 +1,9 @@
 """Where a kernel's results are loaded from and recorded to: the :class:`Store` protocol.
 
 The tuner talks to a store only through this protocol: a :class:`FileStore` (one cache file under
-a storage root, shared by processes) or a :class:`MemoryStore` (this process only: used when the
-kernel's storage identity cannot be computed). A new backend implements the same four methods.
+a storage root, shared by processes), a :class:`~.layered.LayeredStore` (a writable store, then
+read-only layers) or a :class:`MemoryStore` (this process only: used when the kernel's storage
+identity cannot be computed). A new backend implements the same four methods.
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ from .warm_start import foreign_winners
 class Store(Protocol):
     """Loads and records the entries of one kernel identity."""
 
-    def load(self) -> EntryMap:
-        """Every stored entry by key id (read once per process by the tuner)."""
+    def load(self, *, repair: bool = True) -> EntryMap:
+        """Every stored entry by key id (read once per process by the tuner). ``repair=False``:
+        write nothing, not even to set a bad file aside (read-only mode)."""
         ...
 
     def record(self, entries: Mapping[str, StoredEntry]) -> bool:
         """Keep ``entries`` (new ones win per key); False when they could not be kept."""
         ...
 
-    def where(self) -> str:
-        """Where the results live, for messages."""
+    def where(self, key_id: str | None = None) -> str:
+        """Where the results live, for messages (with ``key_id``: where that key's entry was read)."""
         ...
 
     def foreign_winners(self) -> list[str]:
@@ -50,13 +52,13 @@ class FileStore:
     def path(self) -> Path:
         return self.cache_file.path
 
-    def load(self) -> EntryMap:
-        return self.cache_file.load()
+    def load(self, *, repair: bool = True) -> EntryMap:
+        return self.cache_file.load(repair=repair)
 
     def record(self, entries: Mapping[str, StoredEntry]) -> bool:
         return self.cache_file.record(entries)
 
-    def where(self) -> str:
+    def where(self, key_id: str | None = None) -> str:
         return str(self.path)
 
     def foreign_winners(self) -> list[str]:
@@ -73,14 +75,14 @@ class MemoryStore:
     def __init__(self) -> None:
         self.entries: EntryMap = {}
 
-    def load(self) -> EntryMap:
+    def load(self, *, repair: bool = True) -> EntryMap:
         return dict(self.entries)
 
     def record(self, entries: Mapping[str, StoredEntry]) -> bool:
         self.entries.update(entries)
         return True
 
-    def where(self) -> str:
+    def where(self, key_id: str | None = None) -> str:
         return "memory"
 
     def foreign_winners(self) -> list[str]:

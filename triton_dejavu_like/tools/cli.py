@@ -1,17 +1,21 @@
 """``python -m triton_dejavu_like`` (also ``triton-dejavu-like``): inspect and manage stored results.
 
-Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu``. Every command takes
-``--root`` (default: the package's storage root, ``$TRITON_DEJAVU_STORAGE`` or the user cache
-directory) and ``--json`` for scripts. Exit status: 0 on success, 1 when an input cannot be read or
-nothing matches, 2 for bad arguments.
+Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu``, ``misses``. Every
+store command takes ``--root`` (default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or
+the user cache directory) and ``--json`` for scripts. ``list`` and ``show`` read every root given
+(``--root`` repeated or an ``os.pathsep`` list: the first is the written one, the others are layers)
+and say which layer each file came from; the other commands use the first root. Exit status: 0 on
+success, 1 when an input cannot be read or nothing matches, 2 for bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -20,8 +24,9 @@ from typing import Any
 
 from .. import __version__, _compat, _env
 from ..codec import describe_config
-from ..store import StoredEntry, default_root, inventory, parse_timestamp
+from ..store import InvalidCacheFile, StoredEntry, default_root, inventory, parse_timestamp
 from ..store.entry import InvalidEntry
+from ..tuner import misses as miss_log
 from . import dejavu_import
 
 PROG = "triton-dejavu-like"
@@ -74,8 +79,40 @@ def report_problems(problems: Sequence[inventory.Problem]) -> None:
 # --- reading ---------------------------------------------------------------------------------------------
 
 
+def _roots(args: argparse.Namespace) -> list[Path]:
+    """Every root given with ``--root`` (repeated, or an ``os.pathsep`` list), in order; without
+    ``--root``: the roots of ``$TRITON_DEJAVU_STORAGE``, else the default root."""
+    given = [part for value in args.root or () for part in value.split(os.pathsep) if part.strip()]
+    if given:
+        return [Path(part).expanduser() for part in given]
+    return _env.storage_roots() or [default_root()]
+
+
 def _root(args: argparse.Namespace) -> Path:
-    return Path(args.root).expanduser() if args.root else default_root()
+    """The written root: the first one."""
+    return _roots(args)[0]
+
+
+def layer_name(index: int) -> str:
+    return f"{index} (written)" if index == 0 else str(index)
+
+
+def _layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int, inventory.StoredFile]]]:
+    """The cache files of every existing root, each with the index of its root (0: the written one)."""
+    roots = _roots(args)
+    existing = [(i, root) for i, root in enumerate(roots) if root.is_dir()]
+    if not existing:
+        raise CliError(f"no storage at {os.pathsep.join(map(str, roots))} (set --root or {_env.STORAGE})")
+    found: list[tuple[int, inventory.StoredFile]] = []
+    problems: list[inventory.Problem] = []
+    for i, root in existing:
+        files, bad = inventory.read_sources([root])
+        found += [(i, f) for f in files]
+        problems += bad
+    if not args.json:
+        report_problems(problems)
+    args.problems, args.roots = problems, roots
+    return roots, found
 
 
 def _existing_root(args: argparse.Namespace) -> Path:
@@ -105,11 +142,13 @@ def file_summary(f: inventory.StoredFile) -> dict[str, Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    root = _existing_root(args)
-    files, problems = inventory.read_sources([root])
-    files = _selected(args, files)
+    roots, layered = _layered_files(args)
+    wanted = set(map(id, _selected(args, [f for _, f in layered])))
+    layered = [(i, f) for i, f in layered if id(f) in wanted]
+    layers = len(roots) > 1  # a LAYER column and a legend only when there are layers
     rows = [
         [
+            *([str(i)] if layers else []),
             f.identity_id,
             f.identity["kernel"],
             f.identity["tag"],
@@ -119,18 +158,23 @@ def cmd_list(args: argparse.Namespace) -> int:
             str(len(f.entries)),
             when(f.last_tuned()),
         ]
-        for f in sorted(files, key=lambda f: (f.identity["kernel"], f.identity["tag"], f.source))
+        for i, f in sorted(layered, key=lambda p: (p[1].identity["kernel"], p[1].identity["tag"], p[0]))
     ]
-    headers = ["ID", "KERNEL", "TAG", "TRITON", "TOOLCHAIN", "GPU", "KEYS", "LAST TUNED"]
-    text = table(headers, rows) if rows else f"no stored results under {root}"
+    headers = [*(["LAYER"] if layers else []), "ID", "KERNEL", "TAG", "TRITON", "TOOLCHAIN", "GPU", "KEYS"]
+    headers.append("LAST TUNED")
+    legend = [f"layer {layer_name(i)}: {root}" for i, root in enumerate(roots)] if layers else []
+    text = table(headers, rows)
+    if not rows:
+        text = f"no stored results under {os.pathsep.join(map(str, roots))}"
+    elif legend:
+        text = "\n".join([*legend, "", text])
     payload = {
-        "root": str(root),
-        "files": [file_summary(f) for f in files],
-        "problems": problems_payload(problems),
+        "root": str(roots[0]),
+        "roots": [str(r) for r in roots],
+        "files": [{**file_summary(f), "layer": i, "layer_root": str(roots[i])} for i, f in layered],
+        "problems": problems_payload(args.problems),
     }
     emit(args, payload, text)
-    if not args.json:
-        report_problems(problems)
     return 0
 
 
@@ -172,25 +216,34 @@ def entry_lines(entry: StoredEntry, *, top: bool) -> list[str]:
     return lines
 
 
-def _files_for(selector: str, args: argparse.Namespace) -> list[inventory.StoredFile]:
+def _files_for(
+    selector: str, args: argparse.Namespace
+) -> list[tuple[tuple[int, Path] | None, inventory.StoredFile]]:
+    """The files ``selector`` names, each with its layer (index and root; None for a path given)."""
     path = Path(selector).expanduser()
     if path.exists():
         files, problems = inventory.read_sources([path])
         if problems:
             report_problems(problems)
             raise CliError(f"{len(problems)} unreadable file(s) in {path}")
-        return files
-    files, _ = inventory.read_sources([_existing_root(args)])
-    return [f for f in files if f.identity_id.startswith(selector) or f.identity["kernel"] == selector]
+        return [(None, f) for f in files]
+    roots, layered = _layered_files(args)
+    return [
+        ((i, roots[i]), f)
+        for i, f in layered
+        if f.identity_id.startswith(selector) or f.identity["kernel"] == selector
+    ]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    files = _selected(args, _files_for(args.selector, args))
-    if not files:
+    found = _files_for(args.selector, args)
+    wanted = set(map(id, _selected(args, [f for _, f in found])))
+    found = [(layer, f) for layer, f in found if id(f) in wanted]
+    if not found:
         raise CliError(f"nothing stored matches {args.selector!r} (see '{PROG} list')")
     out: list[str] = []
     payload: dict[str, Any] = {"files": []}
-    for f in sorted(files, key=lambda f: f.source):
+    for layer, f in sorted(found, key=lambda p: (p[0] or (0, Path()), p[1].source)):
         ident = f.identity
         keys = f"{len(f.entries)} key" + ("" if len(f.entries) == 1 else "s")
         out.append(
@@ -198,6 +251,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"{ident['toolchain']}  gpu {ident['gpu']}  ({keys})"
         )
         out.append(f"  {f.source}")
+        layered = layer is not None and len(args.roots) > 1  # said only when there are layers
+        if layered:
+            out.append(f"  layer {layer_name(layer[0])}: {layer[1]}")
         entries = sorted(f.entries.values(), key=key_text)
         for entry in entries:
             out.extend(entry_lines(entry, top=args.top))
@@ -205,7 +261,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             out.append(f"  invalid entry {kid[:120]}: {reason}")
         out.append("")
         payload["files"].append(
-            {**file_summary(f), "entries": [entry_payload(e) for e in entries], "invalid": list(f.rejected)}
+            {
+                **file_summary(f),
+                **({"layer": layer[0], "layer_root": str(layer[1])} if layered else {}),
+                "entries": [entry_payload(e) for e in entries],
+                "invalid": list(f.rejected),
+            }
         )
     emit(args, payload, "\n".join(out).rstrip())
     return 0
@@ -434,12 +495,47 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+# --- misses -----------------------------------------------------------------------------------------------
+
+
+def cmd_misses(args: argparse.Namespace) -> int:
+    source = Path(args.file).expanduser() if args.file else _env.misses_file()
+    if source is None:
+        raise UsageError(f"name the misses file (or set {_env.MISSES_FILE})")
+    try:
+        rows, bad = miss_log.read_misses_file(source)
+    except InvalidCacheFile as exc:
+        raise CliError(f"cannot read {source}: {exc}") from exc
+    table_rows = [[r.kernel, r.key, r.answer, str(r.count), ", ".join(r.configs)] for r in rows]
+    text = (
+        table(["KERNEL", "KEY", "ANSWER", "COUNT", "CONFIG"], table_rows)
+        if rows
+        else f"no misses recorded in {source}"
+    )
+    if rows:
+        text += "\n\ntune them ahead of time: python -m triton_dejavu_like tune SPEC"
+    payload = {
+        "file": str(source),
+        "misses": [dataclasses.asdict(r) for r in rows],
+        "invalid_lines": bad,
+    }
+    emit(args, payload, text)
+    if bad and not args.json:
+        print(f"{PROG}: skipped {bad} line(s) of {source} that are not miss records", file=sys.stderr)
+    return 0
+
+
 # --- the parser -------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", help=f"storage root (default: ${_env.STORAGE} or the user cache directory)")
+    common.add_argument(
+        "--root",
+        action="append",
+        help=f"storage root (default: ${_env.STORAGE} or the user cache directory); list and show take "
+        f"several (repeated or '{os.pathsep}'-separated: the first is written, the others are layers)",
+    )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
     selection = argparse.ArgumentParser(add_help=False)
     for name in ("kernel", "tag", "triton", "toolchain", "gpu"):
@@ -528,6 +624,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace entries already stored for the same key")
     p.add_argument("--dry-run", action="store_true", help="report, write nothing")
     p.set_defaults(func=cmd_import_dejavu)
+
+    p = sub.add_parser("misses", help="aggregate the keys serving processes answered without tuning")
+    p.add_argument("file", nargs="?", help=f"a misses file (default: ${_env.MISSES_FILE})")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(func=cmd_misses)
     return parser
 
 

@@ -27,6 +27,7 @@ from ..store import (
 from ..store.warm_start import MAX_FOREIGN_SEEDS
 from .config_space import ConfigSpace, platform_check_for
 from .key import NO_DTYPE, KeyPlan, Tensor, TuningKey
+from .mode import tuning_enabled
 from .policy import MissPolicy
 from .report import report
 from .settings import TunerSettings
@@ -267,7 +268,7 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
                     key.values,
                     outcome,
                     strategy=self.settings.strategy,
-                    where=state.store.where(),
+                    where=state.store.where(key.id),
                 )
             launch = (config, self._launch_kwargs(config), config.pre_hook)
             self._launch[lookup] = launch
@@ -278,7 +279,8 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
             platform = self._platform()
             benchmarker = self.settings.timing.benchmarker(_compat.is_interpreted(self.fn))
             store = self._open_store(platform)
-            self._state = _ProcessState(platform, benchmarker, store, store.load())
+            # with tuning off, reading the store writes nothing (no lock file, nothing set aside)
+            self._state = _ProcessState(platform, benchmarker, store, store.load(repair=tuning_enabled()))
         return self._state
 
     def _decide(

@@ -1,9 +1,12 @@
 """The miss policy: how a key missing from memory is answered before (or instead of) tuning.
 
 In order: a stored entry for the key (when pruning cannot have changed the candidates), then
-``TRITON_DEJAVU_FORCE_FALLBACK=1`` (the ``fallback_heuristic``, no tuning), then
-``TRITON_DEJAVU_USE_ONLY_RESTORED=1`` (tune only among configs that won a restored key). What is
-left is tuned over the remaining candidates.
+``TRITON_DEJAVU_FORCE_FALLBACK=1`` (the ``fallback_heuristic``, no tuning). When tuning is off
+(:func:`~triton_dejavu_like.tuning`, ``TRITON_DEJAVU_READ_ONLY=1`` or
+``TRITON_DEJAVU_DETERMINISTIC=1``) the miss is then answered without benchmarking by the nearest
+tuned key (:mod:`.nearest`), else the ``fallback_heuristic``, else the first candidate, and counted
+(:mod:`.misses`). Otherwise ``TRITON_DEJAVU_USE_ONLY_RESTORED=1`` restricts tuning to configs that
+won a restored key, and what is left is tuned over the remaining candidates.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from .._compat import Config
 from .._log import DejavuConfigWarning, DejavuTuningWarning, log, warn_once
 from ..store import StoredEntry
 from .key import TuningKey
+from .misses import record_miss
+from .mode import tuning_enabled
+from .nearest import nearest
 from .tuning import AutotuningError, Outcome
 
 
@@ -53,6 +59,10 @@ class MissPolicy:
                 self.kernel_name,
                 _env.FORCE_FALLBACK,
             )
+        if not tuning_enabled():
+            outcome = self.without_tuning(key, candidates, restored)
+            record_miss(self.kernel_name, key.values, outcome.source, outcome.config)
+            return outcome
         if _env.use_only_restored():
             winners = {e.config_id for e in restored.values()}
             restricted = [c for c in candidates if self.config_id(c) in winners]
@@ -61,6 +71,44 @@ class MissPolicy:
             if restricted:
                 return restricted
         return candidates
+
+    def without_tuning(
+        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry]
+    ) -> Outcome:
+        """The nearest tuned key's config, else the ``fallback_heuristic``, else the first candidate
+        (upstream's choice when it does not benchmark)."""
+        deterministic = _env.deterministic()
+        warn_once(
+            DejavuTuningWarning,
+            self.kernel_name,
+            "%s: tuning is off (%s) and some keys are not in the store; they are answered by the "
+            "nearest tuned key, the fallback_heuristic or the first config. Tune them ahead of time "
+            "with 'python -m triton_dejavu_like tune SPEC' (set %s=FILE to record them; "
+            "'python -m triton_dejavu_like misses FILE' lists them)",
+            self.kernel_name,
+            f"{_env.DETERMINISTIC}=1" if deterministic else f"{_env.READ_ONLY} or tuning(False)",
+            _env.MISSES_FILE,
+        )
+        found = nearest(key.values, restored.values(), candidates, self.config_id)
+        if found is not None:
+            entry, config = found
+            outcome = Outcome(config, "nearest")
+            log.debug("%s: key %r answered by the nearest key %r", self.kernel_name, key.values, entry.key)
+        elif self.fallback_heuristic is not None:
+            outcome = Outcome(self.heuristic(key.values), "heuristic")
+        else:
+            outcome = Outcome(candidates[0], "default")
+        if deterministic:
+            warn_once(
+                DejavuTuningWarning,
+                f"{self.kernel_name}:{key.id or repr(key.values)}",
+                "%s: %s=1 and key %r is not in the store; answered by %s",
+                self.kernel_name,
+                _env.DETERMINISTIC,
+                key.values,
+                outcome.source,
+            )
+        return outcome
 
     def _restore(
         self, entry: StoredEntry, candidates: list[Config], candidates_hash: str, pruning: bool

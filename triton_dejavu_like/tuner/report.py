@@ -24,6 +24,8 @@ def report(
             "tuned": f"tuned ({strategy}, {len(outcome.configs_timings)} configs benchmarked)",
             "restored": f"restored from {where}",
             "heuristic": "fallback heuristic, no tuning",
+            "nearest": "config of the nearest tuned key, no tuning",
+            "default": "first config, no tuning",
         }[outcome.source]
         sys.stdout.write(
             f"Triton autotuning for function {kernel_name}, with key as {key}, finished after "

@@ -6,10 +6,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import _env
 from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import EncodingError, config_id
-from ..store import FileStore, KernelIdentity, MemoryStore, Platform, Store, default_root, default_tag
+from ..store import (
+    FileStore,
+    KernelIdentity,
+    LayeredStore,
+    MemoryStore,
+    Platform,
+    Store,
+    StoreLayer,
+    default_root,
+    default_tag,
+    registered_stores,
+)
 from ..store.identity import code_version, stable_hash
 from .settings import TunerSettings
 
@@ -69,4 +81,16 @@ class StorageIdentity:
                 exc,
             )
             return MemoryStore()
-        return FileStore(self._root(), ident.as_dict(), self.arg_names)
+        root = self._root()
+        primary = FileStore(root, ident.as_dict(), self.arg_names)
+        layers = self._layers(root)
+        if not layers:
+            return primary
+        return LayeredStore(primary, layers, ident.as_dict(), self.arg_names)
+
+    @staticmethod
+    def _layers(root: Path) -> list[StoreLayer]:
+        """The read-only layers: the other roots of ``TRITON_DEJAVU_STORAGE``, then the stores
+        registered with :func:`~triton_dejavu_like.add_store` (the writable root is never a layer)."""
+        env = [StoreLayer(p) for p in _env.storage_roots()[1:] if p != root]
+        return env + [layer for layer in registered_stores() if layer.location != root]

@@ -40,11 +40,12 @@ class AutotuningError(AutotunerErrorBase):
 
 @dataclass
 class Outcome:
-    """What a miss decided: the config, how (tuned, restored, heuristic, single), and for a tuning
-    the timings of every measured candidate and the entry to store."""
+    """What a miss decided: the config, how (tuned, restored, heuristic, single, or with tuning off:
+    nearest, default), and for a tuning the timings of every measured candidate and the entry to
+    store."""
 
     config: Config
-    source: str  # "tuned" | "restored" | "heuristic" | "single"
+    source: str  # "tuned" | "restored" | "heuristic" | "single" | "nearest" | "default"
     configs_timings: dict[Config, list[float]] = field(default_factory=dict)
     duration_s: float = 0.0
     entry: StoredEntry | None = None

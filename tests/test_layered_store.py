@@ -1,0 +1,155 @@
+"""Layered stores: TRITON_DEJAVU_STORAGE with several roots, add_store (a folder, a zipped package),
+and the CLI naming each file's layer."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import triton
+from kernels import FakeBench, run_add, tuned_add
+from serving_helpers import add_key, seed, tree
+
+from triton_dejavu_like.codec import key_id
+from triton_dejavu_like.store.layered import StoreLayer, add_store, forget_stores, registered_stores
+from triton_dejavu_like.tools import cli
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "shipped_kernels"
+
+
+@pytest.fixture
+def roots(tmp_path, monkeypatch):
+    paths = [tmp_path / name for name in ("rw", "layer1", "layer2")]
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", os.pathsep.join(map(str, paths)))
+    return paths
+
+
+def test_layers_are_searched_in_order_and_never_written(roots):
+    rw, layer1, layer2 = roots
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    seed(tuner, layer1, {add_key(64): 32})
+    seed(tuner, layer2, {add_key(64): 16, add_key(128): 64})
+    layers_before = tree(layer1), tree(layer2)
+
+    run_add(tuner, 64)
+    assert (tuner.last_decision, tuner.best_config.kwargs["BLOCK"]) == ("restored", 32)  # layer1 first
+    run_add(tuner, 128)
+    assert (tuner.last_decision, tuner.best_config.kwargs["BLOCK"]) == ("restored", 64)
+    assert bench.calls == 0
+    store = tuner._state.store
+    assert store.where(key_id(add_key(64))) == str(layer1)
+    assert store.where(key_id(add_key(128))) == str(layer2)
+
+    run_add(tuner, 256)  # a miss everywhere: tuned and written to the first root only
+    assert tuner.last_decision == "tuned"
+    assert (tree(layer1), tree(layer2)) == layers_before
+    written = json.loads(tuner.cache_path().read_text())
+    assert list(written["entries"]) == [key_id(add_key(256))]
+    assert tuner.cache_path().is_relative_to(rw)
+
+    again = tuned_add(FakeBench())  # the writable root wins over the layers for its keys
+    seed(again, rw, {add_key(128): 16})
+    run_add(again, 128)
+    assert again.best_config.kwargs["BLOCK"] == 16
+
+
+def test_cli_list_and_show_name_the_layer(roots, capsys):
+    rw, layer1, _ = roots
+    tuner = tuned_add(FakeBench())
+    seed(tuner, rw, {add_key(64): 32})
+    seed(tuner, layer1, {add_key(128): 64})
+
+    assert cli.main(["list", "--root", str(rw), "--root", f"{layer1}{os.pathsep}{roots[2]}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"layer 0 (written): {rw}" and lines[1] == f"layer 1: {layer1}"
+    table = [line.split() for line in lines if "add_kernel" in line]
+    assert sorted(row[0] for row in table) == ["0", "1"]
+
+    assert cli.main(["list", "--json"]) == 0  # the roots of TRITON_DEJAVU_STORAGE
+    files = json.loads(capsys.readouterr().out)["files"]
+    assert sorted((f["layer"], f["layer_root"]) for f in files) == [(0, str(rw)), (1, str(layer1))]
+
+    assert cli.main(["show", "add_kernel"]) == 0
+    out = capsys.readouterr().out
+    assert f"layer 0 (written): {rw}" in out and f"layer 1: {layer1}" in out
+
+
+def test_add_store_rejects_what_is_not_a_folder(tmp_path):
+    with pytest.warns(UserWarning, match="not a folder"):
+        add_store(tmp_path / "missing")
+    with pytest.raises(TypeError):
+        add_store(42)
+    try:
+        add_store(tmp_path)
+        add_store(str(tmp_path))  # the same folder once
+        assert [layer.label for layer in registered_stores()] == [str(tmp_path)]
+    finally:
+        forget_stores()
+
+
+def test_a_layer_in_a_zip_is_read_without_extracting(tmp_path):
+    tuner = tuned_add(FakeBench())
+    seed(tuner, tmp_path / "tuned", {add_key(64): 64})
+    archive = tmp_path / "store.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in (tmp_path / "tuned").rglob("*"):
+            zf.write(path, path.relative_to(tmp_path))
+    layer = StoreLayer(zipfile.Path(archive) / "tuned")
+    identity = tuner.kernel_identity(tuner._platform()).as_dict()
+    entries = layer.load(identity, tuner.arg_names)
+    assert [e.config.kwargs["BLOCK"] for e in entries.values()] == [64]
+
+
+# --- the example package that ships its store ---------------------------------------------------------------
+
+USE_PACKAGE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch, shipped_kernels
+answers = []
+for n in (*shipped_kernels.SHIPPED_SIZES, 300):
+    x = torch.rand(n)
+    torch.testing.assert_close(shipped_kernels.scale(x, 2.0), x * 2.0)
+    answers.append(shipped_kernels.scale_kernel.last_decision)
+print(json.dumps({"answers": answers, "file": shipped_kernels.__file__}))
+"""
+
+
+def shipped_triton_versions() -> set[str]:
+    store = EXAMPLE / "shipped_kernels" / "tuned"
+    return {p.name.removeprefix("triton_") for p in store.glob("*/triton_*")}
+
+
+@pytest.mark.skipif(
+    triton.__version__ not in shipped_triton_versions(),
+    reason="examples/shipped_kernels/tuned was made with another Triton (run make_store.py)",
+)
+@pytest.mark.parametrize("form", ["folder", "zip"])
+def test_shipped_store_is_used_from_a_folder_and_from_a_zip(tmp_path, form):
+    package = tmp_path / "src" / "shipped_kernels"
+    shutil.copytree(EXAMPLE / "shipped_kernels", package, ignore=shutil.ignore_patterns("__pycache__"))
+    location = package.parent
+    if form == "zip":
+        location = tmp_path / "shipped_kernels.zip"
+        with zipfile.ZipFile(location, "w") as zf:
+            for path in sorted(package.rglob("*")):
+                zf.write(path, path.relative_to(package.parent))
+        shutil.rmtree(package.parent)
+    rw = tmp_path / "rw"
+    env = {**os.environ, "TRITON_DEJAVU_STORAGE": str(rw), "TRITON_DEJAVU_READ_ONLY": "1"}
+    command = [sys.executable, "-c", USE_PACKAGE, str(location)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["answers"] == ["restored", "restored", "nearest"]
+    assert result["file"].startswith(str(location))
+    assert not rw.exists()
+    if form == "zip":
+        assert [p.name for p in tmp_path.iterdir()] == ["shipped_kernels.zip"]  # nothing extracted

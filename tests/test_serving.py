@@ -1,0 +1,263 @@
+"""Serving with tuning off: read-only mode, the tuning() switch, the misses counter and file, and
+deterministic selection (CPU, interpreter, a counting do_bench: nothing here may benchmark)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+from kernels import FakeBench, block_configs, run_add, tuned_add
+from serving_helpers import add_key, seed, tree
+
+import triton_dejavu_like as tdl
+from triton_dejavu_like.tools import cli
+from triton_dejavu_like.tuner.mode import tuning_enabled
+from triton_dejavu_like.tuner.nearest import distance
+
+ROOT_ENV = "TRITON_DEJAVU_STORAGE"
+
+
+def storage() -> Path:
+    return Path(os.environ[ROOT_ENV])
+
+
+def block(tuner: tdl.Autotuner) -> int:
+    return tuner.best_config.kwargs["BLOCK"]
+
+
+# --- the nearest key -----------------------------------------------------------------------------------
+
+
+def test_distance_is_log_scale_over_numbers_and_requires_equal_other_values():
+    assert distance((1023, "torch.float16"), (2047, "torch.float16")) == pytest.approx(1.0)
+    assert distance((1023, "torch.float16"), (1023, "torch.float32")) is None  # another dtype
+    assert distance((8, True), (8, False)) is None  # bools are flags, not sizes
+    assert distance((8,), (8, 1)) is None
+    assert distance((3, 7), (3, 7)) == 0.0
+
+
+def test_read_only_answers_nearest_then_heuristic_then_first_config(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    seed(tuner, storage(), {add_key(64): 32, add_key(4096): 128})
+    before = tree(storage())
+
+    with pytest.warns(tdl.DejavuTuningWarning, match="tune SPEC"):
+        run_add(tuner, 100)
+    assert (tuner.last_decision, block(tuner)) == ("nearest", 32)
+    run_add(tuner, 3000)
+    assert (tuner.last_decision, block(tuner)) == ("nearest", 128)
+    run_add(tuner, 64)
+    assert (tuner.last_decision, block(tuner)) == ("restored", 32)
+    run_add(tuner, 100, dtype=torch.float64)  # no stored key with these dtypes, no heuristic
+    assert (tuner.last_decision, block(tuner)) == ("default", 16)
+
+    heuristic = lambda key: triton.Config({"BLOCK": 64}, num_warps=1)  # noqa: E731
+    with_heuristic = tuned_add(bench, fallback_heuristic=heuristic)
+    run_add(with_heuristic, 100, dtype=torch.float64)
+    assert (with_heuristic.last_decision, block(with_heuristic)) == ("heuristic", 64)
+    run_add(with_heuristic, 100)  # the nearest key comes before the heuristic
+    assert with_heuristic.last_decision == "nearest"
+
+    assert bench.calls == 0
+    assert tree(storage()) == before  # no file, no lock file, no directory
+
+
+def test_nearest_skips_stored_configs_that_are_no_longer_candidates(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    tuner = tuned_add(FakeBench(), configs=block_configs((16, 32, 64, 128)))
+    seed(tuner, storage(), {add_key(64): 512, add_key(4096): 128})  # BLOCK 512 is not a candidate
+    run_add(tuner, 100)
+    assert (tuner.last_decision, block(tuner)) == ("nearest", 128)
+
+
+def test_nearest_ties_go_to_the_smaller_key_id(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    tuner = tuned_add(FakeBench())
+    # s(x) = log2(1 + x): 31 lies exactly one unit from 15 and from 63
+    seed(tuner, storage(), {add_key(63): 64, add_key(15): 16})
+    run_add(tuner, 31)
+    assert (tuner.last_decision, block(tuner)) == ("nearest", 16)
+
+
+def test_read_only_with_an_empty_store_creates_nothing(monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    run_add(tuner, 100)
+    assert tuner.last_decision == "default" and bench.calls == 0
+    assert not storage().exists()
+
+
+def test_read_only_does_not_set_a_bad_cache_file_aside(monkeypatch):
+    tuner = tuned_add(FakeBench())
+    path = seed(tuner, storage(), {add_key(64): 32})
+    path.write_text("{not json")
+    before = tree(storage())
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    with pytest.warns(tdl.DejavuStorageWarning, match="invalid tuning cache"):
+        run_add(tuner, 100)
+    assert tuner.last_decision == "default"
+    assert tree(storage()) == before
+
+
+# --- the tuning() switch ---------------------------------------------------------------------------------
+
+
+def test_warm_up_with_tuning_then_serve_without():
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    with tdl.tuning(True):
+        run_add(tuner, 64)  # warm-up: tuned and stored
+    assert tuner.last_decision == "tuned"
+    calls, stored = bench.calls, tree(storage())
+    with tdl.tuning(False), pytest.warns(tdl.DejavuTuningWarning):
+        run_add(tuner, 100)
+        run_add(tuner, 100)  # answered once, then launched from memory
+        run_add(tuner, 64)
+    assert tuner.last_decision == "nearest" or tuner.cache  # 64 is a hit in memory
+    assert bench.calls == calls and tree(storage()) == stored
+    assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+    tdl.reset_misses()
+    assert tdl.misses() == {}
+    run_add(tuner, 5000)  # the switch is off again outside the block: tuning resumes
+    assert tuner.last_decision == "tuned" and bench.calls > calls
+
+
+def test_tuning_blocks_nest_and_leave_in_any_order(monkeypatch):
+    assert tuning_enabled()
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    assert not tuning_enabled()
+    outer, inner = tdl.tuning(True), tdl.tuning(False)
+    outer.__enter__()
+    assert tuning_enabled()
+    inner.__enter__()
+    assert not tuning_enabled()
+    outer.__exit__(None, None, None)  # another thread may leave its block first
+    assert not tuning_enabled()
+    inner.__exit__(None, None, None)
+    assert not tuning_enabled()  # back to the environment's default
+    monkeypatch.setenv("TRITON_DEJAVU_DETERMINISTIC", "1")
+    with tdl.tuning(True):
+        assert not tuning_enabled()  # deterministic mode never times
+    with pytest.raises(TypeError):
+        tdl.tuning("no").__enter__()
+
+
+def test_tuning_switch_is_process_wide():
+    seen = []
+    entered, checked = threading.Event(), threading.Event()
+
+    def other():
+        entered.wait(5)
+        seen.append(tuning_enabled())
+        checked.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with tdl.tuning(False):
+        entered.set()
+        checked.wait(5)
+    thread.join()
+    assert seen == [False]
+
+
+# --- the misses file and the CLI ---------------------------------------------------------------------------
+
+
+def test_misses_file_and_cli(tmp_path, monkeypatch, capsys):
+    misses = tmp_path / "misses.jsonl"
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(misses))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    first = tuned_add(FakeBench())
+    seed(first, storage(), {add_key(64): 32})
+    for tuner in (first, tuned_add(FakeBench())):  # two kernel objects: the key is answered twice
+        run_add(tuner, 100)
+    run_add(first, 7, dtype=torch.float64)
+    misses.open("a").write("not json\n")
+
+    assert cli.main(["misses", str(misses), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    counts = {(m["kernel"], m["key"], m["answer"]): m["count"] for m in payload["misses"]}
+    assert counts == {
+        ("add_kernel", repr(add_key(100)), "nearest"): 2,
+        ("add_kernel", repr((7, *("torch.float64",) * 3)), "default"): 1,
+    }
+    assert payload["invalid_lines"] == 1
+    assert payload["misses"][0]["configs"] == ["BLOCK=32, num_warps=1, num_stages=3"]
+
+    assert cli.main(["misses"]) == 0  # the file named by the variable
+    out = capsys.readouterr().out
+    assert "add_kernel" in out and "nearest" in out and "tune" in out
+
+
+def test_misses_file_inside_the_store_is_refused(monkeypatch):
+    inside = storage() / "misses.jsonl"
+    storage().mkdir(parents=True)
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(inside))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    with pytest.warns(tdl.DejavuStorageWarning, match="not written into a store"):
+        run_add(tuned_add(FakeBench()), 100)
+    assert not inside.exists()
+    assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+
+
+def test_cli_misses_needs_a_file(capsys):
+    assert cli.main(["misses"]) == 2
+
+
+# --- deterministic selection -------------------------------------------------------------------------------
+
+SERVE = """
+import json, sys
+sys.path[:0] = sys.argv[1:2]
+from kernels import FakeBench, run_add, tuned_add
+import torch, triton, warnings
+bench = FakeBench()
+tuner = tuned_add(bench)
+answers = []
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for n, dtype in [(100, torch.float32), (31, torch.float32), (9000, torch.float32), (100, torch.float64)]:
+        run_add(tuner, n, dtype=dtype)
+        answers.append([n, str(dtype), tuner.last_decision, tuner.best_config.kwargs["BLOCK"]])
+warned = sorted(str(w.message) for w in caught if "is not in the store" in str(w.message))
+print(json.dumps({"answers": answers, "calls": bench.calls, "warned": warned}))
+"""
+
+
+def test_deterministic_answers_are_identical_in_fresh_processes(tmp_path):
+    tuner = tuned_add(FakeBench())
+    seed(tuner, storage(), {add_key(63): 64, add_key(15): 16, add_key(4096): 128})
+    before = tree(storage())
+    outputs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "TRITON_DEJAVU_DETERMINISTIC": "1", "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run(
+            [sys.executable, "-c", SERVE, str(Path(__file__).parent)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        outputs.append(json.loads(done.stdout.splitlines()[-1]))
+    assert outputs[0] == outputs[1]
+    result = outputs[0]
+    assert result["calls"] == 0
+    assert result["answers"] == [
+        [100, "torch.float32", "nearest", 64],
+        [31, "torch.float32", "nearest", 16],
+        [9000, "torch.float32", "nearest", 128],
+        [100, "torch.float64", "default", 16],
+    ]
+    assert len(result["warned"]) == 4 and all("TRITON_DEJAVU_DETERMINISTIC" in w for w in result["warned"])
+    assert tree(storage()) == before

@@ -1,0 +1,171 @@
+"""Keys answered without tuning: a counter in this process, and an optional JSON-lines file.
+
+Every key that a kernel answers without tuning while tuning is off (read-only or deterministic
+mode) is counted here: :func:`misses` returns ``{kernel name: {key tuple: count}}``. A key is
+answered once per process (the answer is then kept in memory), so within one process the count is
+how many times the key was decided (again after ``reset_misses()`` or a new kernel object).
+
+With ``TRITON_DEJAVU_MISSES_FILE=path`` each such answer is also appended to ``path`` as one JSON
+line (``{"kernel", "key", "key_text", "answer", "config", "pid", "time"}``, the key in the package's
+typed JSON), so that ``python -m triton_dejavu_like misses path`` can aggregate what several
+serving processes missed. The file is kept outside the store: a path inside a storage root is
+refused. Its directory must exist (nothing is created); each line is written with one ``write``
+in append mode, so processes sharing the file do not interleave lines.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import _env
+from .._compat import Config
+from .._log import DejavuStorageWarning, warn_once
+from ..codec import DecodingError, EncodingError, decode_key, describe_config, encode_key
+from ..store.cache_file import MAX_FILE_BYTES, read_bounded
+
+#: The answers a miss can get without tuning.
+ANSWERS = ("nearest", "heuristic", "default")
+
+_lock = threading.Lock()
+_counts: dict[str, Counter[tuple[Any, ...]]] = {}
+
+
+def misses() -> dict[str, dict[tuple[Any, ...], int]]:
+    """``{kernel name: {key tuple: count}}`` of the keys this process answered without tuning."""
+    with _lock:
+        return {kernel: dict(counts) for kernel, counts in _counts.items()}
+
+
+def reset_misses() -> None:
+    """Forget the counted misses (the misses file is left as it is)."""
+    with _lock:
+        _counts.clear()
+
+
+def record_miss(kernel: str, key: tuple[Any, ...], answer: str, config: Config) -> None:
+    """Count a key answered without tuning, and append it to the misses file when one is set."""
+    with _lock:
+        _counts.setdefault(kernel, Counter())[key] += 1
+    path = _env.misses_file()
+    if path is not None:
+        _append(path, kernel, key, answer, config)
+
+
+def _inside_store(path: Path) -> Path | None:
+    for root in _env.storage_roots():
+        if path == root or root in path.parents:
+            return root
+    return None
+
+
+def _append(path: Path, kernel: str, key: tuple[Any, ...], answer: str, config: Config) -> None:
+    root = _inside_store(path)
+    if root is not None:
+        warn_once(
+            DejavuStorageWarning,
+            str(path),
+            "%s=%s lies inside the storage root %s; misses are not written into a store",
+            _env.MISSES_FILE,
+            path,
+            root,
+        )
+        return
+    try:
+        encoded: Any = encode_key(key)
+    except (EncodingError, ValueError):
+        encoded = None
+    record = {
+        "kernel": kernel,
+        "key": encoded,
+        "key_text": repr(key)[:1000],
+        "answer": answer,
+        "config": describe_config(config),
+        "pid": os.getpid(),
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    try:  # created when missing, in a directory that must exist
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        warn_once(
+            DejavuStorageWarning,
+            str(path),
+            "cannot append misses to %s=%s (%s); they are only counted in memory",
+            _env.MISSES_FILE,
+            path,
+            exc,
+        )
+
+
+# --- reading a misses file (the CLI) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MissSummary:
+    """How often one kernel's key was answered one way, over the lines of a misses file."""
+
+    kernel: str
+    key: str  # the key as Python writes it
+    answer: str
+    count: int
+    configs: tuple[str, ...]
+
+
+def read_misses_file(path: Path) -> tuple[list[MissSummary], int]:
+    """The lines of a misses file aggregated by (kernel, key, answer), most frequent first, and
+    the number of lines that could not be used. Raises ``OSError`` or ``InvalidCacheFile``."""
+    data = read_bounded(path, MAX_FILE_BYTES)
+    return aggregate(data.decode("utf-8", errors="replace").splitlines())
+
+
+def aggregate(lines: Iterable[str]) -> tuple[list[MissSummary], int]:
+    counts: Counter[tuple[str, str, str]] = Counter()
+    configs: dict[tuple[str, str, str], set[str]] = {}
+    bad = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        group = _parse_line(line)
+        if group is None:
+            bad += 1
+            continue
+        what, config = group
+        counts[what] += 1
+        configs.setdefault(what, set()).add(config)
+    rows = [
+        MissSummary(kernel, key, answer, n, tuple(sorted(configs[(kernel, key, answer)])))
+        for (kernel, key, answer), n in counts.items()
+    ]
+    rows.sort(key=lambda r: (-r.count, r.kernel, r.key, r.answer))
+    return rows, bad
+
+
+def _parse_line(line: str) -> tuple[tuple[str, str, str], str] | None:
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    kernel, answer, config = record.get("kernel"), record.get("answer"), record.get("config", "")
+    if not isinstance(kernel, str) or answer not in ANSWERS or not isinstance(config, str):
+        return None
+    try:  # the typed key when it could be stored; its text otherwise
+        key_text = repr(decode_key(record.get("key")))
+    except (DecodingError, ValueError, TypeError):
+        key_text = record.get("key_text")
+        if not isinstance(key_text, str):
+            return None
+    return (kernel, key_text[:1000], answer), config[:300]
