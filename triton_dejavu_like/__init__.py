@@ -20,6 +20,7 @@ from ._log import DejavuConfigWarning, DejavuStorageWarning, DejavuTuningWarning
 from .measure.bench import TimingPolicy
 from .measure.isolation import IsolationError
 from .search import MissingExtraError
+from .tools.aot.case import TuneCase
 from .tuner import Autotuner, AutotuningError, ConfigSpace, autotune
 
 _logger = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ __all__ = [
     "IsolationError",
     "MissingExtraError",
     "TimingPolicy",
+    "TuneCase",
     "__version__",
     "autotune",
 ]
