@@ -190,7 +190,7 @@ class WorkerPool:
         worker.finished = True
         _close(worker.process.stdin)
         if worker.case is not None:
-            results.append(self._lost(worker.case, worker, f"worker {worker.slot.name} exited ({status})"))
+            results.append(self._lost(worker.case, worker, f"{worker.slot.name} exited with status {status}"))
             worker.case = None
 
     def _lost(self, name: str, worker: _Worker | None, why: str) -> CaseResult:
