@@ -14,6 +14,11 @@ from test_aot import SIZES, SPEC, statuses, stored  # noqa: E402
 from triton_dejavu_like.tools import cli  # noqa: E402
 
 
+def report_of(out: str) -> dict:
+    """The JSON report (Ray's own messages to stdout come before it)."""
+    return json.loads(out[out.index("{\n") :] if not out.startswith("{\n") else out)
+
+
 @pytest.fixture(scope="module")
 def crash_marker(tmp_path_factory):
     """The crash case's marker, named in the environment before the cluster starts (Ray's workers
@@ -35,7 +40,7 @@ def test_ray_tasks_tune_merge_and_a_lost_task_is_completed_by_a_rerun(crash_mark
     argv = ["tune", f"{SPEC}:cases_with_crash", "--root", str(root), "--ray", "--batch-size", "3", "--json"]
 
     assert cli.main(argv) == 1
-    first = json.loads(capsys.readouterr().out)
+    first = report_of(capsys.readouterr().out)
     # batches: [16, 40, 100] [crash, 200, 500] [1000]: the crashed task loses its whole batch
     lost = {"crash", "add-200", "add-500"}
     assert statuses(first) == {
@@ -47,6 +52,6 @@ def test_ray_tasks_tune_merge_and_a_lost_task_is_completed_by_a_rerun(crash_mark
 
     marker.unlink()
     assert cli.main(argv) == 0
-    second = json.loads(capsys.readouterr().out)
+    second = report_of(capsys.readouterr().out)
     assert {n for n, s in statuses(second).items() if s == "tuned"} == lost
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted([*SIZES, 3000])
