@@ -21,8 +21,11 @@ import triton_dejavu_like as tdl
 SHAPES = [(m, n, k) for m in (16, 64, 256, 1024) for n, k in ((4096, 4096), (11008, 4096), (4096, 11008))]
 TINY_SHAPES = [(40, 32, 24), (16, 16, 16), (33, 17, 20), (24, 40, 16), (48, 16, 32), (20, 20, 20)]
 #: 32 shapes for benchmarks/aot_scaling.py.
-SCALING_SHAPES = [(m, n, k) for m in (16, 32, 64, 128, 256, 512, 1024, 2048) for n, k in (
-    (4096, 4096), (11008, 4096), (4096, 11008), (8192, 1024))]
+SCALING_SHAPES = [
+    (m, n, k)
+    for m in (16, 32, 64, 128, 256, 512, 1024, 2048)
+    for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (8192, 1024))
+]
 
 
 def multiply(m: int, n: int, k: int, dtype: torch.dtype = torch.float16) -> None:
@@ -41,4 +44,6 @@ def scaling_cases() -> list[tdl.TuneCase]:
 
 def tiny_cases() -> list[tdl.TuneCase]:
     """Small float32 shapes, for the interpreter on a CPU."""
-    return [tdl.TuneCase(f"matmul-{m}x{n}x{k}", multiply, (m, n, k, torch.float32)) for m, n, k in TINY_SHAPES]
+    return [
+        tdl.TuneCase(f"matmul-{m}x{n}x{k}", multiply, (m, n, k, torch.float32)) for m, n, k in TINY_SHAPES
+    ]
