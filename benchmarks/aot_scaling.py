@@ -32,7 +32,6 @@ SERVE = """
 import sys
 from triton_dejavu_like.tools.aot.case import load_cases
 from triton_dejavu_like.tools.aot.run import run_case
-from triton_dejavu_like.tuner.report import observe_decisions
 from triton_dejavu_like import _env
 results = [run_case(c, _env.storage_roots()[0]) for c in load_cases(sys.argv[1])]
 print({s: sum(r.status == s for r in results) for s in ("tuned", "stored", "failed")})
