@@ -21,6 +21,7 @@ from .measure.bench import TimingPolicy
 from .measure.isolation import IsolationError
 from .search import MissingExtraError
 from .store.layered import add_store
+from .tools.aot.case import TuneCase
 from .tuner import Autotuner, AutotuningError, ConfigSpace, autotune
 from .tuner.misses import misses, reset_misses
 from .tuner.mode import tuning
@@ -45,6 +46,7 @@ __all__ = [
     "IsolationError",
     "MissingExtraError",
     "TimingPolicy",
+    "TuneCase",
     "__version__",
     "add_store",
     "autotune",

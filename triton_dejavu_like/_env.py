@@ -9,8 +9,10 @@ at run time.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from ._log import DejavuConfigWarning, warn_once
@@ -199,6 +201,37 @@ def storage_roots() -> list[Path]:
     working directory at the time of the call (the first call of each kernel)."""
     raw = os.environ.get(STORAGE, "")
     return [Path(part).expanduser().absolute() for part in raw.split(os.pathsep) if part.strip()]
+
+
+@contextlib.contextmanager
+def storage_root_set_to(root: Path) -> Iterator[None]:
+    """Within the block, ``TRITON_DEJAVU_STORAGE`` is ``root`` (for tools that tune into a chosen
+    root in this process: kernels that open their store inside the block use it)."""
+    before = os.environ.get(STORAGE)
+    os.environ[STORAGE] = str(root)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(STORAGE, None)
+        else:
+            os.environ[STORAGE] = before
+
+
+def visible_gpus() -> list[str] | None:
+    """``CUDA_VISIBLE_DEVICES`` split on commas (None when unset: every GPU of the host is visible)."""
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def for_workers() -> dict[str, str]:
+    """The variables a tuning worker on another machine must share with this process to store
+    results under the same identity and run the same way: every ``TRITON_DEJAVU_*`` variable but
+    the storage root, ``TRITON_INTERPRET`` and ``TRITON_PRINT_AUTOTUNING``."""
+    names = [name for name in ALL if name != STORAGE] + ["TRITON_INTERPRET", "TRITON_PRINT_AUTOTUNING"]
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
 def tag() -> str | None:

@@ -1,11 +1,12 @@
 """``python -m triton_dejavu_like`` (also ``triton-dejavu-like``): inspect and manage stored results.
 
-Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu``, ``misses``. Every
-store command takes ``--root`` (default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or
-the user cache directory) and ``--json`` for scripts. ``list`` and ``show`` read every root given
-(``--root`` repeated or an ``os.pathsep`` list: the first is the written one, the others are layers)
-and say which layer each file came from; the other commands use the first root. Exit status: 0 on
-success, 1 when an input cannot be read or nothing matches, 2 for bad arguments.
+Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu``, ``misses``, ``tune``
+(ahead-of-time tuning, :mod:`.aot`), ``heuristic`` (:mod:`.heuristic`). Every store command takes
+``--root`` (default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or the user cache
+directory) and ``--json`` for scripts. ``list`` and ``show`` read every root given (``--root``
+repeated or an ``os.pathsep`` list: the first is the written one, the others are layers) and say
+which layer each file came from; the other commands use the first root. Exit status: 0 on success,
+1 when an input cannot be read or nothing matches, 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from ..codec import describe_config
 from ..store import InvalidCacheFile, StoredEntry, default_root, inventory, parse_timestamp
 from ..store.entry import InvalidEntry
 from ..tuner import misses as miss_log
-from . import dejavu_import
+from . import dejavu_import, heuristic
+from .aot import command as aot
+from .aot.case import SpecError
 
 PROG = "triton-dejavu-like"
 
@@ -525,6 +528,97 @@ def cmd_misses(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- tune -------------------------------------------------------------------------------------------------
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    if sum(bool(x) for x in (args.gpus, args.workers, args.ray is not None)) > 1:
+        raise UsageError("choose one of --gpus, --workers and --ray")
+    try:
+        gpus = aot.parse_gpus(args.gpus) if args.gpus else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    request = aot.TuneRequest(
+        spec=args.spec,
+        root=_root(args),
+        gpus=gpus,
+        workers=args.workers,
+        ray=args.ray is not None,
+        ray_address=args.ray or None,
+        batch_size=args.batch_size,
+        export=Path(args.export).expanduser() if args.export else None,
+    )
+    try:
+        report = aot.tune(request, quiet=args.json)
+    except SpecError as exc:
+        raise CliError(str(exc)) from exc
+    except RuntimeError as exc:  # Ray missing or unreachable
+        raise CliError(str(exc)) from exc
+    emit(args, report.to_json(), aot.summary(report))
+    for message in report.errors:
+        print(f"{PROG} tune: {message}", file=sys.stderr)
+    report_problems(report.problems)
+    return 0 if report.ok else 1
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text!r}")
+    return value
+
+
+# --- heuristic --------------------------------------------------------------------------------------------
+
+
+def cmd_heuristic(args: argparse.Namespace) -> int:
+    files, problems = inventory.read_sources([_existing_root(args)])
+    files = [f for f in _selected(args, files) if f.identity["kernel"] == args.kernel_name]
+    if not files:
+        raise CliError(f"nothing stored for kernel {args.kernel_name!r} (see '{PROG} list')")
+    found = inventory.platforms(files)
+    if len(found) > 1:
+        raise CliError(
+            f"{args.kernel_name} is stored for {len(found)} platforms; "
+            "pick one with --triton/--toolchain/--gpu"
+        )
+    try:
+        learnt = heuristic.learn(
+            heuristic.stored_entries(files), args.kernel_name, method=args.method, name=args.name
+        )
+    except heuristic.HeuristicError as exc:
+        raise CliError(str(exc)) from exc
+    if args.out:
+        Path(args.out).expanduser().write_text(learnt.source)
+    elif not args.json:
+        print(learnt.source)
+    accuracy = f"{learnt.correct}/{learnt.tested} ({learnt.validation})" if learnt.tested else "not measured"
+    text = (
+        f"{args.kernel_name}: {learnt.method} over {learnt.keys} stored keys and {learnt.configs} configs; "
+        f"held-out accuracy {accuracy}" + (f"; written to {args.out}" if args.out else "")
+    )
+    payload = {
+        "kernel": args.kernel_name,
+        "method": learnt.method,
+        "keys": learnt.keys,
+        "configs": learnt.configs,
+        "correct": learnt.correct,
+        "tested": learnt.tested,
+        "validation": learnt.validation,
+        "out": args.out,
+        "source": None if args.out else learnt.source,
+    }
+    if args.json:
+        emit(args, payload, text)
+    else:
+        print(text, file=sys.stderr if not args.out else sys.stdout)
+    report_problems(problems)
+    return 0
+
+
 # --- the parser -------------------------------------------------------------------------------------------
 
 
@@ -629,6 +723,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", nargs="?", help=f"a misses file (default: ${_env.MISSES_FILE})")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(func=cmd_misses)
+
+    p = sub.add_parser("tune", parents=[common], help="tune a SPEC's kernel calls ahead of time")
+    p.add_argument(
+        "spec", help="FILE.py, MODULE, FILE.py:FUNCTION or MODULE:FUNCTION yielding TuneCase objects"
+    )
+    where = p.add_argument_group("where the cases run (default: in this process)")
+    where.add_argument("--gpus", metavar="all|0,1,...", help="one worker process per GPU of this host")
+    where.add_argument("--workers", type=positive_int, metavar="N", help="N worker processes (no GPU chosen)")
+    where.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="a Ray cluster (default: the running or a local one)",
+    )
+    p.add_argument("--batch-size", type=positive_int, default=1, help="cases per Ray task (default 1)")
+    p.add_argument(
+        "--export", metavar="DIR", help="also write this SPEC's kernels' results to a storage root DIR"
+    )
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser(
+        "heuristic", parents=[common, selection], help="write a fallback_heuristic learnt from stored results"
+    )
+    p.add_argument("kernel_name", metavar="KERNEL", help="the kernel's name (as 'list' shows it)")
+    p.add_argument("--out", metavar="FILE", help="write the Python module here (default: stdout)")
+    p.add_argument(
+        "--method", choices=heuristic.METHODS, default="auto", help="tree (scikit-learn), nearest, auto"
+    )
+    p.add_argument("--name", default="heuristic", help="the function's name (default: heuristic)")
+    p.set_defaults(func=cmd_heuristic)
     return parser
 
 

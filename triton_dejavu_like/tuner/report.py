@@ -1,9 +1,14 @@
-"""Telling the user and tools what a miss decided: ``TRITON_PRINT_AUTOTUNING``, debug logging, and
-Triton's autotuning listener (3.8+)."""
+"""Telling the user and tools what a miss decided: ``TRITON_PRINT_AUTOTUNING``, debug logging,
+Triton's autotuning listener (3.8+), and decision observers (:func:`observe_decisions`, for tools
+such as ``tune`` that need to know whether a call tuned or restored)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .. import _compat
@@ -12,11 +17,65 @@ from ..codec import describe_config
 from .tuning import Outcome
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What one miss decided: the kernel, its tuning key, and where the config came from.
+
+    ``source``: "tuned", "restored", "heuristic" or "single" (pruning left one config);
+    ``where``: the store that holds the kernel's results (a cache file path, or "memory").
+    """
+
+    kernel: str
+    key: tuple[Any, ...]
+    source: str
+    config: Any
+    duration_s: float
+    where: str
+
+
+DecisionObserver = Callable[[Decision], None]
+_observers: list[DecisionObserver] = []
+_observers_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def observe_decisions(observer: DecisionObserver | None = None) -> Iterator[list[Decision]]:
+    """Within the block, every decision of every autotuner in this process (any thread) is passed
+    to ``observer`` and appended to the yielded list. Hits of the in-memory cache decide nothing and
+    are not reported. An observer that raises is logged and ignored."""
+    seen: list[Decision] = []
+
+    def collect(decision: Decision) -> None:
+        seen.append(decision)
+        if observer is not None:
+            observer(decision)
+
+    with _observers_lock:
+        _observers.append(collect)
+    try:
+        yield seen
+    finally:
+        with _observers_lock:
+            _observers.remove(collect)
+
+
+def _notify(decision: Decision) -> None:
+    with _observers_lock:
+        observers = list(_observers)
+    for observer in observers:
+        try:
+            observer(decision)
+        except Exception:  # an observer's bug never breaks a kernel launch
+            log.exception("decision observer %r failed", observer)
+
+
 def report(
     kernel_name: str, fn: Any, key: tuple[Any, ...], outcome: Outcome, *, strategy: str, where: str
 ) -> None:
     """One summary line per decision when ``TRITON_PRINT_AUTOTUNING=1`` (as upstream prints it),
-    a debug log record, and the listener call for tuned and restored keys."""
+    a debug log record, the listener call for tuned and restored keys, and the decision observers."""
+    if _observers:
+        _notify(Decision(kernel_name, key, outcome.source, outcome.config, outcome.duration_s, where))
     if outcome.source == "single":
         return
     if _compat.print_autotuning():

@@ -1,0 +1,175 @@
+"""``tune SPEC`` (in process, worker processes, a worker killed, export) and ``heuristic KERNEL``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+import triton_dejavu_like as tdl
+from triton_dejavu_like.store import inventory
+from triton_dejavu_like.tools import cli
+
+SPEC = str(Path(__file__).with_name("aot_cases.py"))
+SIZES = (16, 40, 100, 200, 500, 1000)
+
+
+def tune(capsys, *argv: str) -> tuple[int, dict]:
+    status = cli.main(["tune", *argv, "--json"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def statuses(report: dict) -> dict[str, str]:
+    return {case["name"]: case["status"] for case in report["cases"]}
+
+
+def stored(root: Path) -> dict[str, list]:
+    """Kernel name -> every stored entry (a key stored twice would show twice)."""
+    files, problems = inventory.read_sources([root])
+    assert not problems
+    out: dict[str, list] = {}
+    for f in files:
+        out.setdefault(f.identity["kernel"], []).extend(f.entries.values())
+    return out
+
+
+def best_block(n: int) -> int:
+    return 16 if n < 64 else 32 if n < 300 else 128
+
+
+def test_tune_in_process_tunes_each_case_once_then_finds_all_stored(capsys, tmp_path):
+    root = tmp_path / "root"
+    status, first = tune(capsys, SPEC, "--root", str(root))
+    assert status == 0 and first["ok"]
+    assert statuses(first) == {f"add-{n}": "tuned" for n in SIZES}
+    assert all(len(case["tuned"]) == 1 for case in first["cases"])
+    entries = stored(root)["add_kernel"]
+    assert sorted(e.key[0] for e in entries) == sorted(SIZES)
+    assert {e.key[0]: e.config.kwargs["BLOCK"] for e in entries} == {n: best_block(n) for n in SIZES}
+
+    status, second = tune(capsys, SPEC, "--root", str(root))
+    assert status == 0 and statuses(second) == {f"add-{n}": "stored" for n in SIZES}
+    assert len(stored(root)["add_kernel"]) == len(SIZES)
+
+
+def test_tune_prints_a_line_per_case_and_a_summary_table(capsys, tmp_path):
+    assert cli.main(["tune", f"{SPEC}:cases", "--root", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "[1/6] add-16: tuned in" in out and "[6/6] add-1000: tuned in" in out
+    assert "CASE" in out and "STATUS" in out and "add_kernel: 1" in out
+    assert "6 case(s) in" in out and "6 tuned" in out
+
+
+def test_a_failing_case_fails_the_run_and_the_others_are_kept(capsys, tmp_path):
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import aot_cases, triton_dejavu_like as tdl\n"
+        "def boom():\n    raise RuntimeError('no such shape')\n"
+        "CASES = [*aot_cases.cases()[:2], tdl.TuneCase('boom', boom)]\n"
+    )
+    status, report = tune(capsys, str(spec), "--root", str(tmp_path / "root"))
+    assert status == 1 and not report["ok"]
+    assert statuses(report) == {"add-16": "tuned", "add-40": "tuned", "boom": "failed"}
+    assert "no such shape" in report["cases"][2]["error"]
+    assert len(stored(tmp_path / "root")["add_kernel"]) == 2
+
+
+def test_bad_specs_are_reported(capsys, tmp_path):
+    assert cli.main(["tune", str(tmp_path / "missing.py"), "--root", str(tmp_path)]) == 1
+    assert "no such spec file" in capsys.readouterr().err
+    assert cli.main(["tune", f"{SPEC}:nothing", "--root", str(tmp_path)]) == 1
+    assert "has no attribute 'nothing'" in capsys.readouterr().err
+    assert cli.main(["tune", SPEC, "--workers", "2", "--gpus", "0"]) == 2
+    with pytest.raises(tdl.tools.aot.case.SpecError):
+        tdl.TuneCase("", print)
+
+
+@pytest.mark.slow
+def test_workers_a_killed_worker_loses_only_its_case_and_a_rerun_completes_it(capsys, tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    marker = tmp_path / "crash"
+    marker.touch()
+    monkeypatch.setenv("TDL_TEST_CRASH_MARKER", str(marker))
+    status, first = tune(capsys, f"{SPEC}:cases_with_crash", "--root", str(root), "--workers", "2")
+    assert status == 1
+    assert statuses(first) == {**{f"add-{n}": "tuned" for n in SIZES}, "crash": "lost"}
+    crash = next(c for c in first["cases"] if c["name"] == "crash")
+    assert "exited with status 3" in crash["error"]
+    assert len({c["worker"] for c in first["cases"]}) == 2  # both workers took cases
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted(SIZES)
+
+    marker.unlink()
+    status, second = tune(capsys, f"{SPEC}:cases_with_crash", "--root", str(root), "--workers", "2")
+    assert status == 0
+    assert statuses(second) == {**{f"add-{n}": "stored" for n in SIZES}, "crash": "tuned"}
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted([*SIZES, 3000])
+
+
+def test_export_writes_only_the_spec_kernels(capsys, tmp_path):
+    root, out = tmp_path / "root", tmp_path / "ship"
+    assert tune(capsys, f"{SPEC}:cases", "--root", str(root))[0] == 0
+    other = tmp_path / "other.py"
+    other.write_text(
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import kernels, triton_dejavu_like as tdl\n"
+        "SCALE = tdl.autotune(key=['n'], configs=kernels.block_configs())(kernels.scale_kernel)\n"
+        "def go():\n    import torch\n    x = torch.ones(64); o = torch.empty(64)\n"
+        "    SCALE[kernels.grid(64)](x, o, 64, 2.0)\n"
+        "CASES = [tdl.TuneCase('scale', go)]\n"
+    )
+    assert tune(capsys, str(other), "--root", str(root))[0] == 0
+    assert set(stored(root)) == {"add_kernel", "scale_kernel"}
+
+    status, report = tune(capsys, f"{SPEC}:cases", "--root", str(root), "--export", str(out))
+    assert status == 0 and len(report["exported"]) == 1
+    shipped = stored(out)
+    assert set(shipped) == {"add_kernel"} and len(shipped["add_kernel"]) == len(SIZES)
+    # the export is a storage root: a serving process restores from it without tuning
+    status, served = tune(capsys, f"{SPEC}:cases", "--root", str(out))
+    assert status == 0 and set(statuses(served).values()) == {"stored"}
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"heuristic_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("method", ["tree", "nearest"])
+def test_heuristic_from_a_store_gives_the_stored_configs(capsys, tmp_path, monkeypatch, method):
+    if method == "tree":
+        pytest.importorskip("sklearn")
+    root = tmp_path / "root"
+    assert tune(capsys, f"{SPEC}:cases", "--root", str(root))[0] == 0
+    out = tmp_path / f"h_{method}.py"
+    argv = ["heuristic", "add_kernel", "--root", str(root), "--out", str(out), "--method", method]
+    assert cli.main(argv) == 0
+    message = capsys.readouterr().out
+    assert f"{method} over 6 stored keys" in message and "(leave-one-out)" in message
+    source = out.read_text()
+    assert "pickle" not in source and "Config({'BLOCK':" in source
+    heuristic = _load(out).heuristic
+    for entry in stored(root)["add_kernel"]:
+        assert heuristic(entry.key).kwargs == entry.config.kwargs
+
+    # used as fallback_heuristic: a fresh tuner with forced fallback launches with its configs
+    import aot_cases
+    from kernels import add_kernel, block_configs, run_add
+
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(tmp_path / "empty"))
+    tuner = tdl.autotune(key=["n"], configs=block_configs(), fallback_heuristic=heuristic)(add_kernel)
+    for n in aot_cases.SIZES:
+        run_add(tuner, n)
+        assert tuner.last_decision == "heuristic"
+        assert tuner.best_config.kwargs["BLOCK"] == best_block(n)
+
+
+def test_heuristic_without_stored_results_fails(capsys, tmp_path):
+    (tmp_path / "root").mkdir()
+    assert cli.main(["heuristic", "nope", "--root", str(tmp_path / "root")]) == 1
+    assert "nothing stored for kernel 'nope'" in capsys.readouterr().err

@@ -1,0 +1,126 @@
+"""What ``tune`` runs: :class:`TuneCase` and loading them from a SPEC.
+
+A SPEC names Python code that yields the cases: ``path/to/spec.py`` or ``package.module`` (its
+``cases()`` function, else its ``CASES`` list), or ``path/to/spec.py:function`` /
+``package.module:function`` (that function's return value). Worker processes load the same SPEC and
+pick cases by name, so a case's ``fn`` may be any callable, lambdas and closures included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+class SpecError(ValueError):
+    """A SPEC that cannot be loaded, or whose cases are not valid."""
+
+
+@dataclass(frozen=True)
+class TuneCase:
+    """One unit of ahead-of-time tuning: ``fn(*args, **kwargs)`` builds its inputs on the current
+    device and launches one or more autotuned kernels (each miss tunes or restores).
+
+    ``name`` identifies the case in reports and between processes: unique within a SPEC.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecError(f"a TuneCase needs a non-empty name, not {self.name!r}")
+        if not callable(self.fn):
+            raise SpecError(f"case {self.name!r}: fn is not callable ({type(self.fn).__name__})")
+        object.__setattr__(self, "args", tuple(self.args))
+        object.__setattr__(self, "kwargs", dict(self.kwargs))
+
+    def run(self) -> Any:
+        return self.fn(*self.args, **self.kwargs)
+
+
+def _import_file(path: Path) -> ModuleType:
+    """Import a spec file under a name of its own; its folder goes on ``sys.path`` (for its imports)."""
+    path = path.resolve()
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = "_tdl_spec_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SpecError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _import(target: str) -> ModuleType:
+    if target.endswith(".py") or Path(target).is_file():
+        path = Path(target).expanduser()
+        if not path.is_file():
+            raise SpecError(f"no such spec file: {target}")
+        return _import_file(path)
+    return importlib.import_module(target)
+
+
+def _source(spec: str) -> tuple[str, str | None]:
+    """(module or file, function name or None); a Windows drive letter is not a separator."""
+    target, sep, attr = spec.rpartition(":")
+    if sep and attr.isidentifier() and target and not (len(target) == 1 and target.isalpha()):
+        return target, attr
+    return spec, None
+
+
+def load_cases(spec: str) -> list[TuneCase]:
+    """The cases of ``spec`` (see the module's doc), checked: TuneCase objects with unique names.
+
+    Raises :class:`SpecError`; an exception raised by the user's code is wrapped in one.
+    """
+    target, attr = _source(spec)
+    try:
+        module = _import(target)
+        if attr is not None:
+            if not hasattr(module, attr):
+                raise SpecError(f"{target} has no attribute {attr!r}")
+            produced: Any = getattr(module, attr)
+        elif hasattr(module, "cases"):
+            produced = module.cases
+        elif hasattr(module, "CASES"):
+            produced = module.CASES
+        else:
+            raise SpecError(f"{target} defines neither cases() nor CASES (or name one: {target}:function)")
+        cases = list(produced() if callable(produced) else produced)
+    except SpecError:
+        raise
+    except Exception as exc:  # the user's code may raise anything
+        raise SpecError(f"cannot load {spec}: {type(exc).__name__}: {exc}") from exc
+    return _checked(cases, spec)
+
+
+def _checked(cases: Iterable[Any], spec: str) -> list[TuneCase]:
+    out: list[TuneCase] = []
+    seen: set[str] = set()
+    for case in cases:
+        if not isinstance(case, TuneCase):
+            raise SpecError(f"{spec} yielded {type(case).__name__}, not a TuneCase")
+        if case.name in seen:
+            raise SpecError(f"{spec} has two cases named {case.name!r}")
+        seen.add(case.name)
+        out.append(case)
+    if not out:
+        raise SpecError(f"{spec} yields no cases")
+    return out

@@ -1,0 +1,182 @@
+"""``tune SPEC``: run every case once (here, on local workers or on Ray), report and export.
+
+What the CLI calls; it prints progress (one line per case, and a tqdm bar on a terminal) and
+returns a :class:`TuneReport` that the CLI turns into the summary table or JSON.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ... import _env
+from ...store import inventory
+from . import pool
+from .case import load_cases
+from .run import CaseResult, run_case
+
+
+@dataclass
+class TuneRequest:
+    spec: str
+    root: Path
+    gpus: list[str] | None = None  # one worker process per GPU
+    workers: int | None = None  # N worker processes without choosing GPUs (CPU, tests)
+    ray: bool = False
+    ray_address: str | None = None
+    batch_size: int = 1  # cases per Ray task
+    export: Path | None = None
+
+
+@dataclass
+class TuneReport:
+    results: list[CaseResult]
+    seconds: float
+    problems: list[inventory.Problem] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    exported: list[str] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            not self.problems
+            and not self.errors
+            and all(r.status in ("tuned", "stored") for r in self.results)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "seconds": self.seconds,
+            "cases": [r.to_json() for r in self.results],
+            "counts": {s: self.count(s) for s in ("tuned", "stored", "failed", "lost")},
+            "problems": [{"path": p.source, "reason": p.reason} for p in self.problems],
+            "errors": self.errors,
+            "exported": self.exported,
+        }
+
+
+def parse_gpus(text: str) -> list[str]:
+    """``all`` (the visible GPUs) or a comma-separated list of GPU indices."""
+    if text.strip() == "all":
+        visible = _env.visible_gpus()
+        if visible is None:
+            import torch
+
+            visible = [str(i) for i in range(torch.cuda.device_count())]
+        if not visible:
+            raise ValueError("--gpus all: no GPU is visible (on a CPU, use --workers N)")
+        return visible
+    gpus = [part.strip() for part in text.split(",")]
+    if not gpus or not all(g.isdigit() for g in gpus) or len(set(gpus)) != len(gpus):
+        raise ValueError(f"--gpus takes 'all' or distinct indices such as 0,1 (not {text!r})")
+    return gpus
+
+
+class Progress:
+    """One line per finished case (stdout) and a tqdm bar on a terminal (stderr)."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        from tqdm import tqdm
+
+        self.total, self.done, self.quiet = total, 0, quiet
+        self.bar = tqdm(total=total, unit="case", file=sys.stderr, disable=None if _env.progress() else True)
+
+    def __call__(self, result: CaseResult) -> None:
+        self.done += 1
+        self.bar.update(1)
+        if self.quiet:
+            return
+        where = f" [{result.worker}]" if result.worker else ""
+        detail = f"{len(result.tuned)} key(s) tuned" if result.status == "tuned" else (result.error or "")
+        line = f"[{self.done}/{self.total}] {result.name}: {result.status} in {result.seconds:.2f} s{where}"
+        self.bar.write(f"{line}  {detail.splitlines()[0] if detail else ''}".rstrip(), file=sys.stdout)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
+    """Load the SPEC, run its cases as asked, merge into ``request.root``, export if asked.
+
+    Raises :class:`~.case.SpecError` (the SPEC), :class:`~.ray_backend.RayUnavailable`, ValueError.
+    """
+    cases = load_cases(request.spec)
+    names = [c.name for c in cases]
+    request.root.mkdir(parents=True, exist_ok=True)
+    progress = Progress(len(cases), quiet)
+    start = time.perf_counter()
+    problems: list[inventory.Problem] = []
+    errors: list[str] = []
+    try:
+        if request.ray:
+            from .ray_backend import run_on_ray
+
+            results, problems = run_on_ray(
+                request.spec,
+                names,
+                request.root,
+                progress,
+                address=request.ray_address,
+                batch_size=request.batch_size,
+            )
+        elif request.gpus or request.workers:
+            slots = pool.gpu_slots(request.gpus) if request.gpus else pool.cpu_slots(request.workers or 1)
+            workers = pool.WorkerPool(request.spec, slots, request.root, progress)
+            results = workers.run(names)
+            problems, errors = workers.problems, workers.errors
+        else:
+            results = []
+            for case in cases:
+                results.append(run_case(case, request.root))
+                progress(results[-1])
+    finally:
+        progress.close()
+    order = {name: i for i, name in enumerate(names)}
+    results.sort(key=lambda r: order.get(r.name, len(order)))
+    report = TuneReport(results, time.perf_counter() - start, problems, errors)
+    if request.export is not None:
+        export(report, request.root, request.export)
+    return report
+
+
+def export(report: TuneReport, root: Path, out: Path) -> None:
+    """Write the cache files the SPEC's cases used (tuned or restored) into the storage root ``out``."""
+    used = sorted({f for r in report.results for f in r.files})
+    files, problems = inventory.read_sources(root / f for f in used if (root / f).exists())
+    merged = inventory.merge_into(out, files)
+    report.exported = merged.written
+    report.problems += problems + merged.problems
+
+
+def summary(report: TuneReport) -> str:
+    from ..cli import table
+
+    rows = [
+        [r.name, r.status, f"{r.seconds:.2f} s", _tuned_text(r.tuned) if r.status == "tuned" else "-"]
+        for r in report.results
+    ]
+    counts = ", ".join(
+        f"{report.count(s)} {s}" for s in ("tuned", "stored", "failed", "lost") if report.count(s)
+    )
+    lines = [table(["CASE", "STATUS", "TIME", "TUNED (KERNEL: KEYS)"], rows), ""]
+    lines.append(f"{len(report.results)} case(s) in {report.seconds:.1f} s: {counts}")
+    lines += [f"  {r.name}: {r.status}: {r.error}" for r in report.results if r.error]
+    if report.exported:
+        lines.append(f"exported {len(report.exported)} cache file(s)")
+    return "\n".join(lines)
+
+
+def _tuned_text(tuned: Sequence[str]) -> str:
+    per_kernel: dict[str, int] = {}
+    for item in tuned:
+        kernel = item.split(" ", 1)[0]
+        per_kernel[kernel] = per_kernel.get(kernel, 0) + 1
+    return ", ".join(f"{k}: {n}" for k, n in per_kernel.items())

@@ -1,0 +1,62 @@
+"""Moving results from a worker's store into the target store, validated on the way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ...store import cache_file as storage
+from ...store import inventory
+from ...store.layout import CACHE_FILE_NAME
+
+
+def merge_paths(target: Path, root: Path, files: Iterable[str] | None = None) -> list[inventory.Problem]:
+    """Merge the cache files ``files`` (relative to ``root``; None: all of them) into ``target``."""
+    sources = [root] if files is None else [root / f for f in files]
+    found, problems = inventory.read_sources(s for s in sources if s.exists())
+    if found:
+        problems += inventory.merge_into(target, found).problems
+    return problems
+
+
+def merge_bytes(target: Path, files: Mapping[str, bytes], origin: str) -> list[inventory.Problem]:
+    """Merge cache files received as bytes (from a remote worker): each is parsed and validated like
+    a file on disk (never unpickled, never executed) before it is merged."""
+    found: list[inventory.StoredFile] = []
+    problems: list[inventory.Problem] = []
+    for relative, data in files.items():
+        label = f"{origin}:{relative}"
+        try:
+            doc = storage.parse_document(data)
+        except storage.InvalidCacheFile as exc:
+            problems.append(inventory.Problem(label, str(exc)))
+            continue
+        found.append(inventory.StoredFile(label, doc.identity, doc.entries, doc.rejected))
+    if found:
+        problems += inventory.merge_into(target, found).problems
+    return problems
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    """Every cache file under ``root`` as bytes, by its path relative to ``root`` (to seed a worker)."""
+    if not root.is_dir():
+        return {}
+    out = {}
+    for path in sorted(root.rglob(CACHE_FILE_NAME)):
+        if path.is_file():
+            try:
+                out[path.relative_to(root).as_posix()] = storage.read_bounded(path)
+            except (OSError, storage.InvalidCacheFile):
+                continue  # an unreadable file seeds nothing; the tuner warns about it where it is used
+    return out
+
+
+def seed(root: Path, files: Mapping[str, bytes]) -> None:
+    """Write ``files`` (from :func:`read_tree`) under a worker's fresh ``root``: what the target
+    already stores is restored there, not tuned again. The tuner validates them when it reads them."""
+    for relative, data in files.items():
+        path = (root / relative).resolve()
+        if not path.is_relative_to(root.resolve()) or path.name != CACHE_FILE_NAME:
+            continue  # never write outside the worker's root
+        path.parent.mkdir(parents=True, exist_ok=True)
+        storage.atomic_write(path, data)

@@ -1,0 +1,84 @@
+"""Running one case in this process, and what it did (:class:`CaseResult`)."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ... import _env
+from ...tuner.report import Decision, observe_decisions
+from .case import TuneCase
+
+#: A case's status: it tuned some key / caused no tuning (all stored) / raised / its worker was lost.
+STATUSES = ("tuned", "stored", "failed", "lost")
+
+
+@dataclass
+class CaseResult:
+    """The outcome of one case; travels between processes as JSON (:meth:`to_json` / :meth:`from_json`)."""
+
+    name: str
+    status: str
+    seconds: float = 0.0
+    tuned: list[str] = field(default_factory=list)  # "kernel key" of each key tuned
+    files: list[str] = field(default_factory=list)  # cache files it used, relative to the root
+    error: str | None = None
+    worker: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> CaseResult:
+        """Validated: raises ValueError for anything but the fields of a result with their types."""
+        if not isinstance(data, dict) or set(data) != {f for f in cls.__dataclass_fields__}:
+            raise ValueError(f"not a case result: {str(data)[:200]}")
+        ok = (
+            isinstance(data["name"], str)
+            and data["status"] in STATUSES
+            and isinstance(data["seconds"], (int, float))
+            and all(isinstance(x, str) for x in (*data["tuned"], *data["files"]))
+            and all(data[k] is None or isinstance(data[k], str) for k in ("error", "worker"))
+        )
+        if not ok:
+            raise ValueError(f"not a case result: {str(data)[:200]}")
+        return cls(**data)
+
+
+def _synchronize() -> None:
+    """Wait for the case's GPU work, so that its time is right and its errors surface here."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def _relative_files(decisions: list[Decision], root: Path) -> list[str]:
+    files = set()
+    for d in decisions:
+        if d.source in ("tuned", "restored") and d.where != "memory":
+            try:
+                files.add(Path(d.where).resolve().relative_to(root.resolve()).as_posix())
+            except ValueError:  # a kernel with custom_data_storage: stored elsewhere, not merged
+                continue
+    return sorted(files)
+
+
+def run_case(case: TuneCase, root: Path, *, worker: str | None = None) -> CaseResult:
+    """Run ``case`` with ``root`` as the storage root; never raises for the case's own errors."""
+    start = time.perf_counter()
+    error = None
+    with _env.storage_root_set_to(root), observe_decisions() as decisions:
+        try:
+            case.run()
+            _synchronize()
+        except Exception as exc:
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            error = detail[:2000]
+    seconds = time.perf_counter() - start
+    tuned = [f"{d.kernel} {d.key!r}" for d in decisions if d.source == "tuned"]
+    status = "failed" if error else ("tuned" if tuned else "stored")
+    return CaseResult(case.name, status, seconds, tuned, _relative_files(decisions, root), error, worker)

@@ -1,0 +1,266 @@
+"""``heuristic KERNEL``: a readable ``fallback_heuristic`` learnt from a kernel's stored results.
+
+The output is plain Python: a list of literal ``triton.Config`` objects and a function of the tuning
+key that picks one, either by a decision tree over the key's values (scikit-learn's
+``DecisionTreeClassifier``, installed with the ``bo`` extra) written out as ``if``/``else``, or by
+the nearest stored key (a literal table). Its accuracy is measured on stored keys held out of the
+learning (leave-one-out up to 20 keys, 5-fold above). Nothing is pickled; the file can be read,
+reviewed and committed.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._compat import CONFIG_FIELDS, Config
+from ..codec import config_id
+from ..store import StoredEntry, inventory
+
+METHODS = ("auto", "tree", "nearest")
+Features = tuple[Any, ...]
+
+
+class HeuristicError(ValueError):
+    """No heuristic can be learnt (nothing stored, a config that cannot be written as a literal)."""
+
+
+@dataclass
+class Heuristic:
+    source: str  # the Python module
+    method: str  # "tree" or "nearest"
+    keys: int
+    configs: int
+    correct: int  # held-out keys whose stored config the heuristic picked
+    tested: int
+    validation: str  # "leave-one-out", "5-fold" or "none"
+
+
+def stored_entries(files: Sequence[inventory.StoredFile]) -> list[StoredEntry]:
+    """One entry per key over ``files`` (the newest wins, as ``merge`` decides)."""
+    if not files:
+        return []
+    merged = inventory.MergeResult({}, {})
+    for f in files:
+        inventory.merge_entries(merged, f.entries, f.source, "newest", about=files[0])
+    return sorted(merged.entries.values(), key=lambda e: repr(e.key))
+
+
+# --- features: what the generated code computes from a key --------------------------------------------
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _key_features(key: Sequence[Any], categorical: Sequence[bool]) -> Features:
+    return tuple(str(v) if cat else float(v) for v, cat in zip(key, categorical))
+
+
+def _nearest(features, table):  # type: ignore[no-untyped-def]
+    """The config index of the stored key nearest to ``features`` (log scale on numbers; another
+    category costs more than any difference of numbers)."""
+    best, best_distance = table[0][1], None
+    for stored, index in table:
+        distance = 0.0
+        for x, y in zip(features, stored):
+            if isinstance(x, str) or isinstance(y, str):
+                distance += 0.0 if x == y else 1e6
+            else:
+                distance += (
+                    math.copysign(math.log2(1 + abs(x)), x) - math.copysign(math.log2(1 + abs(y)), y)
+                ) ** 2
+        if best_distance is None or distance < best_distance:
+            best, best_distance = index, distance
+    return best
+
+
+# --- learning -----------------------------------------------------------------------------------------
+
+
+def _tree_available() -> bool:
+    try:
+        import sklearn.tree  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _Codes:
+    """Categorical key values (dtypes, strings) as numbers for the tree, in a literal dict."""
+
+    def __init__(self, rows: Sequence[Features], categorical: Sequence[bool]) -> None:
+        self.maps = [
+            {v: i for i, v in enumerate(sorted({row[p] for row in rows}))} if cat else None
+            for p, cat in enumerate(categorical)
+        ]
+
+    def encode(self, row: Features) -> list[float]:
+        return [float(v) if m is None else float(m.get(v, -1)) for v, m in zip(row, self.maps)]
+
+
+def _fit_tree(
+    rows: Sequence[Features], labels: Sequence[int], categorical: Sequence[bool]
+) -> tuple[Any, _Codes]:
+    from sklearn.tree import DecisionTreeClassifier
+
+    codes = _Codes(rows, categorical)
+    model = DecisionTreeClassifier(random_state=0).fit([codes.encode(r) for r in rows], list(labels))
+    return model, codes
+
+
+def _predictor(
+    method: str, rows: Sequence[Features], labels: Sequence[int], categorical: Sequence[bool]
+) -> Callable[[Features], int]:
+    if method == "nearest":
+        table = list(zip(rows, labels))
+        return lambda row: _nearest(row, table)
+    model, codes = _fit_tree(rows, labels, categorical)
+    return lambda row: int(model.predict([codes.encode(row)])[0])
+
+
+def _folds(n: int) -> tuple[str, list[list[int]]]:
+    if n < 2:
+        return "none", []
+    if n <= 20:
+        return "leave-one-out", [[i] for i in range(n)]
+    return "5-fold", [list(range(k, n, 5)) for k in range(5)]
+
+
+def _validate(
+    method: str, rows: list[Features], labels: list[int], categorical: Sequence[bool]
+) -> tuple[str, int, int]:
+    name, folds = _folds(len(rows))
+    correct = 0
+    for held in folds:
+        keep = [i for i in range(len(rows)) if i not in held]
+        predict = _predictor(method, [rows[i] for i in keep], [labels[i] for i in keep], categorical)
+        correct += sum(predict(rows[i]) == labels[i] for i in held)
+    return name, correct, sum(len(f) for f in folds)
+
+
+# --- writing the module --------------------------------------------------------------------------------
+
+
+def _literal(value: Any) -> str:
+    text = repr(value)
+    try:
+        same = ast.literal_eval(text) == value
+    except (ValueError, SyntaxError):
+        same = False
+    if not same:
+        raise HeuristicError(f"a config value {value!r:.80} cannot be written as a Python literal")
+    return text
+
+
+def config_literal(config: Config) -> str:
+    kwargs = ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in config.kwargs.items())
+    options = [
+        f"{name}={_literal(getattr(config, name, default))}"
+        for name, default in CONFIG_FIELDS.items()
+        if name in ("num_warps", "num_stages") or getattr(config, name, default) != default
+    ]
+    return f"Config({{{kwargs}}}, {', '.join(options)})"
+
+
+def _tree_lines(model: Any, node: int, depth: int) -> list[str]:
+    tree, pad = model.tree_, "    " * depth
+    left, right = tree.children_left[node], tree.children_right[node]
+    if left == right:  # a leaf
+        return [f"{pad}return CONFIGS[{int(model.classes_[tree.value[node][0].argmax()])}]"]
+    test = f"{pad}if x[{int(tree.feature[node])}] <= {float(tree.threshold[node])!r}:"
+    return [test, *_tree_lines(model, left, depth + 1), f"{pad}else:", *_tree_lines(model, right, depth + 1)]
+
+
+def _module(
+    kernel: str,
+    name: str,
+    heuristic: Heuristic,
+    configs: list[Config],
+    counts: list[int],
+    categorical: list[bool],
+    body: list[str],
+    extra: list[str],
+) -> str:
+    accuracy = (
+        f"{heuristic.correct}/{heuristic.tested} held-out keys ({heuristic.validation}) "
+        "got their stored config"
+        if heuristic.tested
+        else "not measured (one stored key)"
+    )
+    kinds = ", ".join(f"key[{i}]: {'category' if c else 'number'}" for i, c in enumerate(categorical))
+    lines = [
+        f'"""fallback_heuristic for {kernel}, generated by `python -m triton_dejavu_like heuristic` from',
+        f"{heuristic.keys} stored keys ({heuristic.method}). Accuracy: {accuracy}.",
+        "",
+        f"Use: @triton_dejavu_like.autotune(..., fallback_heuristic={name})",
+        "with TRITON_DEJAVU_FORCE_FALLBACK=1 (or as the tuner's answer where nothing is stored).",
+        '"""',
+        "",
+        *(["import math", ""] if heuristic.method == "nearest" else []),
+        "from triton import Config",
+        "",
+        "CONFIGS = [",
+        *[
+            f"    {config_literal(c)},  # {i}: stored for {n} key(s)"
+            for i, (c, n) in enumerate(zip(configs, counts))
+        ],
+        "]",
+        f"CATEGORICAL = {categorical!r}  # {kinds}",
+        *extra,
+        "",
+        "",
+        f"def {name}(key):",
+        f'    """The config for a tuning key of {kernel} (its values in the autotuner\'s key order)."""',
+        "    x = tuple(str(v) if cat else float(v) for v, cat in zip(key, CATEGORICAL))",
+        *body,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def learn(
+    entries: Sequence[StoredEntry], kernel: str, *, method: str = "auto", name: str = "heuristic"
+) -> Heuristic:
+    """The heuristic module for ``entries`` (one kernel's stored results)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}")
+    if not entries:
+        raise HeuristicError(f"nothing stored for {kernel}")
+    if not name.isidentifier():
+        raise HeuristicError(f"{name!r} is not a Python function name")
+    if len({len(e.key) for e in entries}) != 1:
+        raise HeuristicError(f"{kernel}'s stored keys differ in length: tuned with different keys")
+    if method == "auto":
+        method = "tree" if _tree_available() else "nearest"
+    ids: dict[str, int] = {}
+    configs: list[Config] = []
+    labels: list[int] = []
+    for e in entries:
+        cid = config_id(e.config)
+        if cid not in ids:
+            ids[cid] = len(configs)
+            configs.append(e.config)
+        labels.append(ids[cid])
+    categorical = [not all(_numeric(e.key[p]) for e in entries) for p in range(len(entries[0].key))]
+    rows = [_key_features(e.key, categorical) for e in entries]
+    validation, correct, tested = _validate(method, rows, labels, categorical)
+    result = Heuristic("", method, len(entries), len(configs), correct, tested, validation)
+    counts = [labels.count(i) for i in range(len(configs))]
+    if method == "nearest":
+        table = ",\n".join(f"    ({row!r}, {label})" for row, label in zip(rows, labels))
+        extra = ["TABLE = [", table + ",", "]", "", "", inspect.getsource(_nearest).rstrip()]
+        body = ["    return CONFIGS[_nearest(x, TABLE)]"]
+    else:
+        model, codes = _fit_tree(rows, labels, categorical)
+        extra = [f"CODES = {codes.maps!r}  # categorical values as the tree's numbers (-1: unseen)"]
+        body = [
+            "    x = [v if m is None else float(m.get(v, -1)) for v, m in zip(x, CODES)]",
+            *_tree_lines(model, 0, 1),
+        ]
+    result.source = _module(kernel, name, result, configs, counts, categorical, body, extra)
+    return result
