@@ -553,10 +553,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = range(args.first_seed, args.first_seed + args.seeds)
         jobs = [
             Job(paths[s.name], strategy, seed, batch, args.noise)
+            for seed in seeds  # seed by seed, so that partial results cover every space
             for s in sorted(spaces, key=lambda s: -len(s.space))  # the longest first
             for strategy in args.strategies
             for batch in args.batches
-            for seed in seeds
         ]
         outcomes = run_all(jobs, args.workers, args.save)
         given = [a for a in (sys.argv[1:] if argv is None else argv) if a]

@@ -39,9 +39,9 @@ def _needs_smac(name: str) -> None:
 @pytest.mark.parametrize("name", ["random", "exhaustive", "bayesian"])
 def test_a_batch_is_distinct_new_candidates_and_pending_ones_are_never_proposed_again(name):
     _needs_smac(name)
-    space = grid_space((8, 8, 8))
-    objective = bowl(space, (5, 2, 6))
-    search = BatchSearch(make_strategy(name), space, Budget(max_share=0.2, seed=3))
+    space = grid_space((6, 6, 6))
+    objective = bowl(space, (5, 2, 4))
+    search = BatchSearch(make_strategy(name), space, Budget(max_share=0.25, seed=3))
     first = search.ask(16)
     assert len(first) == 16 == len(set(first)) and search.pending == set(first)
     second = search.ask(16)  # nothing told yet: all new, none of the first batch
@@ -58,7 +58,7 @@ def test_a_batch_is_distinct_new_candidates_and_pending_ones_are_never_proposed_
         for index in pending[: max(1, len(pending) // 2)]:
             search.tell(index, objective(index))
     assert not search.pending
-    assert len(search.results) == len(seen) == math.ceil(0.2 * len(space))
+    assert len(search.results) == len(seen) == math.ceil(0.25 * len(space))
     assert search.order[:8] == list(reversed(first[::2]))  # the order results arrived in
     assert search.results[search.best()] == min(search.results.values())
 
@@ -177,11 +177,11 @@ def test_all_failing_small_space_ends():
 @pytest.mark.parametrize("batch", [1, 16])
 def test_same_seed_and_results_give_the_same_proposals(name, batch):
     _needs_smac(name)
-    space = grid_space((9, 9, 9), keep=lambda p: p[0] + p[1] < 15)
-    objective = bowl(space, (7, 4, 2))
+    space = grid_space((7, 7, 7), keep=lambda p: p[0] + p[1] < 12)
+    objective = bowl(space, (6, 4, 2))
 
     def issued(seed, completion):
-        budget = Budget(max_share=0.06, seed=seed)
+        budget = Budget(max_share=0.1, seed=seed)
         return drive_batched(make_strategy(name), space, budget, objective, batch, (), completion).issued
 
     first = issued(3, 5)
