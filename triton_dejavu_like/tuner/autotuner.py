@@ -30,6 +30,7 @@ from .key import NO_DTYPE, KeyPlan, Tensor, TuningKey
 from .policy import MissPolicy
 from .report import report
 from .settings import TunerSettings
+from .single_flight import tune_once
 from .storage import StorageIdentity
 from .tuning import AutotuningError, Outcome, TuningRun
 
@@ -309,22 +310,34 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
             state.benchmarker,
             _compat.is_interpreted(self.fn),
         )
-        self.nargs = nargs
-        try:
-            outcome = run.run(
-                key,
-                args,
-                kwargs,
-                answer,
-                warm_start=self._warm_start(state, answer),
-                candidates_hash=candidates_hash,
-            )
-        finally:
-            self.nargs = None
-        if key.id is not None and outcome.entry is not None:
-            state.restored[key.id] = outcome.entry
-            state.store.record({key.id: outcome.entry})
-        return outcome
+
+        def tune() -> Outcome:
+            self.nargs = nargs
+            try:
+                outcome = run.run(
+                    key,
+                    args,
+                    kwargs,
+                    answer,
+                    warm_start=self._warm_start(state, answer),
+                    candidates_hash=candidates_hash,
+                )
+            finally:
+                self.nargs = None
+            if key.id is not None and outcome.entry is not None:
+                state.restored[key.id] = outcome.entry
+                state.store.record({key.id: outcome.entry})
+            return outcome
+
+        def adopt(entry: StoredEntry) -> Outcome | None:
+            """A result another process (or rank) stored for this key, if it fits these candidates."""
+            found = self._policy.answer(key, answer, candidates_hash, {key.id or "": entry}, pruning=pruning)
+            if not isinstance(found, Outcome) or found.source != "restored":
+                return None
+            state.restored[key.id or ""] = entry
+            return found
+
+        return tune_once(state.store, key, self._name, len(answer), state.restored, tune, adopt)
 
     def _warm_start(self, state: _ProcessState, candidates: list[Config]) -> list[int]:
         """Indices of candidates that won other stored keys, then of the winners of this kernel
