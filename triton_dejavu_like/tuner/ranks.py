@@ -23,11 +23,12 @@ Per key (see docs/consensus.md):
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +138,17 @@ class _Meeting:
             return None
 
 
+@contextlib.contextmanager
+def _failure_published(meeting: _Meeting, *names: str) -> Iterator[None]:
+    """Publish an error under ``names`` if the block raises, so that no rank waits for us in vain."""
+    try:
+        yield
+    except BaseException as exc:
+        for name in names:
+            meeting.publish(name, {"error": str(exc)[:300] or type(exc).__name__})
+        raise
+
+
 def _decode_timings(value: Any, n: int) -> Timings:
     """Timings a rank published: {index: [ms, ...] or null} (data only, checked)."""
     out: Timings = {}
@@ -198,20 +210,21 @@ def tune_together(
             record(outcome)
             return outcome
         members = value
+    if members == 1:  # no other rank missed the key in time: an ordinary tuning, then the decision
+        with _failure_published(meeting, "decision"):
+            outcome = measure(candidates)
+        meeting.publish("decision", {"index": candidates.index(outcome.config)})
+        record(outcome)
+        return outcome
     log.debug("%s: key %s: rank %d of %d tuning together", kernel_name, key.values, order, members)
     share = [c for i, c in enumerate(candidates) if i % members == order]
     own: Timings = {}
-    try:
+    with _failure_published(meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
         if share:
             try:
                 own = _indexed(candidates, measure(share))
             except AutotuningError:  # every candidate of the share failed
                 own = {candidates.index(c): [math.inf] for c in share}
-    except BaseException as exc:  # say so, so that the others do not wait for us
-        meeting.publish(f"timings/{order}", {"error": str(exc)[:300] or type(exc).__name__})
-        if order == 0:
-            meeting.publish("decision", {"error": str(exc)[:300] or type(exc).__name__})
-        raise
     meeting.publish(f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}})
     if order == 0:
         return _lead(meeting, key, kernel_name, candidates, members, own, measure, record, start)
