@@ -190,14 +190,18 @@ def tune_together(
     meeting = _Meeting(store, prefix, timeout_s)
     start = time.perf_counter()
     order = int(store.add(meeting.key("joined"), 1)) - 1
-    if order >= CLOSED:  # the group closed before we missed the key: use its decision
-        decision = meeting.read("decision")
-        if isinstance(decision, dict) and isinstance(decision.get("index"), int):
-            return Outcome(candidates[decision["index"]], "tuned", duration_s=time.perf_counter() - start)
-        log.info("%s: no decision of other ranks for key %s; tuning alone", kernel_name, key.values)
+
+    def alone(why: str) -> Outcome:
+        log.info("%s: %s for key %s; tuning alone", kernel_name, why, key.values)
         outcome = measure(candidates)
         record(outcome)
         return outcome
+
+    if order >= CLOSED:  # the group closed before we missed the key: use its decision
+        index = _decided(meeting.read("decision"), len(candidates))
+        if index is None:
+            return alone("no decision of the ranks that tuned it")
+        return Outcome(candidates[index], "tuned", duration_s=time.perf_counter() - start)
     if order == 0:
         time.sleep(JOIN_WINDOW_S)
         members = int(store.add(meeting.key("joined"), CLOSED)) - CLOSED
@@ -205,10 +209,7 @@ def tune_together(
     else:
         value = meeting.read("members", JOIN_WINDOW_S + MEMBERS_TIMEOUT_S)
         if not isinstance(value, int) or not 0 < order < value:
-            log.info("%s: the group for key %s did not form; tuning alone", kernel_name, key.values)
-            outcome = measure(candidates)
-            record(outcome)
-            return outcome
+            return alone("the group of ranks did not form")
         members = value
     if members == 1:  # no other rank missed the key in time: an ordinary tuning, then the decision
         with _failure_published(meeting, "decision"):
@@ -231,6 +232,15 @@ def tune_together(
     return _follow(meeting, key, kernel_name, candidates, members, own, start)
 
 
+def _decided(decision: Any, n: int) -> int | None:
+    """The winner's index in a published decision (data only, checked), or None."""
+    if isinstance(decision, dict):
+        index = decision.get("index")
+        if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < n:
+            return index
+    return None
+
+
 def _gather(meeting: _Meeting, candidates: list[Config], members: int, order: int, own: Timings) -> Timings:
     gathered = dict(own)
     for member in range(members):
@@ -250,7 +260,7 @@ def _lead(
     record: Callable[[Outcome], None],
     start: float,
 ) -> Outcome:
-    try:
+    with _failure_published(meeting, "decision"):
         gathered = _gather(meeting, candidates, members, 0, own)
         ranked = _pick(gathered)
         if not ranked:
@@ -260,9 +270,6 @@ def _lead(
         finalists = [candidates[i] for i in ranked[:FINALISTS]]
         careful = measure(finalists)  # the leader's careful verdict
         winner = candidates.index(careful.config)
-    except BaseException as exc:
-        meeting.publish("decision", {"error": str(exc)[:300] or type(exc).__name__})
-        raise
     meeting.publish("decision", {"index": winner, "timings": gathered[winner]})
     timings = {candidates[i]: t for i, t in gathered.items()}
     timings.update(careful.configs_timings)
@@ -292,11 +299,10 @@ def _follow(
     start: float,
 ) -> Outcome:
     decision = meeting.read("decision", 2 * meeting.timeout_s)  # the leader gathers, then re-measures
-    if isinstance(decision, dict) and isinstance(decision.get("index"), int):
-        index = decision["index"]
-        if 0 <= index < len(candidates):
-            timings = {candidates[i]: t for i, t in own.items()}
-            return Outcome(candidates[index], "tuned", timings, time.perf_counter() - start)
+    index = _decided(decision, len(candidates))
+    if index is not None:
+        timings = {candidates[i]: t for i, t in own.items()}
+        return Outcome(candidates[index], "tuned", timings, time.perf_counter() - start)
     gathered = _gather(meeting, candidates, members, -1, {})
     gathered.update(own)
     ranked = _pick(gathered)
