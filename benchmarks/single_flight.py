@@ -4,8 +4,9 @@ Default mode: N processes (``--processes``, default 4) share one fresh storage r
 same key of a real kernel (a row-wise softmax over a space of BLOCK x num_warps x num_stages) at the
 same moment (each signals it is ready after its imports; the parent then starts them together).
 Measured: the wall time from the start to the last process done, with single flight (default) and
-with ``TRITON_DEJAVU_SINGLE_FLIGHT=0`` (N independent tunings), how many processes benchmarked, and
-the configs the processes chose.
+with ``TRITON_DEJAVU_SINGLE_FLIGHT=0`` (N independent tunings), how many processes benchmarked, how
+many configs each knows a timing of (``configs_timings``: what it measured; a leading rank also
+knows the timings the other ranks gathered), and the configs the processes chose.
 
 ``--distributed``: N ranks (torchrun-style variables; NCCL on GPUs, ``cuda:rank % devices``, so with
 one GPU the ranks share it; gloo on CPU) with :func:`triton_dejavu_like.distributed` miss one key
@@ -172,7 +173,7 @@ def main() -> None:
     n = args.processes
     header = (
         "| run | wall (start to last done) | slowest miss | median miss | processes that benchmarked "
-        "| configs benchmarked per process | distinct configs chosen |\n"
+        "| timings known per process | distinct configs chosen |\n"
         "| --- | --- | --- | --- | --- | --- | --- |"
     )
     print(

@@ -9,9 +9,10 @@ key and the candidate set. Ranks that miss different keys never wait for each ot
 
 Per key (see docs/consensus.md):
 
-1. *Join.* ``add(joined, 1)`` gives each rank its join order; the first (the leader) waits
-   :data:`JOIN_WINDOW_S`, then closes the group with ``add(joined, CLOSED)`` and publishes the number
-   of members. A rank that joins after the close is not a member: it waits for the decision.
+1. *Join.* ``add(joined, 1)`` gives each rank its join order; the first (the leader) waits until
+   every rank of the group joined or :data:`JOIN_WINDOW_S` passed, then closes the group with
+   ``add(joined, CLOSED)`` and publishes the number of members. A rank that joins after the close
+   is not a member: it waits for the decision.
 2. *Split.* Member ``j`` of ``m`` measures the candidates ``i`` with ``i % m == j`` (the search
    strategy sees only that share) and publishes their timings.
 3. *Decide.* The leader gathers the timings (a member that does not publish within the wait is left
@@ -185,7 +186,7 @@ def tune_together(
     ``scope`` is hashed into the meeting's prefix (the kernel's identity, the key, the candidate set);
     ``measure(subset)`` runs the search over a subset; ``record(outcome)`` stores the leader's result.
     """
-    store, _ = meeting_place
+    store, size = meeting_place
     prefix = f"{_PREFIX}{stable_hash(scope)}/"
     meeting = _Meeting(store, prefix, timeout_s)
     start = time.perf_counter()
@@ -202,8 +203,10 @@ def tune_together(
         if index is None:
             return alone("no decision of the ranks that tuned it")
         return Outcome(candidates[index], "tuned", duration_s=time.perf_counter() - start)
-    if order == 0:
-        time.sleep(JOIN_WINDOW_S)
+    if order == 0:  # wait for the others to miss the key: until all ranks joined, or the window ends
+        window_end = time.monotonic() + JOIN_WINDOW_S
+        while int(store.add(meeting.key("joined"), 0)) < size and time.monotonic() < window_end:
+            time.sleep(0.01)
         members = int(store.add(meeting.key("joined"), CLOSED)) - CLOSED
         meeting.publish("members", members)
     else:
