@@ -60,19 +60,30 @@ def leases(root: Path) -> list[Path]:
 
 
 def test_four_processes_on_one_key_benchmark_once_and_agree(tmp_path):
-    root, go = tmp_path / "store", tmp_path / "go"
-    procs = [start_worker(root, go, 300) for _ in range(4)]
-    go.touch()  # all four miss the key at about the same moment
-    results = [result_of(p)[0] for p in procs]
+    root, go, ready, started = tmp_path / "store", tmp_path / "go", tmp_path / "ready", tmp_path / "started"
+    ready.mkdir()
+    # the first to benchmark holds for 2 s, so that the others miss the key while it tunes
+    options = ("--ready", str(ready), "--started", str(started), "--hold", "2")
+    procs = [start_worker(root, go, 300, *options) for _ in range(4)]
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(list(ready.iterdir())) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()  # all four miss the key at the same moment
+    results, errs = zip(*(result_of(p) for p in procs))
     assert sorted(r["benchmarks"] for r in results) == [0, 0, 0, 3]  # one process measured 3 configs
     assert sorted(r["decision"] for r in results) == ["restored"] * 3 + ["tuned"]
     assert len({r["block"] for r in results}) == 1
     assert leases(root) == []
+    waited = [err for err in errs if "being tuned by pid" in err]
+    assert len(waited) == 3  # the three others waited (one warning each), then restored
 
 
 def test_without_single_flight_every_process_tunes(tmp_path):
     root, go = tmp_path / "store", tmp_path / "go"
-    procs = [start_worker(root, go, 300, TRITON_DEJAVU_SINGLE_FLIGHT="0") for _ in range(2)]
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    options = ("--meet", str(meet), "--count", "2")  # both are benchmarking at one moment
+    procs = [start_worker(root, go, 300, *options, TRITON_DEJAVU_SINGLE_FLIGHT="0") for _ in range(2)]
     go.touch()
     results = [result_of(p)[0] for p in procs]
     assert [r["benchmarks"] for r in results] == [3, 3]
