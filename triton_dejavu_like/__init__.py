@@ -25,6 +25,7 @@ from .tools.aot.case import TuneCase
 from .tuner import Autotuner, AutotuningError, ConfigSpace, autotune
 from .tuner.misses import misses, reset_misses
 from .tuner.mode import tuning
+from .tuner.ranks import distributed
 
 _logger = logging.getLogger(__name__)
 _logger.addHandler(logging.NullHandler())
@@ -50,6 +51,7 @@ __all__ = [
     "__version__",
     "add_store",
     "autotune",
+    "distributed",
     "misses",
     "reset_misses",
     "tuning",

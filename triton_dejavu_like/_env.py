@@ -31,6 +31,9 @@ PROGRESS = "TRITON_DEJAVU_PROGRESS"
 READ_ONLY = "TRITON_DEJAVU_READ_ONLY"
 DETERMINISTIC = "TRITON_DEJAVU_DETERMINISTIC"
 MISSES_FILE = "TRITON_DEJAVU_MISSES_FILE"
+SINGLE_FLIGHT = "TRITON_DEJAVU_SINGLE_FLIGHT"
+SINGLE_FLIGHT_TIMEOUT = "TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT"
+DISTRIBUTED = "TRITON_DEJAVU_DISTRIBUTED"
 CUDA_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_CUDA_VERSION"
 ROCM_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_ROCM_VERSION"
 
@@ -50,6 +53,9 @@ ALL = (
     READ_ONLY,
     DETERMINISTIC,
     MISSES_FILE,
+    SINGLE_FLIGHT,
+    SINGLE_FLIGHT_TIMEOUT,
+    DISTRIBUTED,
     CUDA_VERSION_OVERRIDE,
     ROCM_VERSION_OVERRIDE,
 )
@@ -135,6 +141,37 @@ def misses_file() -> Path | None:
     return Path(raw).expanduser().absolute() if raw else None
 
 
+def single_flight() -> bool:
+    """``TRITON_DEJAVU_SINGLE_FLIGHT=0`` lets every process tune a missed key itself (default on: one
+    process tunes it under a lease in the store, the others wait for its result)."""
+    return flag(SINGLE_FLIGHT, default=True)
+
+
+def single_flight_timeout_s() -> float | None:
+    """Seconds a process waits for another one tuning the same key; None (unset or invalid): the
+    wait scales with the expected tuning time. Accepted: a number of seconds > 0."""
+    return _positive_seconds(SINGLE_FLIGHT_TIMEOUT, "scaled with the expected tuning time")
+
+
+def distributed() -> bool:
+    """``TRITON_DEJAVU_DISTRIBUTED=1``: ranks of the default process group tune missed keys together."""
+    return flag(DISTRIBUTED)
+
+
+def _positive_seconds(name: str, default: str) -> float | None:
+    raw = _raw(name)
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except (ValueError, OverflowError):
+        value = math.nan
+    if not value > 0:  # also NaN
+        _invalid(name, raw, "a number of seconds > 0; inf means no timeout", default)
+        return None
+    return seconds(value)
+
+
 def seconds(value: float) -> float:
     """A timeout in seconds, clamped to :data:`MAX_TIMEOUT_S` (``inf`` and huge values: no timeout)."""
     return min(float(value), MAX_TIMEOUT_S)
@@ -146,17 +183,7 @@ def isolation_timeout_s() -> float | None:
     Accepted: a number of seconds > 0 (``inf`` or anything above 1e6 means no practical timeout and
     is clamped to 1e6 s).
     """
-    raw = _raw(ISOLATION_TIMEOUT)
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except (ValueError, OverflowError):
-        value = math.nan
-    if not value > 0:  # also NaN
-        _invalid(ISOLATION_TIMEOUT, raw, "a number of seconds > 0; inf means no timeout", "120 s")
-        return None
-    return seconds(value)
+    return _positive_seconds(ISOLATION_TIMEOUT, "120 s")
 
 
 def compile_threads() -> int:

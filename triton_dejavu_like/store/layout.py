@@ -26,6 +26,9 @@ DEFAULT_TAG = "default"
 CORRUPT_SUFFIX = ".corrupt-"
 REJECTED_SUFFIX = ".rejected-"
 LOCK_SUFFIX = ".lock"
+#: A tuning lease of one key (``cache.json.lease-<hash of the key id>``) and a stale one set aside.
+LEASE_SUFFIX = ".lease-"
+STALE_LEASE_SUFFIX = ".stale-"
 #: The identity fields of a document, in path order, and the prefix of each directory level.
 IDENTITY_FIELDS = (
     "dejavu",

@@ -1,12 +1,13 @@
 """``python -m triton_dejavu_like`` (also ``triton-dejavu-like``): inspect and manage stored results.
 
 Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu``, ``misses``, ``tune``
-(ahead-of-time tuning, :mod:`.aot`), ``heuristic`` (:mod:`.heuristic`). Every store command takes
-``--root`` (default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or the user cache
-directory) and ``--json`` for scripts. ``list`` and ``show`` read every root given (``--root``
-repeated or an ``os.pathsep`` list: the first is the written one, the others are layers) and say
-which layer each file came from; the other commands use the first root. Exit status: 0 on success,
-1 when an input cannot be read or nothing matches, 2 for bad arguments.
+(ahead-of-time tuning, :mod:`.aot`), ``heuristic`` (:mod:`.heuristic`), ``diff`` (:mod:`.diff`). Every
+store command takes ``--root`` (default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or
+the user cache directory) and ``--json`` for scripts. ``list`` and ``show`` read every root given
+(``--root`` repeated or an ``os.pathsep`` list: the first is the written one, the others are layers)
+and say which layer each file came from; the other commands use the first root. Exit status: 0 on
+success, 1 when an input cannot be read or nothing matches, 2 for bad arguments; ``diff`` exits 0
+when the winners agree, 1 when they differ and 2 when a source cannot be read.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..codec import describe_config
 from ..store import InvalidCacheFile, StoredEntry, default_root, inventory, parse_timestamp
 from ..store.entry import InvalidEntry
 from ..tuner import misses as miss_log
-from . import dejavu_import, heuristic
+from . import dejavu_import, diff, heuristic
 from .aot import command as aot
 from .aot.case import SpecError
 
@@ -619,6 +620,66 @@ def cmd_heuristic(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- diff -------------------------------------------------------------------------------------------------
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Exit 0 when every key stored by several sources has one winner, 1 when winners differ, 2 when a
+    source cannot be read (as diff(1) does)."""
+    sources = [Path(s).expanduser() for s in args.sources]
+    absent = [str(s) for s in sources if not s.exists()]
+    if absent:
+        raise UsageError(f"no such source: {', '.join(absent)}")
+    try:
+        result = diff.compare(sources, match=args.match or ())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    report_problems(result.problems)
+    differences = result.differences
+    lines = [
+        f"{len(result.compared)} key(s) stored by several sources, {len(differences)} with different "
+        f"winners; {len(result.missing)} key(s) stored by some sources only"
+    ]
+    for comparison in differences:
+        lines.append(f"  {comparison.kernel} key {key_text(comparison.winners[0].entry)}:")
+        for w in comparison.winners:
+            where = " ".join(f"{f}={w.identity[f]}" for f in diff.MATCHABLE if f != "dejavu")
+            lines.append(
+                f"    {w.source}: {describe_config(w.entry.config)}  {times_text(w.entry.timings_ms)}"
+            )
+            lines.append(f"      {where}  tuned {w.entry.tuned_at.isoformat()}  ({w.file})")
+    payload = {
+        "sources": result.sources,
+        "compared": len(result.compared),
+        "differences": [
+            {
+                "kernel": c.kernel,
+                "key": c.key_id,
+                "winners": [
+                    {
+                        "source": w.source,
+                        "file": w.file,
+                        "identity": w.identity,
+                        "config": w.entry.data["config"],
+                        "timings_ms": list(w.entry.timings_ms),
+                        "tuned_at": w.entry.tuned_at.isoformat(),
+                    }
+                    for w in c.winners
+                ],
+            }
+            for c in differences
+        ],
+        "missing": [
+            {"kernel": c.kernel, "key": c.key_id, "lacking": lacking} for c, lacking in result.missing
+        ],
+        "problems": problems_payload(result.problems),
+    }
+    emit(args, payload, "\n".join(lines))
+    if result.problems:
+        return 2
+    return 1 if differences else 0
+
+
 # --- the parser -------------------------------------------------------------------------------------------
 
 
@@ -698,6 +759,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("out", help="a directory (a storage root) or a .tar.gz archive")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "diff", parents=[common], help="compare the winners stored by several machines or ranks"
+    )
+    p.add_argument(
+        "sources", nargs="+", help="two or more storage trees, cache.json files or .tar.gz archives"
+    )
+    p.add_argument(
+        "--match",
+        action="append",
+        choices=diff.MATCHABLE,
+        help="also match results on this identity field (default: platform and tag are ignored); repeatable",
+    )
+    p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("import-dejavu", parents=[common], help="convert triton-dejavu cache.json files")
     p.add_argument("sources", nargs="+", help="triton-dejavu storage trees or cache.json files")

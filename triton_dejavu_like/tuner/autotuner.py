@@ -25,12 +25,14 @@ from ..store import (
     detect_platform,
 )
 from ..store.warm_start import MAX_FOREIGN_SEEDS
+from . import ranks
 from .config_space import ConfigSpace, platform_check_for
 from .key import NO_DTYPE, KeyPlan, Tensor, TuningKey
 from .mode import tuning_enabled
 from .policy import MissPolicy
 from .report import report
 from .settings import TunerSettings
+from .single_flight import tune_once, wait_timeout_s
 from .storage import StorageIdentity
 from .tuning import AutotuningError, Outcome, TuningRun
 
@@ -311,22 +313,45 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
             state.benchmarker,
             _compat.is_interpreted(self.fn),
         )
-        self.nargs = nargs
-        try:
-            outcome = run.run(
-                key,
-                args,
-                kwargs,
-                answer,
-                warm_start=self._warm_start(state, answer),
-                candidates_hash=candidates_hash,
-            )
-        finally:
-            self.nargs = None
-        if key.id is not None and outcome.entry is not None:
-            state.restored[key.id] = outcome.entry
-            state.store.record({key.id: outcome.entry})
-        return outcome
+
+        def measure(subset: list[Config]) -> Outcome:
+            self.nargs = nargs
+            try:
+                warm_start = self._warm_start(state, subset)
+                return run.run(
+                    key, args, kwargs, subset, warm_start=warm_start, candidates_hash=candidates_hash
+                )
+            finally:
+                self.nargs = None
+
+        def keep(outcome: Outcome) -> None:
+            if key.id is not None and outcome.entry is not None:
+                state.restored[key.id] = outcome.entry
+                state.store.record({key.id: outcome.entry})
+
+        def tune() -> Outcome:
+            outcome = measure(answer)
+            keep(outcome)
+            return outcome
+
+        def adopt(entry: StoredEntry) -> Outcome | None:
+            """A result another process (or rank) stored for this key, if it fits these candidates."""
+            found = self._policy.answer(key, answer, candidates_hash, {key.id or "": entry}, pruning=pruning)
+            if not isinstance(found, Outcome) or found.source != "restored":
+                return None
+            state.restored[key.id or ""] = entry
+            return found
+
+        meeting_place = ranks.active_store()
+        if meeting_place is not None:  # ranks that miss this key split its candidates
+            scope = [
+                self.kernel_identity(state.platform).as_dict(),
+                key.id or repr(key.values),
+                candidates_hash,
+            ]
+            timeout = wait_timeout_s(len(answer), state.restored)
+            return ranks.tune_together(meeting_place, scope, key, self._name, answer, measure, keep, timeout)
+        return tune_once(state.store, key, self._name, len(answer), state.restored, tune, adopt)
 
     def _warm_start(self, state: _ProcessState, candidates: list[Config]) -> list[int]:
         """Indices of candidates that won other stored keys, then of the winners of this kernel

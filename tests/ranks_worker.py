@@ -1,0 +1,91 @@
+"""One rank of a gloo process group tuning ``double_kernel`` together with the others.
+
+``python ranks_worker.py INIT_FILE RANK WORLD SCENARIO``: initialises torch.distributed (gloo,
+``file://`` rendezvous), enables :func:`triton_dejavu_like.distributed`, meets the other ranks at a
+barrier, then launches the kernel for the scenario's keys with a counting ``do_bench`` that returns a
+random time per config (ranks tuning alone would disagree). Prints one JSON line.
+
+Phases, one after the other: ``same`` (every rank misses key 500); ``different`` (rank r misses key
+600 + r, then all miss 700); ``raise`` (all miss key 800; rank 2 raises from its benchmark, a
+BaseException, and goes on). Each phase reports the benchmarks run, the configs chosen, the entries
+recorded and whether the rank raised.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import datetime
+import json
+import random
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  # this checkout's package
+
+import torch.distributed as dist  # noqa: E402
+import triton  # noqa: E402
+from storage_helpers import InstantBench, launch, make_tuner  # noqa: E402
+
+import triton_dejavu_like as tdl  # noqa: E402
+
+CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 64, 128) for w in (1, 2)]
+
+
+class Boom(BaseException):
+    pass
+
+
+class RandomBench(InstantBench):
+    def __init__(self, explode: bool) -> None:
+        super().__init__(delay_s=0.05)
+        self.explode = explode
+
+    def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8)):  # type: ignore[no-untyped-def]
+        super().__call__(kernel_call, quantiles)
+        if self.explode:
+            raise Boom("this rank fails")
+        return [random.uniform(1.0, 2.0)] * len(quantiles)
+
+
+def main() -> None:
+    init, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    timeout = datetime.timedelta(seconds=60)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init}", rank=rank, world_size=world, timeout=timeout
+    )
+    tdl.distributed()
+    bench = RandomBench(explode=False)
+    tuner = make_tuner(bench=bench, configs=CONFIGS)
+    recorded: list[list[str]] = []
+    store = tuner._process_state().store
+    original = store.record
+    store.record = lambda entries: recorded.append(list(entries)) or original(entries)  # type: ignore[method-assign]
+    phases = {}
+    for phase, keys in (("same", [500]), ("different", [600 + rank, 700]), ("raise", [800])):
+        bench.explode = phase == "raise" and rank == 2
+        bench.calls, recorded[:] = 0, []
+        dist.barrier()  # the ranks start each phase at about the same moment (no rank has raised yet)
+        configs, raised = [], False
+        for n in keys:
+            try:
+                launch(tuner, n)
+                best = tuner.best_config
+                assert best is not None
+                configs.append([best.kwargs["BLOCK"], best.num_warps])
+            except Boom:
+                raised = True
+        phases[phase] = {
+            "benchmarks": bench.calls,
+            "configs": configs,
+            "recorded": len(recorded),
+            "raised": raised,
+        }
+    print(json.dumps({"rank": rank, **phases}), flush=True)
+    os._exit(0)  # no teardown collective: a rank that finished early must not wait for the others
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""Single-flight tuning: processes that miss one key at once benchmark it once and agree on its config.
+
+End-to-end tests run ``single_flight_worker.py`` in separate Python processes (the interpreter, a
+counting ``do_bench`` returning a random time per config, so independent tunings would disagree).
+Lease-level tests drive :mod:`triton_dejavu_like.store.lease` directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from storage_helpers import InstantBench, launch, make_tuner
+
+from triton_dejavu_like import DejavuTuningWarning
+from triton_dejavu_like.codec import key_id
+from triton_dejavu_like.store import lease as lease_mod
+from triton_dejavu_like.tuner import single_flight
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and signals")
+
+WORKER = Path(__file__).parent / "single_flight_worker.py"
+TIMEOUT_S = 120
+
+
+def start_worker(root: Path, go: Path, n: int, *extra: str, **env: str) -> subprocess.Popen[str]:
+    environ = {**os.environ, "TRITON_DEJAVU_STORAGE": str(root), "TRITON_INTERPRET": "1", **env}
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(go), str(n), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environ,
+    )
+
+
+def result_of(proc: subprocess.Popen[str]) -> tuple[dict, str]:
+    out, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def wait_for(path: Path, timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def leases(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if lease_mod.LEASE_SUFFIX in p.name]
+
+
+def test_four_processes_on_one_key_benchmark_once_and_agree(tmp_path):
+    root, go, ready, started = tmp_path / "store", tmp_path / "go", tmp_path / "ready", tmp_path / "started"
+    ready.mkdir()
+    # the first to benchmark holds for 2 s, so that the others miss the key while it tunes
+    options = ("--ready", str(ready), "--started", str(started), "--hold", "2")
+    procs = [start_worker(root, go, 300, *options) for _ in range(4)]
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(list(ready.iterdir())) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()  # all four miss the key at the same moment
+    results, errs = zip(*(result_of(p) for p in procs))
+    assert sorted(r["benchmarks"] for r in results) == [0, 0, 0, 3]  # one process measured 3 configs
+    assert sorted(r["decision"] for r in results) == ["restored"] * 3 + ["tuned"]
+    assert len({r["block"] for r in results}) == 1
+    assert leases(root) == []
+    waited = [err for err in errs if "being tuned by pid" in err]
+    assert len(waited) == 3  # the three others waited (one warning each), then restored
+
+
+def test_without_single_flight_every_process_tunes(tmp_path):
+    root, go = tmp_path / "store", tmp_path / "go"
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    options = ("--meet", str(meet), "--count", "2")  # both are benchmarking at one moment
+    procs = [start_worker(root, go, 300, *options, TRITON_DEJAVU_SINGLE_FLIGHT="0") for _ in range(2)]
+    go.touch()
+    results = [result_of(p)[0] for p in procs]
+    assert [r["benchmarks"] for r in results] == [3, 3]
+
+
+def test_a_holder_killed_mid_tuning_is_taken_over(tmp_path):
+    root, go, started = tmp_path / "store", tmp_path / "go", tmp_path / "started"
+    go.touch()
+    holder = start_worker(root, go, 400, "--started", str(started), "--hold", "300")
+    try:
+        wait_for(started)  # the holder took the lease and is benchmarking
+        assert len(leases(root)) == 1
+        waiter = start_worker(root, go, 400)
+        assert waiter.stderr is not None
+        seen = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:  # the warning says whom it waits for
+            line = waiter.stderr.readline()
+            seen.append(line)
+            if f"being tuned by pid {holder.pid} on" in line or not line:
+                break
+        assert f"being tuned by pid {holder.pid} on" in "".join(seen), seen
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=TIMEOUT_S)  # reaped: a zombie's pid still exists
+        result, _ = result_of(waiter)
+    finally:
+        holder.kill()
+        holder.communicate(timeout=TIMEOUT_S)
+    assert result["decision"] == "tuned" and result["benchmarks"] == 3
+    assert leases(root) == []
+
+
+def write_lease(path: Path, *, host: str, pid: int, age_s: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"host": host, "pid": pid, "started": time.time() - age_s, "token": "t", "key": "k"}
+    path.write_text(json.dumps(data))
+    moment = time.time() - age_s
+    os.utime(path, (moment, moment))
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=TIMEOUT_S)
+    return proc.pid
+
+
+def lease_of(tuner, n: int) -> Path:
+    return lease_mod.lease_path(tuner.cache_path(), key_id((n, "torch.float32", "torch.float32")))
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        pytest.param({"host": socket.gethostname(), "pid": "dead", "age_s": 0.0}, id="dead pid, this host"),
+        pytest.param({"host": "elsewhere", "pid": 1, "age_s": 3600.0}, id="no heartbeat, other host"),
+        pytest.param({"host": socket.gethostname(), "pid": 1, "age_s": 0.0}, id="unreadable"),
+    ],
+)
+def test_a_stale_lease_is_taken_over_at_once(tmp_path, holder):
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    path = lease_of(tuner, 50)
+    if holder["pid"] == "dead":
+        holder = {**holder, "pid": dead_pid()}
+    write_lease(path, **holder)
+    if holder["pid"] == 1 and holder["host"] != "elsewhere":
+        path.write_bytes(b"\x00 not json")  # a holder killed between create and write, long ago
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    start = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuTuningWarning)  # no waiting
+        launch(tuner, 50)
+    assert tuner.last_decision == "tuned" and bench.calls == 3
+    assert time.monotonic() - start < 60  # not the wait timeout (MIN_WAIT_S)
+    assert not path.exists()
+
+
+def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.5")
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    path = lease_of(tuner, 60)
+    write_lease(path, host=socket.gethostname(), pid=os.getpid(), age_s=0.0)  # alive: this process
+    with pytest.warns(DejavuTuningWarning) as record:
+        launch(tuner, 60)
+    texts = [str(w.message) for w in record]
+    assert any(f"pid {os.getpid()} on {socket.gethostname()}" in t and "waiting" in t for t in texts)
+    assert any("gave up waiting" in t for t in texts)
+    assert tuner.last_decision == "tuned" and bench.calls == 3
+    assert path.exists()  # not ours: left in place
+
+
+def test_a_result_recorded_while_waiting_is_restored(tmp_path):
+    first, second = InstantBench(), InstantBench()
+    tuner = make_tuner(bench=first, custom_data_storage=tmp_path)
+    launch(tuner, 70)
+    other = make_tuner(bench=second, custom_data_storage=tmp_path)
+    other._process_state()  # loaded before the result existed: simulate by forgetting it
+    other._state.restored.clear()
+    path = lease_of(other, 70)
+    write_lease(path, host=socket.gethostname(), pid=os.getpid(), age_s=0.0)
+    launch(other, 70)
+    assert other.last_decision == "restored" and second.calls == 0
+
+
+def test_a_read_only_store_tunes_without_a_lease(tmp_path, monkeypatch):
+    if os.geteuid() == 0:
+        pytest.skip("root ignores permissions")
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path / "ro")
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o555)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            launch(tuner, 80)
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+    assert tuner.last_decision == "tuned" and bench.calls == 3
+    assert leases(tmp_path) == []
+
+
+def test_the_wait_scales_with_stored_tuning_times():
+    from storage_helpers import make_entry
+
+    from triton_dejavu_like.store import StoredEntry
+
+    slow = make_entry((1,))
+    slow.update(tuning_time_s=600.0, evaluated=10)  # 60 s per candidate
+    history = {"k": StoredEntry.from_json(key_id((1,)), slow)}
+    assert single_flight.wait_timeout_s(50, history) == single_flight.MAX_WAIT_S
+    assert single_flight.wait_timeout_s(2, history) == 3 * 120 + 30
+    assert single_flight.wait_timeout_s(2, {}) == single_flight.MIN_WAIT_S

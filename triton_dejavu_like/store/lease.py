@@ -1,0 +1,210 @@
+"""A per-key tuning lease beside a cache file: one process tunes a key, the others wait for it.
+
+A lease is a small JSON file ``cache.json.lease-<hash of the key id>`` next to the cache file,
+created with ``O_CREAT | O_EXCL`` (never ``flock``, which network file systems implement unevenly):
+whoever creates it holds it. It records the holder's host, pid, start time and a random token; its
+heartbeat is the file's modification time, which a daemon thread of the holder sets to the holder's
+clock every :data:`HEARTBEAT_S` seconds while it tunes.
+
+A lease is *stale* when its holder is gone: on the same host, its pid no longer exists; on another
+host, its heartbeat is older than :data:`STALE_AFTER_S`. A stale lease is taken over by renaming it
+to a unique ``cache.json.stale-*`` name (one rename succeeds, the others find it gone); the taker
+checks that what it renamed is the lease it judged (else it puts it back with ``os.link``, which
+also refuses to overwrite) and then competes for a fresh lease like anyone else.
+
+What this assumes of the file system shared by the processes: an exclusive create and a rename
+that are atomic (local file systems, NFSv3+ with its usual semantics, Lustre, GPFS), and clocks of
+the hosts that agree within a fraction of :data:`STALE_AFTER_S` (NTP). Lease contents are data:
+JSON is parsed and checked, never evaluated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._log import log
+from .layout import LEASE_SUFFIX, STALE_LEASE_SUFFIX
+
+#: Seconds between two heartbeats of a holder.
+HEARTBEAT_S = 5.0
+#: A lease of another host whose heartbeat is older than this is stale (6 missed heartbeats).
+STALE_AFTER_S = 30.0
+#: A lease file is a few hundred bytes; anything bigger is not read.
+MAX_LEASE_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """What a lease file says about its holder, and its heartbeat (the file's mtime)."""
+
+    host: str
+    pid: int
+    started: float
+    token: str
+    heartbeat: float
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+    def age_s(self, now: float | None = None) -> float:
+        return (time.time() if now is None else now) - self.heartbeat
+
+
+def lease_path(cache_path: Path, key_id: str) -> Path:
+    """The lease file of ``key_id`` beside ``cache_path`` (a hash: key ids can be long)."""
+    digest = hashlib.sha256(key_id.encode("utf-8")).hexdigest()[:16]
+    return cache_path.with_name(f"{cache_path.name}{LEASE_SUFFIX}{digest}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def read_lease(path: Path) -> LeaseInfo | None:
+    """The lease at ``path``, or None when there is none. A lease that cannot be parsed (a holder
+    killed between create and write) is reported with host '?' so that only its age can judge it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        raw = handle.read(MAX_LEASE_BYTES)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+        host, pid, started, token = data["host"], data["pid"], data["started"], data["token"]
+        if not (
+            isinstance(host, str)
+            and isinstance(pid, int)
+            and not isinstance(pid, bool)
+            and isinstance(started, (int, float))
+            and isinstance(token, str)
+        ):
+            raise ValueError("wrong types")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
+        return LeaseInfo("?", -1, info.st_mtime, "", info.st_mtime)
+    return LeaseInfo(host, pid, float(started), token, info.st_mtime)
+
+
+def is_stale(info: LeaseInfo, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> bool:
+    """The holder is gone: a dead pid on this host, or no heartbeat for ``stale_after_s``."""
+    if info.host == socket.gethostname() and info.pid > 0 and not _pid_alive(info.pid):
+        return True
+    return info.age_s(now) > stale_after_s
+
+
+class Lease:
+    """The lease of one key: :meth:`acquire` it, :meth:`release` it (a context manager too)."""
+
+    def __init__(self, path: Path, key_id: str) -> None:
+        self.path = path
+        self.key_id = key_id
+        self.token = secrets.token_hex(8)
+        self.held = False
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def acquire(self) -> bool:
+        """Create the lease file exclusively; True if this process now holds it.
+
+        Raises ``OSError`` when the directory cannot be written (the caller then tunes without a
+        lease); ``FileExistsError`` is the ordinary "someone else holds it" and returns False.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": time.time(),
+            "token": self.token,
+            "key": self.key_id[:500],
+        }
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except FileExistsError:
+            return False
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(json.dumps(payload).encode("utf-8"))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            raise
+        self.held = True
+        self._stop.clear()
+        self._beat = threading.Thread(target=self._heartbeat, name="dejavu-lease-heartbeat", daemon=True)
+        self._beat.start()
+        log.debug("took the tuning lease %s", self.path)
+        return True
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            now = time.time()
+            try:
+                os.utime(self.path, (now, now))
+            except OSError as exc:  # taken over (we looked dead) or the directory went away
+                log.warning("cannot refresh the tuning lease %s (%s)", self.path, exc)
+                return
+
+    def release(self) -> None:
+        """Stop the heartbeat and remove the lease file if it is still ours."""
+        if not self.held:
+            return
+        self.held = False
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=2 * HEARTBEAT_S)
+        current = read_lease(self.path)
+        if current is not None and current.token == self.token:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            log.debug("released the tuning lease %s", self.path)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def take_over(path: Path, stale: LeaseInfo) -> bool:
+    """Remove the stale lease ``stale`` from ``path`` so that a new one can be created.
+
+    Renames it to a unique ``*.stale-*`` name: of several processes judging it stale, one rename
+    succeeds. If what was renamed is not the lease judged (it was replaced meanwhile by a live
+    holder), it is put back with ``os.link`` (which never overwrites) and False is returned.
+    """
+    aside = path.with_name(f"{path.name}{STALE_LEASE_SUFFIX}{os.getpid()}-{secrets.token_hex(3)}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False  # someone else took it over (or the holder finished)
+    moved = read_lease(aside)
+    if moved is not None and (moved.token, moved.pid, moved.host) != (stale.token, stale.pid, stale.host):
+        with contextlib.suppress(OSError):
+            os.link(aside, path)
+        with contextlib.suppress(OSError):
+            aside.unlink()
+        return False
+    with contextlib.suppress(OSError):
+        aside.unlink()
+    log.info("took over the stale tuning lease of %s (%s)", stale.describe(), path.name)
+    return True

@@ -1,0 +1,325 @@
+"""Ranks tune together: ranks that miss one key split its candidates, and all use one winner.
+
+Enabled with :func:`distributed` (``triton_dejavu_like.distributed(group=None)``, also a context
+manager) or ``TRITON_DEJAVU_DISTRIBUTED=1`` (the default group), once ``torch.distributed`` is
+initialised. Nothing here is a collective: ranks meet per key in the process group's key-value
+store (c10d ``Store``: ``add``/``set``/``wait``/``get``, every wait with a timeout), under a prefix
+made of the kernel's storage identity (so the GPU model, the Triton version and the configs), the
+key and the candidate set. Ranks that miss different keys never wait for each other.
+
+Per key (see docs/consensus.md):
+
+1. *Join.* ``add(joined, 1)`` gives each rank its join order; the first (the leader) waits until
+   every rank of the group joined or :data:`JOIN_WINDOW_S` passed, then closes the group with
+   ``add(joined, CLOSED)`` and publishes the number of members. A rank that joins after the close
+   is not a member: it waits for the decision.
+2. *Split.* Member ``j`` of ``m`` measures the candidates ``i`` with ``i % m == j`` (the search
+   strategy sees only that share) and publishes their timings.
+3. *Decide.* The leader gathers the timings (a member that does not publish within the wait is left
+   out), ranks the valid candidates by median, ties by candidate index, re-measures the best
+   :data:`FINALISTS` carefully, publishes the winner and records it in the store (once).
+4. Members wait for the decision. If the leader fails (it publishes an error) or does not answer in
+   time, each member picks by the same rule among the timings it can read, and records nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _env
+from .._compat import Config
+from .._log import DejavuTuningWarning, log, warn_once
+from ..store import StoredEntry
+from ..store.identity import stable_hash
+from .key import TuningKey
+from .tuning import AutotuningError, Outcome
+
+#: Seconds the first rank to miss a key waits for others to miss it too.
+JOIN_WINDOW_S = 2.0
+#: How long a member waits for the leader to close the group (beyond the join window).
+MEMBERS_TIMEOUT_S = 60.0
+#: The leader's careful re-measurement covers this many of the best gathered candidates.
+FINALISTS = 3
+#: Added to the join counter to close a group (no group has this many ranks).
+CLOSED = 1 << 40
+_PREFIX = "triton_dejavu_like/"
+
+Timings = dict[int, list[float]]
+#: Measures the given candidates (a subset of the key's) and returns the outcome of that run.
+Measure = Callable[[list[Config]], Outcome]
+
+
+@dataclass
+class _Group:
+    group: Any  # a torch.distributed ProcessGroup, or None for the default group
+
+
+_active: list[_Group] = []
+
+
+class distributed:  # a lower-case name: it is used like a function, tdl.distributed(group)
+    """Ranks of ``group`` (default: the default process group) tune missed keys together.
+
+    ``triton_dejavu_like.distributed()`` enables it for the rest of the program; as a context
+    manager (``with triton_dejavu_like.distributed(group): ...``) it is enabled inside the block only.
+    """
+
+    def __init__(self, group: Any = None) -> None:
+        self._entry = _Group(group)
+        _active.append(self._entry)
+
+    def __enter__(self) -> distributed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._entry in _active:
+            _active.remove(self._entry)
+
+
+def _store_for(group: Any) -> tuple[Any, int] | None:
+    """The key-value store to meet in, and the group's size; None when ranks cannot tune together."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    size = dist.get_world_size(group)
+    if size < 2:
+        return None
+    store = dist.distributed_c10d._get_default_store()
+    if group is not None:
+        ranks = ",".join(map(str, dist.get_process_group_ranks(group)))
+        store = dist.PrefixStore(f"{_PREFIX}group[{ranks}]/", store)
+    return store, size
+
+
+def active_store() -> tuple[Any, int] | None:
+    """Where ranks meet for the next miss, or None (not enabled, not initialised, one rank)."""
+    if _active:
+        return _store_for(_active[-1].group)
+    if _env.distributed():
+        return _store_for(None)
+    return None
+
+
+def _pick(timings: Timings) -> list[int]:
+    """Valid candidates best first: lowest median, ties by candidate index."""
+    valid = [i for i, t in timings.items() if t and math.isfinite(t[0])]
+    return sorted(valid, key=lambda i: (timings[i][0], i))
+
+
+class _Meeting:
+    def __init__(self, store: Any, prefix: str, timeout_s: float) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.timeout_s = timeout_s
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def publish(self, name: str, value: Any) -> None:
+        self.store.set(self.key(name), json.dumps(value))
+
+    def read(self, name: str, timeout_s: float | None = None) -> Any | None:
+        """The JSON value published under ``name``, or None after the timeout."""
+        wait = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            self.store.wait([self.key(name)], _dt.timedelta(seconds=wait))
+            return json.loads(self.store.get(self.key(name)).decode("utf-8"))
+        except (RuntimeError, ValueError) as exc:  # c10d timeouts are RuntimeErrors (DistStoreError)
+            log.debug("no %s within %.1f s (%s)", self.key(name), wait, str(exc)[:200])
+            return None
+
+
+@contextlib.contextmanager
+def _failure_published(meeting: _Meeting, *names: str) -> Iterator[None]:
+    """Publish an error under ``names`` if the block raises, so that no rank waits for us in vain."""
+    try:
+        yield
+    except BaseException as exc:
+        for name in names:
+            meeting.publish(name, {"error": str(exc)[:300] or type(exc).__name__})
+        raise
+
+
+def _decode_timings(value: Any, n: int) -> Timings:
+    """Timings a rank published: {index: [ms, ...] or null} (data only, checked)."""
+    out: Timings = {}
+    if not isinstance(value, dict) or not isinstance(value.get("timings"), dict):
+        return out
+    for index, times in value["timings"].items():
+        try:
+            i = int(index)
+            ms = [float(t) for t in times] if times is not None else [math.inf]
+        except (TypeError, ValueError):
+            continue
+        if 0 <= i < n and ms:
+            out[i] = ms
+    return out
+
+
+def _indexed(candidates: Sequence[Config], outcome: Outcome) -> Timings:
+    position = {id(c): i for i, c in enumerate(candidates)}
+    return {position[id(c)]: list(t) for c, t in outcome.configs_timings.items() if id(c) in position}
+
+
+def tune_together(
+    meeting_place: tuple[Any, int],
+    scope: Any,
+    key: TuningKey,
+    kernel_name: str,
+    candidates: list[Config],
+    measure: Measure,
+    record: Callable[[Outcome], None],
+    timeout_s: float,
+) -> Outcome:
+    """Tune ``key`` with the other ranks that miss it (see the module's description).
+
+    ``scope`` is hashed into the meeting's prefix (the kernel's identity, the key, the candidate set);
+    ``measure(subset)`` runs the search over a subset; ``record(outcome)`` stores the leader's result.
+    """
+    store, size = meeting_place
+    prefix = f"{_PREFIX}{stable_hash(scope)}/"
+    meeting = _Meeting(store, prefix, timeout_s)
+    start = time.perf_counter()
+    order = int(store.add(meeting.key("joined"), 1)) - 1
+
+    def alone(why: str) -> Outcome:
+        log.info("%s: %s for key %s; tuning alone", kernel_name, why, key.values)
+        outcome = measure(candidates)
+        record(outcome)
+        return outcome
+
+    if order >= CLOSED:  # the group closed before we missed the key: use its decision
+        index = _decided(meeting.read("decision"), len(candidates))
+        if index is None:
+            return alone("no decision of the ranks that tuned it")
+        return Outcome(candidates[index], "tuned", duration_s=time.perf_counter() - start)
+    if order == 0:  # wait for the others to miss the key: until all ranks joined, or the window ends
+        window_end = time.monotonic() + JOIN_WINDOW_S
+        while int(store.add(meeting.key("joined"), 0)) < size and time.monotonic() < window_end:
+            time.sleep(0.01)
+        members = int(store.add(meeting.key("joined"), CLOSED)) - CLOSED
+        meeting.publish("members", members)
+    else:
+        value = meeting.read("members", JOIN_WINDOW_S + MEMBERS_TIMEOUT_S)
+        if not isinstance(value, int) or not 0 < order < value:
+            return alone("the group of ranks did not form")
+        members = value
+    if members == 1:  # no other rank missed the key in time: an ordinary tuning, then the decision
+        with _failure_published(meeting, "decision"):
+            outcome = measure(candidates)
+        meeting.publish("decision", {"index": candidates.index(outcome.config)})
+        record(outcome)
+        return outcome
+    log.debug("%s: key %s: rank %d of %d tuning together", kernel_name, key.values, order, members)
+    share = [c for i, c in enumerate(candidates) if i % members == order]
+    own: Timings = {}
+    with _failure_published(meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
+        if share:
+            try:
+                own = _indexed(candidates, measure(share))
+            except AutotuningError:  # every candidate of the share failed
+                own = {candidates.index(c): [math.inf] for c in share}
+    meeting.publish(f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}})
+    if order == 0:
+        return _lead(meeting, key, kernel_name, candidates, members, own, measure, record, start)
+    return _follow(meeting, key, kernel_name, candidates, members, own, start)
+
+
+def _decided(decision: Any, n: int) -> int | None:
+    """The winner's index in a published decision (data only, checked), or None."""
+    if isinstance(decision, dict):
+        index = decision.get("index")
+        if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < n:
+            return index
+    return None
+
+
+def _gather(meeting: _Meeting, candidates: list[Config], members: int, order: int, own: Timings) -> Timings:
+    gathered = dict(own)
+    for member in range(members):
+        if member != order:
+            gathered.update(_decode_timings(meeting.read(f"timings/{member}"), len(candidates)))
+    return gathered
+
+
+def _lead(
+    meeting: _Meeting,
+    key: TuningKey,
+    kernel_name: str,
+    candidates: list[Config],
+    members: int,
+    own: Timings,
+    measure: Measure,
+    record: Callable[[Outcome], None],
+    start: float,
+) -> Outcome:
+    with _failure_published(meeting, "decision"):
+        gathered = _gather(meeting, candidates, members, 0, own)
+        ranked = _pick(gathered)
+        if not ranked:
+            raise AutotuningError(
+                f"{kernel_name}: every candidate failed on every rank for key {key.values!r}"
+            )
+        finalists = [candidates[i] for i in ranked[:FINALISTS]]
+        careful = measure(finalists)  # the leader's careful verdict
+        winner = candidates.index(careful.config)
+    meeting.publish("decision", {"index": winner, "timings": gathered[winner]})
+    timings = {candidates[i]: t for i, t in gathered.items()}
+    timings.update(careful.configs_timings)
+    duration = time.perf_counter() - start
+    entry = careful.entry
+    if entry is not None:
+        data = {
+            **entry.to_json(),
+            "evaluated": len(gathered),
+            "space_size": len(candidates),
+            "tuning_time_s": round(duration, 6),
+            "ranks": members,
+        }
+        entry = StoredEntry.from_json(entry.key_id, data)
+    outcome = Outcome(careful.config, "tuned", timings, duration, entry)
+    record(outcome)
+    return outcome
+
+
+def _follow(
+    meeting: _Meeting,
+    key: TuningKey,
+    kernel_name: str,
+    candidates: list[Config],
+    members: int,
+    own: Timings,
+    start: float,
+) -> Outcome:
+    decision = meeting.read("decision", 2 * meeting.timeout_s)  # the leader gathers, then re-measures
+    index = _decided(decision, len(candidates))
+    if index is not None:
+        timings = {candidates[i]: t for i, t in own.items()}
+        return Outcome(candidates[index], "tuned", timings, time.perf_counter() - start)
+    gathered = _gather(meeting, candidates, members, -1, {})
+    gathered.update(own)
+    ranked = _pick(gathered)
+    warn_once(
+        DejavuTuningWarning,
+        f"{kernel_name}:ranks",
+        "%s: the leading rank gave no decision for key %s (%s); using the best of the timings "
+        "gathered from %d ranks, not stored",
+        kernel_name,
+        key.values,
+        decision.get("error") if isinstance(decision, dict) else "timed out",
+        members,
+    )
+    if not ranked:
+        raise AutotuningError(f"{kernel_name}: no rank measured a valid candidate for key {key.values!r}")
+    timings = {candidates[i]: t for i, t in gathered.items()}
+    return Outcome(candidates[ranked[0]], "tuned", timings, time.perf_counter() - start)

@@ -1,0 +1,176 @@
+"""Single-flight tuning: of the processes that miss one key of one store, one tunes, the others wait.
+
+:func:`tune_once` wraps a miss that needs tuning. With a writable :class:`~triton_dejavu_like.store.FileStore`
+it takes the key's lease (:mod:`triton_dejavu_like.store.lease`) before tuning and removes it once the
+result is recorded (or the tuning failed). A process that finds the lease held by a live process
+polls the cache file for the key and restores the result when it appears, measuring nothing; a
+lease whose holder died is taken over; a wait longer than :func:`wait_timeout_s` ends in tuning
+here (with a warning). Without a writable file store (memory, read-only, a key with no stored
+form), or with ``TRITON_DEJAVU_SINGLE_FLIGHT=0``, the miss is tuned as before.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from .. import _env
+from .._log import DejavuTuningWarning, log, warn_once
+from ..store import CacheFile, FileStore, Store, StoredEntry
+from ..store.lease import Lease, is_stale, lease_path, read_lease, take_over
+from .key import TuningKey
+from .tuning import Outcome
+
+#: Without stored tuning times, a candidate is assumed to take this long to compile and time.
+DEFAULT_SECONDS_PER_CANDIDATE = 3.0
+#: The wait for another process is this many times its expected tuning time, plus a margin ...
+WAIT_FACTOR = 3.0
+WAIT_MARGIN_S = 30.0
+#: ... within these bounds.
+MIN_WAIT_S = 60.0
+MAX_WAIT_S = 7200.0
+#: What turns a result another process stored into this process's outcome (None: it does not fit).
+Adopt = Callable[[StoredEntry], "Outcome | None"]
+
+#: A waiting process logs a progress line this often.
+PROGRESS_EVERY_S = 10.0
+#: Polling of the cache file starts fast and slows down to this interval.
+MAX_POLL_S = 1.0
+
+
+def wait_timeout_s(n_candidates: int, history: Mapping[str, StoredEntry]) -> float:
+    """How long to wait for another process tuning ``n_candidates``: ``TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT``,
+    else from the median seconds per candidate of the kernel's stored keys (default 3 s), times
+    :data:`WAIT_FACTOR` plus :data:`WAIT_MARGIN_S`, bounded by :data:`MIN_WAIT_S` and :data:`MAX_WAIT_S`."""
+    override = _env.single_flight_timeout_s()
+    if override is not None:
+        return override
+    per_candidate = [e.tuning_time_s / e.evaluated for e in history.values() if e.evaluated > 0]
+    seconds = statistics.median(per_candidate) if per_candidate else DEFAULT_SECONDS_PER_CANDIDATE
+    expected = seconds * max(1, n_candidates)
+    return min(MAX_WAIT_S, max(MIN_WAIT_S, WAIT_FACTOR * expected + WAIT_MARGIN_S))
+
+
+class _Watcher:
+    """Re-reads the cache file only when it changed (its inode, size or mtime) and looks up one key."""
+
+    def __init__(self, cache_file: CacheFile, key_id: str) -> None:
+        self.cache_file = cache_file
+        self.key_id = key_id
+        self._seen: tuple[int, int, int] | None = None
+
+    def entry(self, *, force: bool = False) -> StoredEntry | None:
+        try:
+            info = os.stat(self.cache_file.path)
+        except OSError:
+            return None
+        signature = (info.st_ino, info.st_size, info.st_mtime_ns)
+        if signature == self._seen and not force:
+            return None
+        self._seen = signature
+        return self.cache_file.load().get(self.key_id)
+
+
+def _writable_cache_file(store: Store) -> CacheFile | None:
+    if isinstance(store, FileStore) and store.cache_file.writable:
+        return store.cache_file
+    return None
+
+
+def tune_once(
+    store: Store,
+    key: TuningKey,
+    kernel_name: str,
+    n_candidates: int,
+    history: Mapping[str, StoredEntry],
+    tune: Callable[[], Outcome],
+    adopt: Adopt,
+) -> Outcome:
+    """``tune()`` (which tunes and records the key), unless another process is doing it: then the
+    result it records, through ``adopt(entry)`` (None: the entry does not fit this process's
+    candidates, which are then tuned here)."""
+    cache_file = _writable_cache_file(store)
+    if cache_file is None or key.id is None or not _env.single_flight():
+        return tune()
+    return _Flight(cache_file, key.id, kernel_name, wait_timeout_s(n_candidates, history)).run(tune, adopt)
+
+
+class _Flight:
+    def __init__(self, cache_file: CacheFile, key_id: str, kernel_name: str, timeout_s: float) -> None:
+        self.watcher = _Watcher(cache_file, key_id)
+        self.path: Path = lease_path(cache_file.path, key_id)
+        self.kernel_name = kernel_name
+        self.key_id = key_id
+        self.timeout_s = timeout_s
+
+    def _adopted(self, entry: StoredEntry | None, adopt: Adopt) -> Outcome | None:
+        if entry is None:
+            return None
+        outcome = adopt(entry)
+        if outcome is None:
+            log.info(
+                "%s: the stored result for %s does not fit these candidates", self.kernel_name, self.key_id
+            )
+        return outcome
+
+    def run(self, tune: Callable[[], Outcome], adopt: Adopt) -> Outcome:
+        lease = Lease(self.path, self.key_id)
+        start = time.monotonic()
+        next_progress = start + PROGRESS_EVERY_S
+        poll = 0.02
+        while True:
+            entry = self.watcher.entry()
+            if entry is not None:
+                return self._adopted(entry, adopt) or tune()
+            try:
+                acquired = lease.acquire()
+            except OSError as exc:  # a read-only or full store: tune as without a lease
+                log.debug("%s: no tuning lease at %s (%s); tuning", self.kernel_name, self.path, exc)
+                return tune()
+            if acquired:
+                with lease:  # released after the result is recorded, or when tuning raises
+                    # recorded between our last look and the lease: use it
+                    return self._adopted(self.watcher.entry(force=True), adopt) or tune()
+            holder = read_lease(self.path)
+            if holder is None:
+                continue  # released just now: look for the result, or take the lease
+            if is_stale(holder):
+                take_over(self.path, holder)
+                continue
+            waited = time.monotonic() - start
+            if waited > self.timeout_s:
+                warn_once(
+                    DejavuTuningWarning,
+                    f"{self.kernel_name}:{self.key_id}:timeout",
+                    "%s: gave up waiting after %.0f s for %s to tune key %s; tuning it here",
+                    self.kernel_name,
+                    waited,
+                    holder.describe(),
+                    self.key_id[:200],
+                )
+                return tune()
+            warn_once(
+                DejavuTuningWarning,
+                f"{self.kernel_name}:{self.key_id}:wait",
+                "%s: key %s is being tuned by %s; waiting for its result (at most %.0f s)",
+                self.kernel_name,
+                self.key_id[:200],
+                holder.describe(),
+                self.timeout_s,
+            )
+            if time.monotonic() >= next_progress:
+                next_progress += PROGRESS_EVERY_S
+                log.info(
+                    "%s: still waiting for %s tuning key %s (%.0f s of at most %.0f s, heartbeat %.0f s ago)",
+                    self.kernel_name,
+                    holder.describe(),
+                    self.key_id[:200],
+                    waited,
+                    self.timeout_s,
+                    holder.age_s(),
+                )
+            time.sleep(poll)
+            poll = min(MAX_POLL_S, poll * 1.5)
