@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._log import DejavuTuningWarning, warn_once
 from ._global_state import isolated, quiet_third_party
 from .base import SearchRun, Strategy
 from .exhaustive import ordered
@@ -77,9 +78,12 @@ class BayesianOptimization(Strategy):
                 session = self._open(run, initial, seed, Path(workdir))
                 self._loop(run, session)
         except SmacFailure as exc:
-            log.warning(
+            cause = exc.__cause__ or exc
+            warn_once(
+                DejavuTuningWarning,
+                f"bayesian:{type(cause).__name__}",
                 "Bayesian optimisation stopped (%s); continuing with random proposals",
-                exc.__cause__ or exc,
+                cause,
             )
             RandomSearch().search(run, initial, seed)
 
