@@ -291,7 +291,7 @@ def test_a_bad_kernel_argument_is_a_clear_error(tmp_path, capsys, argv, message)
     source = write_dejavu(tmp_path / "cache.json", dejavu_doc({}, {}))
     (tmp_path / "broken.py").write_text("def scale(:\n")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    assert cli.main(["import-dejavu", str(source), *argv, "--root", str(tmp_path / "r")]) == 1
+    assert cli.main(["import-dejavu", str(source), *argv, "--root", str(tmp_path / "r")]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -300,7 +300,7 @@ def test_an_unreadable_triton_dejavu_file_is_an_error(tmp_path, kernel_spec, cap
     bad.write_text('{"cache": ')
     assert cli.main(["import-dejavu", str(bad), "--kernel", kernel_spec, "--root", str(tmp_path / "r")]) == 1
     assert str(bad) in capsys.readouterr().err
-    assert cli.main(["import-dejavu", str(tmp_path / "missing"), "--kernel", kernel_spec]) == 1
+    assert cli.main(["import-dejavu", str(tmp_path / "missing"), "--kernel", kernel_spec]) == 2
 
 
 def test_the_platform_defaults_to_this_machine(tmp_path, kernel_spec):
