@@ -261,7 +261,7 @@ def test_files_of_other_kernels_are_left_out(tmp_path, kernel_spec, capsys):
     assert "made for kernel 'matmul'" in capsys.readouterr().out
 
 
-def test_existing_results_win_unless_overwrite(tmp_path, kernel_spec):
+def test_existing_results_win_unless_overwrite(tmp_path, kernel_spec, capsys):
     root = tmp_path / "root"
     first = write_dejavu(
         tmp_path / "a" / "cache.json", dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [1.0]})
@@ -274,7 +274,12 @@ def test_existing_results_win_unless_overwrite(tmp_path, kernel_spec):
     assert cli.main(["import-dejavu", str(second), *args]) == 0
     [path] = list(root.rglob("cache.json"))
     assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [16]
+    capsys.readouterr()
+    assert cli.main(["import-dejavu", str(second), *args, "--overwrite", "--dry-run"]) == 0
+    assert f"would replace 1 stored entries in {path}" in capsys.readouterr().out
+    assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [16]
     assert cli.main(["import-dejavu", str(second), *args, "--overwrite"]) == 0
+    assert f"  replaced 1 stored entries in {path}" in capsys.readouterr().out
     assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [32]
 
 

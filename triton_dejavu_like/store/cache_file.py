@@ -463,7 +463,7 @@ class CacheFile:
             warn_once(
                 DejavuStorageWarning,
                 str(self.lock_path),
-                "could not lock %s within %.0f s; keeping results in memory",
+                "could not lock %s within %.3g s; keeping results in memory",
                 self.lock_path,
                 self.lock_timeout,
             )
