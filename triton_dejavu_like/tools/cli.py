@@ -408,11 +408,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CliError("nothing stored matches the selection (see 'list')")
     found = inventory.platforms(files)
     if len(found) > 1:
-        listed = "\n".join(
-            f"  triton {p['triton']}  {p['toolchain']}  gpu {p['gpu']}  (dejavu {p['dejavu']})" for p in found
+        listed = "; ".join(
+            f"triton {p['triton']} {p['toolchain']} gpu {p['gpu']} (dejavu {p['dejavu']})" for p in found
         )
         raise UsageError(
-            f"the selection spans {len(found)} platforms; pick one with --triton/--toolchain/--gpu:\n{listed}"
+            f"the selection spans {len(found)} platforms ({listed}); pick one with --triton/--toolchain/--gpu"
         )
     out = Path(args.out).expanduser()
     replaced: list[tuple[str, int]] = []
