@@ -416,13 +416,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     out = Path(args.out).expanduser()
     replaced: list[tuple[str, int]] = []
+    notes: list[str] = []
     if inventory.is_archive(out):
         if out.is_dir() or (out.exists() and not args.force):
             raise UsageError(f"{out} already exists; nothing was written (--force replaces it)")
-        overwrites = out.exists()
+        if out.exists():
+            held, _ = inventory.read_sources([out])
+            verb = "would replace" if args.dry_run else "replaced"
+            notes.append(f"  {verb} the existing {out} ({keys_in(held)} stored entries in it)")
         written = inventory.write_archive(out, files, dry_run=args.dry_run)
-        if overwrites:
-            replaced.append((str(out), keys_in(files)))
     else:
         if out.exists() and not out.is_dir():
             raise UsageError(f"{out} is a file; export to a storage directory or a .tar.gz archive")
@@ -437,6 +439,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     lines = [
         f"{verb} {len(written)} cache file(s), {keys_in(files)} keys, for triton {platform['triton']} "
         f"{platform['toolchain']} gpu {platform['gpu']} to {out}; {left_out_text(skipped)}",
+        *notes,
         *replaced_lines(replaced, args.dry_run),
     ]
     payload = {
