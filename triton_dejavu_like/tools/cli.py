@@ -38,8 +38,8 @@ class CliError(Exception):
 
 
 class UsageError(CliError):
-    """A mistake in the command line (a --root or source that is not there, a --kernel that cannot be
-    loaded, a selection to narrow, an output that exists): nothing was done; exit status 2."""
+    """A mistake in the command line (a --root or an import source that is not there, a --kernel that
+    cannot be loaded, a selection to narrow, an output that exists): nothing was done; exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
