@@ -150,6 +150,12 @@ class ExampleResult:
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
 
+    def _results_line(self) -> str:
+        """The stored file, only when it exists (a heuristic or an unwritable root stores nothing)."""
+        if Path(self.cache_path).is_file():
+            return f"  results: {self.cache_path}"
+        return f"  results: nothing on disk (the {self.decision} config was not stored)"
+
     def summary(self) -> str:
         problem = ", ".join(f"{k}={v}" for k, v in self.problem.items())
         verdict = "OK" if self.ok else "WRONG"
@@ -160,7 +166,7 @@ class ExampleResult:
             f"  autotuner: {self.decision} in {self.first_call_s:.2f} s; {self.configs_timed} of "
             f"{self.configs_in_space} configs timed, {self.bench_launches} benchmark launches",
             f"  config: {config}",
-            f"  results: {self.cache_path}",
+            self._results_line(),
         ]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)

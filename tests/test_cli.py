@@ -221,7 +221,11 @@ def test_prune_entries_older_than_a_date(capsys, tmp_path):
     assert run("prune", "--root", str(root), "--older-than", "2025-01-01") == 0
     assert list(stored_entries(cache_file(root).path)) == [key_id((2,))]
     assert not cache_file(root, SOFTMAX).path.exists()  # emptied, so removed
-    assert "removed 2 entries and 1 cache file(s)" in capsys.readouterr().out.splitlines()[-2]
+    out = capsys.readouterr().out.splitlines()
+    dry, real = out[: len(out) // 2], out[len(out) // 2 :]
+    assert dry[0].startswith("would remove 2 entries and 1 cache file(s)") and dry[1:] == real[1:]
+    assert real[0].startswith("removed 2 entries and 1 cache file(s)")
+    assert real[1:] == [f"  {cache_file(root, SOFTMAX).path}", f"  1 entries from {cache_file(root).path}"]
 
 
 def test_prune_quarantined_files(capsys, tmp_path):
@@ -276,9 +280,9 @@ def test_prune_keeps_the_matching_gpu(capsys, root):
 
 
 def test_export_refuses_a_selection_spanning_platforms(capsys, root, tmp_path):
-    assert run("export", str(tmp_path / "out"), "--root", str(root)) == 1
+    assert run("export", str(tmp_path / "out"), "--root", str(root)) == 2
     err = capsys.readouterr().err
-    assert "spans 2 platforms" in err and "NVIDIA_A100-SXM4-80GB" in err
+    assert "spans 2 platforms" in err and "NVIDIA_A100-SXM4-80GB" in err and len(err.splitlines()) == 1
 
 
 def test_export_to_a_folder(capsys, root, tmp_path):
@@ -344,7 +348,7 @@ def test_an_unwritable_destination_is_an_error_not_a_traceback(capsys, root, tmp
 
 
 def test_missing_root_is_an_error(capsys, tmp_path):
-    assert run("list", "--root", str(tmp_path / "nowhere")) == 1
+    assert run("list", "--root", str(tmp_path / "nowhere")) == 2
     assert "no storage at" in capsys.readouterr().err
 
 

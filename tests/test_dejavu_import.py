@@ -261,7 +261,7 @@ def test_files_of_other_kernels_are_left_out(tmp_path, kernel_spec, capsys):
     assert "made for kernel 'matmul'" in capsys.readouterr().out
 
 
-def test_existing_results_win_unless_overwrite(tmp_path, kernel_spec):
+def test_existing_results_win_unless_overwrite(tmp_path, kernel_spec, capsys):
     root = tmp_path / "root"
     first = write_dejavu(
         tmp_path / "a" / "cache.json", dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [1.0]})
@@ -274,7 +274,12 @@ def test_existing_results_win_unless_overwrite(tmp_path, kernel_spec):
     assert cli.main(["import-dejavu", str(second), *args]) == 0
     [path] = list(root.rglob("cache.json"))
     assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [16]
+    capsys.readouterr()
+    assert cli.main(["import-dejavu", str(second), *args, "--overwrite", "--dry-run"]) == 0
+    assert f"would replace 1 stored entries in {path}" in capsys.readouterr().out
+    assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [16]
     assert cli.main(["import-dejavu", str(second), *args, "--overwrite"]) == 0
+    assert f"  replaced 1 stored entries in {path}" in capsys.readouterr().out
     assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [32]
 
 
@@ -291,7 +296,7 @@ def test_a_bad_kernel_argument_is_a_clear_error(tmp_path, capsys, argv, message)
     source = write_dejavu(tmp_path / "cache.json", dejavu_doc({}, {}))
     (tmp_path / "broken.py").write_text("def scale(:\n")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    assert cli.main(["import-dejavu", str(source), *argv, "--root", str(tmp_path / "r")]) == 1
+    assert cli.main(["import-dejavu", str(source), *argv, "--root", str(tmp_path / "r")]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -300,7 +305,7 @@ def test_an_unreadable_triton_dejavu_file_is_an_error(tmp_path, kernel_spec, cap
     bad.write_text('{"cache": ')
     assert cli.main(["import-dejavu", str(bad), "--kernel", kernel_spec, "--root", str(tmp_path / "r")]) == 1
     assert str(bad) in capsys.readouterr().err
-    assert cli.main(["import-dejavu", str(tmp_path / "missing"), "--kernel", kernel_spec]) == 1
+    assert cli.main(["import-dejavu", str(tmp_path / "missing"), "--kernel", kernel_spec]) == 2
 
 
 def test_the_platform_defaults_to_this_machine(tmp_path, kernel_spec):

@@ -65,6 +65,7 @@ def test_rmsnorm_fallback_heuristic_config_runs_its_pre_hook(tmp_path: Path) -> 
     assert report["config"]["PROGRAMS"] > 0
     assert report["config"]["pre_hook"] == "reset_ticket"
     assert report["ok"], report["stdout"]
+    assert "results: nothing on disk (the heuristic config was not stored)" in report["stdout"]
 
 
 def test_examples_check_their_output(tmp_path: Path) -> None:

@@ -357,3 +357,27 @@ def test_a_worker_that_cannot_import_the_kernel_fails_tuning_clearly(tmp_path, m
         assert time.perf_counter() - start < 60
     finally:
         sys.modules.pop("vanishing_kernels", None)
+
+
+def test_a_failed_compile_ahead_in_a_worker_warns_and_tuning_goes_on(monkeypatch):
+    from triton_dejavu_like.measure.isolation import parent
+
+    stage = "prepare"  # (re-timing finalists does not happen under the interpreter's CPU timer)
+
+    real = parent.IsolatedEvaluator._request
+
+    def failing(self, message, timeout_s, what):
+        if message[0] == stage:
+            raise RuntimeError(f"{stage} failed on purpose")
+        return real(self, message, timeout_s, what)
+
+    monkeypatch.setattr(parent.IsolatedEvaluator, "_request", failing)
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128, 256, 512)],
+        use_isolated_process=True,
+        isolation_timeout_s=30,
+    )(add_kernel)
+    with pytest.warns(tdl.DejavuTuningWarning, match=f"{stage} failed on purpose"):
+        launch_add(tuner)
+    assert tuner.last_decision == "tuned"

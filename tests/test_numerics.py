@@ -249,3 +249,21 @@ def test_fp8_outputs_are_compared_in_float32_within_two_units():
     one_unit_up = torch.tensor([1.125, 2.25, 4.5, 9.0]).to(torch.float8_e4m3fn)
     assert compare("q", one_unit_up, reference) is None
     assert compare("q", (torch.tensor([1.0, 2.0, 4.0, 12.0])).to(torch.float8_e4m3fn), reference) is not None
+
+
+@triton.jit
+def reads_only(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.load(x_ptr + offs, mask=offs < n)
+
+
+def test_a_check_with_no_output_to_compare_warns_the_user(tmp_path):
+    tuner = timed_by_block(
+        reads_only,
+        {16: 2.0, 32: 1.0},
+        configs=[triton.Config({"BLOCK": b}) for b in (16, 32)],
+        numerical_check=True,
+        custom_data_storage=tmp_path,
+    )
+    with pytest.warns(tdl.DejavuConfigWarning, match="declare them with check_outputs"):
+        tuner[grid(100)](torch.arange(100, dtype=torch.float32), 100)

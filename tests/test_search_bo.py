@@ -191,7 +191,10 @@ def test_smac_failure_falls_back_to_random_proposals_with_one_warning(monkeypatc
     monkeypatch.setattr(_smac_session.ForestModel, "fit", flaky_fit)
     space = grid_space((10, 10, 10))
     objective = Counting(space, bowl((3, 3, 3)))
-    with caplog.at_level(logging.WARNING, logger="triton_dejavu_like"):
+    with (
+        caplog.at_level(logging.WARNING, logger="triton_dejavu_like"),
+        pytest.warns(tdl.DejavuTuningWarning, match="model exploded"),
+    ):
         search = drive_batched(
             make_strategy("bayesian"), space, Budget(max_share=0.05, seed=0), objective, batch
         )

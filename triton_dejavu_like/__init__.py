@@ -15,7 +15,7 @@ from . import _env
 
 __version__ = "0.1.0"
 
-from ._compat import Config
+from ._compat import Config, NoGpuDriverError
 from ._log import DejavuConfigWarning, DejavuStorageWarning, DejavuTuningWarning, DejavuWarning
 from .measure.bench import TimingPolicy
 from .measure.isolation import IsolationError
@@ -46,6 +46,7 @@ __all__ = [
     "DejavuWarning",
     "IsolationError",
     "MissingExtraError",
+    "NoGpuDriverError",
     "TimingPolicy",
     "TuneCase",
     "__version__",

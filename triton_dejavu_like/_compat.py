@@ -118,6 +118,46 @@ def is_interpreted(fn: Any) -> bool:
     return interpreter_env()
 
 
+class NoGpuDriverError(RuntimeError):
+    """Triton finds no GPU driver for a kernel that is not interpreted (the original error is the cause)."""
+
+
+def _driver_error() -> Exception | None:
+    """The error Triton raises when it chooses a driver, or None when one is active.
+
+    Asks each backend's ``is_active()`` first, as Triton does when it chooses (the CUDA backend asks
+    ``torch.cuda.is_available()``, which platform detection asks anyway), so that a machine with a
+    GPU never initialises its driver here; only when none is active is Triton's own choice made, to
+    get its error.
+    """
+    try:
+        from triton.backends import backends
+
+        if any(backend.driver.is_active() for backend in backends.values()):
+            return None
+        from triton.runtime.driver import driver
+
+        driver.active.get_current_target()
+    except Exception as exc:  # the layout of triton.backends differs between releases
+        return exc if "active" in str(exc) else None
+    return None
+
+
+def require_gpu_driver(kernel: str, fn: Any) -> None:
+    """Raise :class:`NoGpuDriverError`, saying what to do, when ``fn`` needs a GPU that Triton cannot
+    use (no GPU, no driver, and ``TRITON_INTERPRET`` not set): the error Triton itself gives
+    ("0 active drivers") comes much later, deep inside the first launch."""
+    if is_interpreted(fn):
+        return
+    cause = _driver_error()
+    if cause is not None:
+        raise NoGpuDriverError(
+            f"{kernel}: Triton finds no GPU driver ({cause}). To run Triton kernels on CPU tensors, set "
+            "TRITON_INTERPRET=1 before triton is imported; otherwise make a CUDA or ROCm GPU and its "
+            "driver visible to this process (see nvidia-smi or rocm-smi)."
+        ) from cause
+
+
 def is_jit_callable(obj: Any) -> bool:
     """Something a kernel can call that has Triton source of its own (a @jit helper)."""
     if isinstance(obj, JITFunction):

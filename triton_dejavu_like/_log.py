@@ -4,7 +4,10 @@ A problem the user has to act on (storage that cannot be used, a file set aside,
 variable ignored, misses in read-only mode) is reported with :func:`warn_once`: one
 ``warnings.warn`` with a package warning class per cause and place, so it shows with Python's
 default settings and can be filtered or turned into an error with the usual ``warnings`` filters
-(``-W error::triton_dejavu_like.DejavuStorageWarning``). The same text goes to the package logger
+(``warnings.simplefilter("error", DejavuStorageWarning)``; on the command line ``-W error::UserWarning``
+works, while ``-W ...::triton_dejavu_like.DejavuStorageWarning`` is ignored by Python because the
+category is looked up before site-packages are importable; pytest's ``-W`` and ``filterwarnings``
+take the package classes). The same text goes to the package logger
 for programs that collect logs. Diagnostics that need no action only go to the logger.
 """
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from .. import _compat, _env
 from .._compat import Config
+from .._log import DejavuConfigWarning, warn_once
 from ..store.identity import callable_name
 from .evaluate import Evaluator
 from .launch import make_kernel_call
@@ -245,7 +246,6 @@ class CheckedEvaluator(Evaluator):
                 )
             self._outputs = tuple(check.outputs)
         self._expected: dict[str, Any] | None = None
-        self._warned_no_output = False
 
     def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
         ruled_out = self.inner.prepare(configs)
@@ -315,9 +315,10 @@ class CheckedEvaluator(Evaluator):
         if names:
             self._outputs = tuple(names)
             log.debug("%s: numerical check compares %s", self.ctx.kernel_name, ", ".join(names))
-        elif not self._warned_no_output:
-            self._warned_no_output = True
-            log.warning(
+        else:
+            warn_once(
+                DejavuConfigWarning,
+                self.ctx.kernel_name,
                 "%s: the numerical check found no tensor argument that the kernel writes; "
                 "declare them with check_outputs",
                 self.ctx.kernel_name,

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._log import DejavuTuningWarning, warn_once
 from ._global_state import isolated, quiet_third_party
 from .base import BatchSearch, SearchRun, SearchSpace, Strategy, exhaustive_is_cheaper
 from .exhaustive import ordered
@@ -142,7 +143,12 @@ class BayesianOptimization(Strategy):
             except Exception as exc:
                 self._failed = True
                 self._gain = None
-                log.warning("Bayesian optimisation stopped (%s); continuing with random proposals", exc)
+                warn_once(
+                    DejavuTuningWarning,
+                    f"bayesian:{type(exc).__name__}",
+                    "Bayesian optimisation stopped (%s); continuing with random proposals",
+                    exc,
+                )
                 while len(out) < n and (index := self._next_in_order(state)) is not None:
                     out.append(index)
         return out

@@ -24,6 +24,7 @@ Every problem the user must act on is a :class:`~triton_dejavu_like.DejavuStorag
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -138,6 +139,9 @@ def read_bounded(path: Path, max_bytes: int | None = None) -> bytes:
     """
     limit = MAX_FILE_BYTES if max_bytes is None else max_bytes
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    if stat.S_ISDIR(os.fstat(fd).st_mode):  # someone's directory: refused, never moved aside
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
@@ -466,7 +470,7 @@ class CacheFile:
             warn_once(
                 DejavuStorageWarning,
                 str(self.lock_path),
-                "could not lock %s within %.0f s; keeping results in memory",
+                "could not lock %s within %.3g s; keeping results in memory",
                 self.lock_path,
                 self.lock_timeout,
             )

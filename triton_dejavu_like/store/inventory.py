@@ -10,8 +10,9 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import json
+import os
 import tarfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,32 @@ def is_archive(path: Path) -> bool:
     return path.name.endswith(ARCHIVE_SUFFIXES)
 
 
+def walk_files(directory: Path, wanted: Callable[[str], bool]) -> list[Path]:
+    """The files under ``directory`` whose name is ``wanted``, sorted, following directory links.
+
+    The tuner reads and writes through a link inside a root (a directory replaced by a link to another
+    disk), so every command sees what the tuner sees. A directory reached twice (a link loop, or two
+    links to one place) is walked once.
+    """
+    found: list[Path] = []
+    seen: set[tuple[int, int]] = set()
+    for here, dirs, names in os.walk(directory, followlinks=True):
+        try:
+            info = os.stat(here)
+        except OSError:
+            dirs[:] = []
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        dirs.sort()
+        found.extend(Path(here, name) for name in names if wanted(name))
+    return sorted(found)
+
+
 def _cache_files_under(directory: Path) -> Iterator[Path]:
-    for path in sorted(directory.rglob(layout.CACHE_FILE_NAME)):
+    for path in walk_files(directory, lambda name: name == layout.CACHE_FILE_NAME):
         if path.is_file():
             yield path
 
@@ -191,6 +216,8 @@ def merge_entries(
 @dataclass
 class MergeReport:
     written: list[str] = field(default_factory=list)
+    #: destination files whose stored entries are replaced: (path, entries replaced)
+    replaced_in: list[tuple[str, int]] = field(default_factory=list)
     added: int = 0
     replaced: int = 0
     unchanged: int = 0
@@ -249,8 +276,11 @@ def merge_into(
             continue
         before, result = outcome
         report.written.append(str(target.path))
+        replaced = sum(result.entries[kid] != entry for kid, entry in before.items())
         report.added += sum(kid not in before for kid in result.entries)
-        report.replaced += sum(result.entries[kid] != entry for kid, entry in before.items())
+        report.replaced += replaced
+        if replaced:
+            report.replaced_in.append((str(target.path), replaced))
         report.unchanged += sum(result.entries[kid] == entry for kid, entry in before.items())
         report.conflicts.extend(result.conflicts)
     return report
@@ -262,6 +292,8 @@ def merge_into(
 @dataclass
 class PruneReport:
     removed_files: list[str] = field(default_factory=list)
+    #: files that keep some entries: (path, entries removed from it)
+    rewritten: list[tuple[str, int]] = field(default_factory=list)
     removed_entries: int = 0
     kept_entries: int = 0
     removed_aside: list[str] = field(default_factory=list)
@@ -272,8 +304,8 @@ def _aside_files(root: Path, kernel: str | None) -> list[Path]:
     """Files moved aside as corrupt or rejected (under ``kernel``'s directories only, if given)."""
     kernel_dir = sanitize(kernel) if kernel is not None else None
     found = []
-    for path in root.rglob(layout.CACHE_FILE_NAME + ".*"):
-        if layout.is_aside_file(path) and (kernel_dir is None or layout.kernel_of(path, root) == kernel_dir):
+    for path in walk_files(root, lambda name: layout.is_aside_file(Path(name))):
+        if kernel_dir is None or layout.kernel_of(path, root) == kernel_dir:
             found.append(path)
     return sorted(found)
 
@@ -313,6 +345,8 @@ def prune(
         report.kept_entries += len(remaining)
         if not remaining:
             report.removed_files.append(f.source)
+        elif len(remaining) < len(f.entries):
+            report.rewritten.append((f.source, len(f.entries) - len(remaining)))
         if dry_run or remaining == f.entries:
             continue
         target = storage.CacheFile(f.path or Path(f.source), f.identity, root=root)
@@ -337,7 +371,7 @@ def platforms(files: Iterable[StoredFile]) -> list[dict[str, str]]:
     return [json.loads(s) for s in sorted(seen)]
 
 
-def write_archive(destination: Path, files: Iterable[StoredFile]) -> list[str]:
+def write_archive(destination: Path, files: Iterable[StoredFile], *, dry_run: bool = False) -> list[str]:
     """A .tar.gz holding each identity's merged cache file at its path relative to a storage root.
 
     Members are written from memory with fixed owner and mode, so the archive unpacks anywhere
@@ -359,6 +393,8 @@ def write_archive(destination: Path, files: Iterable[StoredFile]) -> list[str]:
             info.mtime = int(max(moments).timestamp()) if moments else 0
             tar.addfile(info, io.BytesIO(data))
             members.append(name)
+    if dry_run:
+        return members
     destination.parent.mkdir(parents=True, exist_ok=True)
     storage.atomic_write(destination, buffer.getvalue())
     return members

@@ -7,7 +7,11 @@ the user cache directory) and ``--json`` for scripts. ``list`` and ``show`` read
 (``--root`` repeated or an ``os.pathsep`` list: the first is the written one, the others are layers)
 and say which layer each file came from; the other commands use the first root. Exit status: 0 on
 success, 1 when an input cannot be read or nothing matches, 2 for bad arguments; ``diff`` exits 0
-when the winners agree, 1 when they differ and 2 when a source cannot be read.
+when the winners agree, 1 when they differ and 2 when a source cannot be read; every command
+that removes or replaces stored data (``prune``, ``merge``, ``export``, ``import-dejavu --overwrite``)
+lists what it removes or replaces and takes ``--dry-run``. Every value read from a file is printed
+through :func:`printable`, so a stored name cannot send terminal control sequences. Output cut short
+by a closed pipe (``list | head -1``) ends quietly.
 """
 
 from __future__ import annotations
@@ -41,13 +45,38 @@ class CliError(Exception):
 
 
 class UsageError(CliError):
-    """A mistake in the command line (nothing was done): reported on stderr, exit status 2."""
+    """A mistake in the command line (a --root or an import source that is not there, a --kernel that
+    cannot be loaded, a selection to narrow, an output that exists): nothing was done; exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors in one line (exit status 2), with a pointer to ``--help``."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {printable(message)} (see '{self.prog} --help')\n")
 
 
 # --- formatting ------------------------------------------------------------------------------------------
 
 
+def _escaped(char: str) -> str:
+    return repr(char)[1:-1]  # \x1b, \x00, \n, \u200b: a non-printable character as Python writes it
+
+
+def printable(value: object, *, newlines: bool = False) -> str:
+    """``str(value)`` with every non-printable character escaped (ESC, NUL, CR, other controls).
+
+    Used for every value printed from a stored file, so that a crafted name cannot drive the
+    terminal; ``newlines`` keeps line breaks (messages of several lines).
+    """
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or (newlines and c == "\n") else _escaped(c) for c in text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    rows = [[printable(c) for c in row] for row in rows]
     widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
     lines = [headers, ["-" * w for w in widths], *rows]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
@@ -67,17 +96,38 @@ def times_text(timings: Sequence[float]) -> str:
     return f"{median:.4g} ms{spread}"
 
 
-def emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
-    print(json.dumps(payload, indent=1, sort_keys=True, default=str) if args.json else text)
+def emit(args: argparse.Namespace, payload: dict[str, Any], lines: str | Sequence[str]) -> None:
+    """The payload as JSON (``--json``), else the lines (a text or a list), each made :func:`printable`."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    if args.json:
+        print(json.dumps(payload, indent=1, sort_keys=True, default=str))
+    else:
+        print("\n".join(printable(line) for line in lines))
 
 
 def problems_payload(problems: Sequence[inventory.Problem]) -> list[dict[str, str]]:
     return [{"path": p.source, "reason": p.reason} for p in problems]
 
 
+def replaced_lines(replaced_in: Sequence[tuple[str, int]], dry_run: bool) -> list[str]:
+    """One line per stored file whose entries a command replaces (or would replace)."""
+    verb = "would replace" if dry_run else "replaced"
+    return [f"  {verb} {count} stored entries in {path}" for path, count in replaced_in]
+
+
+def left_out(files: Sequence[inventory.StoredFile], problems: Sequence[inventory.Problem]) -> dict[str, int]:
+    """How many input files could not be read and how many invalid entries valid files held."""
+    return {"files": len(problems), "entries": sum(len(f.rejected) for f in files)}
+
+
+def left_out_text(counts: dict[str, int]) -> str:
+    return f"left out {counts['files']} unreadable file(s) and {counts['entries']} invalid entries"
+
+
 def report_problems(problems: Sequence[inventory.Problem]) -> None:
     for p in problems:
-        print(f"{PROG}: cannot use {p.source}: {p.reason}", file=sys.stderr)
+        print(f"{PROG}: cannot use {printable(p.source)}: {printable(p.reason)}", file=sys.stderr)
 
 
 # --- reading ---------------------------------------------------------------------------------------------
@@ -122,7 +172,8 @@ def _layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int
 def _existing_root(args: argparse.Namespace) -> Path:
     root = _root(args)
     if not root.is_dir():
-        raise CliError(f"no storage at {root} (set --root or {_env.STORAGE})")
+        error = UsageError if args.root else CliError  # a --root that is not there is a typo
+        raise error(f"no storage at {root} (set --root or {_env.STORAGE})")
     return root
 
 
@@ -178,7 +229,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         "files": [{**file_summary(f), "layer": i, "layer_root": str(roots[i])} for i, f in layered],
         "problems": problems_payload(args.problems),
     }
-    emit(args, payload, text)
+    emit(args, payload, text.splitlines())
+    if not args.json:
+        report_problems(args.problems)
     return 0
 
 
@@ -272,7 +325,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 "invalid": list(f.rejected),
             }
         )
-    emit(args, payload, "\n".join(out).rstrip())
+    emit(args, payload, out[:-1])
     return 0
 
 
@@ -315,10 +368,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
         raise CliError("the sources hold no cache files")
     report = inventory.merge_into(root, files, prefer=args.prefer, dry_run=args.dry_run)
     verb = "would merge" if args.dry_run else "merged"
+    skipped = left_out(files, problems)
     lines = [
         f"{verb} {len(files)} file(s) into {len(report.written)} cache file(s) under {root}: "
         f"{report.added} added, {report.replaced} replaced, {report.unchanged} unchanged, "
-        f"{len(report.conflicts)} conflict(s) (prefer {args.prefer})"
+        f"{len(report.conflicts)} conflict(s) (prefer {args.prefer}); {left_out_text(skipped)}",
+        *replaced_lines(report.replaced_in, args.dry_run),
     ]
     for c in report.conflicts:
         lines.append(f"  conflict {c.kernel} key {c.key}:")
@@ -331,10 +386,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
         "added": report.added,
         "replaced": report.replaced,
         "unchanged": report.unchanged,
+        "replaced_in": dict(report.replaced_in),
+        "left_out": skipped,
         "conflicts": [conflict_payload(c) for c in report.conflicts],
         "problems": problems_payload([*problems, *report.problems]),
     }
-    emit(args, payload, "\n".join(lines))
+    emit(args, payload, lines)
     report_problems([*problems, *report.problems])
     return 1 if report.problems else 0
 
@@ -379,16 +436,18 @@ def cmd_prune(args: argparse.Namespace) -> int:
         f"({report.kept_entries} entries kept); {len(report.removed_aside)} file(s) moved aside earlier"
     ]
     lines += [f"  {p}" for p in [*report.removed_files, *report.removed_aside]]
+    lines += [f"  {count} entries from {path}" for path, count in report.rewritten]
     payload = {
         "root": str(root),
         "dry_run": args.dry_run,
         "removed_entries": report.removed_entries,
         "kept_entries": report.kept_entries,
         "removed_files": report.removed_files,
+        "rewritten": dict(report.rewritten),
         "removed_aside": report.removed_aside,
         "problems": problems_payload(report.problems),
     }
-    emit(args, payload, "\n".join(lines))
+    emit(args, payload, lines)
     report_problems(report.problems)
     return 1 if report.problems else 0
 
@@ -416,30 +475,56 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CliError("nothing stored matches the selection (see 'list')")
     found = inventory.platforms(files)
     if len(found) > 1:
-        listed = "\n".join(
-            f"  triton {p['triton']}  {p['toolchain']}  gpu {p['gpu']}  (dejavu {p['dejavu']})" for p in found
+        listed = "; ".join(
+            f"triton {p['triton']} {p['toolchain']} gpu {p['gpu']} (dejavu {p['dejavu']})" for p in found
         )
-        raise CliError(
-            f"the selection spans {len(found)} platforms; pick one with --triton/--toolchain/--gpu:\n{listed}"
+        raise UsageError(
+            f"the selection spans {len(found)} platforms ({listed}); pick one with --triton/--toolchain/--gpu"
         )
     out = Path(args.out).expanduser()
+    replaced: list[tuple[str, int]] = []
+    notes: list[str] = []
     if inventory.is_archive(out):
-        written = inventory.write_archive(out, files)
+        if out.is_dir() or (out.exists() and not args.force):
+            raise UsageError(f"{out} already exists; nothing was written (--force replaces it)")
+        if out.exists():
+            held, _ = inventory.read_sources([out])
+            verb = "would replace" if args.dry_run else "replaced"
+            notes.append(f"  {verb} the existing {out} ({keys_in(held)} stored entries in it)")
+        written = inventory.write_archive(out, files, dry_run=args.dry_run)
     else:
-        report = inventory.merge_into(out, files)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"{out} is a file; export to a storage directory or a .tar.gz archive")
+        report = inventory.merge_into(out, files, dry_run=args.dry_run)
         if report.problems:
             report_problems(report.problems)
             raise CliError(f"could not export into {out}")
-        written = report.written
-    keys = sum(len(f.entries) for f in files)
+        written, replaced = report.written, report.replaced_in
     platform = found[0]
-    text = (
-        f"exported {len(written)} cache file(s), {keys} keys, for triton {platform['triton']} "
-        f"{platform['toolchain']} gpu {platform['gpu']} to {out}"
-    )
-    emit(args, {"out": str(out), "platform": platform, "files": written, "keys": keys}, text)
+    skipped = left_out(files, problems)
+    verb = "would export" if args.dry_run else "exported"
+    lines = [
+        f"{verb} {len(written)} cache file(s), {keys_in(files)} keys, for triton {platform['triton']} "
+        f"{platform['toolchain']} gpu {platform['gpu']} to {out}; {left_out_text(skipped)}",
+        *notes,
+        *replaced_lines(replaced, args.dry_run),
+    ]
+    payload = {
+        "out": str(out),
+        "dry_run": args.dry_run,
+        "platform": platform,
+        "files": written,
+        "keys": keys_in(files),
+        "replaced_in": dict(replaced),
+        "left_out": skipped,
+    }
+    emit(args, payload, lines)
     report_problems(problems)
     return 0
+
+
+def keys_in(files: Sequence[inventory.StoredFile]) -> int:
+    return sum(len(f.entries) for f in files)
 
 
 # --- import-dejavu ----------------------------------------------------------------------------------------
@@ -449,7 +534,7 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
     root = _root(args)
     missing = [s for s in args.sources if not Path(s).expanduser().exists()]
     if missing:
-        raise CliError(f"no such file or directory: {', '.join(missing)}")
+        raise UsageError(f"no such file or directory: {', '.join(missing)}")
     platform = {name: getattr(args, name) for name in ("triton", "toolchain", "gpu") if getattr(args, name)}
     results = []
     failed = False
@@ -457,7 +542,7 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
         try:
             tuner = dejavu_import.load_tuner(spec)
         except Exception as exc:  # importing the user's module may raise anything
-            raise CliError(f"cannot load --kernel {spec}: {type(exc).__name__}: {exc}") from exc
+            raise UsageError(f"cannot load --kernel {spec}: {type(exc).__name__}: {exc}") from exc
         try:
             report = dejavu_import.import_dejavu(
                 [Path(s).expanduser() for s in args.sources],
@@ -480,6 +565,7 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
             f"{len(r.written)} cache file(s) under {root}; {r.kept_existing} already stored were kept, "
             f"{len(r.skipped)} skipped"
         )
+        lines += replaced_lines(r.replaced_in, args.dry_run)
         lines += [f"  skipped {key} in {file}: {reason}" for file, key, reason in r.skipped]
         lines += [f"  wrote {path}" for path in r.written]
     payload = {
@@ -487,13 +573,14 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
             "files": r.files,
             "imported": r.imported,
             "kept_existing": r.kept_existing,
+            "replaced_in": dict(r.replaced_in),
             "written": r.written,
             "skipped": [{"file": f, "key": k, "reason": why} for f, k, why in r.skipped],
             "problems": problems_payload(r.problems),
         }
         for spec, r in results
     }
-    emit(args, payload, "\n".join(lines))
+    emit(args, payload, lines)
     for _, r in results:
         report_problems(r.problems)
     return 1 if failed else 0
@@ -684,7 +771,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--root",
         action="append",
@@ -692,13 +779,11 @@ def build_parser() -> argparse.ArgumentParser:
         f"several (repeated or '{os.pathsep}'-separated: the first is written, the others are layers)",
     )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    selection = argparse.ArgumentParser(add_help=False)
+    selection = _Parser(add_help=False)
     for name in ("kernel", "tag", "triton", "toolchain", "gpu"):
         selection.add_argument(f"--{name}", help=f"only results whose {name} is this")
 
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Inspect and manage tuning results stored by triton_dejavu_like."
-    )
+    parser = _Parser(prog=PROG, description="Inspect and manage tuning results stored by triton_dejavu_like.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -758,6 +843,8 @@ def build_parser() -> argparse.ArgumentParser:
         "export", parents=[common, selection], help="copy one platform's results for a deployment"
     )
     p.add_argument("out", help="a directory (a storage root) or a .tar.gz archive")
+    p.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    p.add_argument("--force", action="store_true", help="replace an existing archive")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
@@ -841,12 +928,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.WARNING)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:
+        # The recipe of Python's signal docs (note on SIGPIPE): whoever read our output is gone
+        # (``list | head -1``); point stdout at devnull so that the interpreter's final flush is
+        # quiet, and exit 1 as Python does on EPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
     except UsageError as exc:
-        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {printable(exc, newlines=True)}", file=sys.stderr)
         return 2
     except (CliError, OSError) as exc:
-        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {printable(exc, newlines=True)}", file=sys.stderr)
         return 1
     finally:
         logger.removeHandler(handler)

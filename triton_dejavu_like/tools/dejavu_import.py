@@ -243,6 +243,8 @@ class ImportReport:
     files: list[str] = field(default_factory=list)
     imported: int = 0
     kept_existing: int = 0
+    #: stored entries that ``overwrite`` replaces: (cache file, entries replaced)
+    replaced_in: list[tuple[str, int]] = field(default_factory=list)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (file, key, reason)
     written: list[str] = field(default_factory=list)
     problems: list[inventory.Problem] = field(default_factory=list)
@@ -300,7 +302,10 @@ def dejavu_files(sources: Iterable[Path]) -> list[Path]:
     found: list[Path] = []
     for source in sources:
         source = Path(source)
-        found.extend(sorted(source.rglob(CACHE_FILE_NAME)) if source.is_dir() else [source])
+        if source.is_dir():
+            found.extend(inventory.walk_files(source, lambda name: name == CACHE_FILE_NAME))
+        else:
+            found.append(source)
     return found
 
 
@@ -361,6 +366,9 @@ def import_dejavu(
         except (OSError, ValueError):
             existing = {}  # a bad destination is moved aside by the write below
         kept = set(existing) & set(entries) if not overwrite else set()
+        replaced = sum(existing[kid] != entry for kid, entry in entries.items() if kid in existing)
+        if overwrite and replaced:
+            report.replaced_in.append((str(cf.path), replaced))
         report.kept_existing += len(kept)
         report.imported += len(entries) - len(kept)
         if dry_run:

@@ -278,6 +278,7 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
 
     def _process_state(self) -> _ProcessState:
         if self._state is None:
+            _compat.require_gpu_driver(self._name, self.fn)
             platform = self._platform()
             benchmarker = self.settings.timing.benchmarker(_compat.is_interpreted(self.fn))
             store = self._open_store(platform)

@@ -40,6 +40,7 @@ from typing import Any
 
 from ... import _env
 from ..._compat import Config
+from ..._log import DejavuTuningWarning, warn_once
 from ...codec import EncodingError, config_id, encode_config
 from ..evaluate import Evaluator
 from ..launch import LaunchContext, one_line
@@ -102,7 +103,9 @@ class IsolatedEvaluator(Evaluator):
         try:
             reply = self._request(request, self._compile_timeout(len(sendable)), "compiling the candidates")
         except Exception as exc:  # compiling ahead is an optimisation: each is compiled when timed
-            log.warning(
+            warn_once(
+                DejavuTuningWarning,
+                self.ctx.kernel_name,
                 "%s: compiling the candidates in a worker failed (%s); each is compiled when it is timed",
                 self.ctx.kernel_name,
                 one_line(exc),
@@ -126,7 +129,9 @@ class IsolatedEvaluator(Evaluator):
         try:
             _, timings = self._request(request, self.timeout_s * max(1, len(configs)), "re-timing finalists")
         except Exception as exc:  # the finalists keep their first timings
-            log.warning(
+            warn_once(
+                DejavuTuningWarning,
+                self.ctx.kernel_name,
                 "%s: re-timing the finalists in a worker failed (%s); keeping their first timings",
                 self.ctx.kernel_name,
                 one_line(exc),

@@ -1,0 +1,212 @@
+"""The command line never shows a traceback for a mistake, never destroys data by a typo, never lets a
+stored name drive the terminal, and sees through links exactly what the tuner sees."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from storage_helpers import (
+    IDENTITY,
+    InstantBench,
+    cache_file,
+    entries_for,
+    launch,
+    make_entry,
+    make_tuner,
+    stored_entries,
+    write_document,
+)
+
+from triton_dejavu_like.codec import key_id
+from triton_dejavu_like.store import inventory
+from triton_dejavu_like.tools import cli
+
+REPO = Path(__file__).parent.parent
+
+
+def run(*argv: str) -> int:
+    return cli.main(list(argv))
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    root = tmp_path / "root"
+    cache_file(root).record(entries_for([(1,), (2,)]))
+    return root
+
+
+# --- mistakes: one line, exit 2 ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "--bogus"],
+        ["show"],
+        ["prune", "--older-than", "yesterday-ish"],
+        ["merge", "--prefer", "best", "x"],
+        ["export"],
+        ["import-dejavu", "x"],
+    ],
+)
+def test_an_argument_error_is_one_line(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "error:" in err and "--help" in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "--root", "{tmp}/nowhere"],
+        ["show", "x", "--root", "{tmp}/nowhere"],
+        ["prune", "--older-than", "30d", "--root", "{tmp}/nowhere"],
+        ["export", "{tmp}/out", "--root", "{tmp}/nowhere"],
+        ["import-dejavu", "{tmp}/missing.json", "--kernel", "m:k"],
+        ["import-dejavu", "{root}", "--kernel", "no_such_module:k", "--root", "{tmp}/r"],
+    ],
+)
+def test_a_path_or_kernel_that_is_not_there_exits_2_in_one_line(capsys, tmp_path, root, argv):
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{root}", str(root)) for a in argv]
+    assert run(*argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "error:" in err and "Traceback" not in err, err
+
+
+# --- a closed pipe ------------------------------------------------------------------------------------------
+
+
+def test_list_into_head_ends_quietly(tmp_path):
+    root = tmp_path / "root"
+    for i in range(150):  # far more than a pipe buffer, so that the writer meets the closed pipe
+        write_document(root / f"d{i}" / "cache.json", {**IDENTITY, "gpu": f"G{i}" + "x" * 4000}, {})
+    err = tmp_path / "err"
+    command = (
+        f"{sys.executable} -m triton_dejavu_like list --root {root} 2>{err} | head -1; "
+        'echo "status ${PIPESTATUS[0]}"'
+    )
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=REPO, timeout=120)
+    first, status = result.stdout.splitlines()
+    assert first.split()[:2] == ["ID", "KERNEL"]
+    assert err.read_text() == ""  # no "Broken pipe", no traceback
+    assert status == "status 1"  # as Python itself exits on EPIPE
+
+
+# --- nothing destroyed by a typo ------------------------------------------------------------------------
+
+
+def test_export_does_not_overwrite_an_archive_without_force(capsys, root, tmp_path):
+    archive = tmp_path / "k.tar.gz"
+    archive.write_bytes(b"precious")
+    assert run("export", str(archive), "--root", str(root)) == 2
+    err = capsys.readouterr().err
+    assert "already exists" in err and "--force" in err and archive.read_bytes() == b"precious"
+    assert run("export", str(archive), "--root", str(root), "--force", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("would export") and f"would replace the existing {archive} (0 stored" in out
+    assert archive.read_bytes() == b"precious"
+    assert run("export", str(archive), "--root", str(root), "--force") == 0
+    assert archive.read_bytes() != b"precious"
+    assert run("export", str(root / "file.tar.gz"), "--root", str(root), "--dry-run") == 0
+    assert not (root / "file.tar.gz").exists()
+
+
+def test_export_into_a_file_that_is_not_an_archive_is_refused(capsys, root, tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("mine")
+    assert run("export", str(target), "--root", str(root)) == 2
+    assert target.read_text() == "mine"
+
+
+def test_merge_lists_the_stored_entries_it_replaces(capsys, root, tmp_path):
+    newer = tmp_path / "newer"
+    cache_file(newer).record(entries_for([(1,)], block=128, tuned_at="2030-01-01T00:00:00+00:00"))
+    before = stored_entries(cache_file(root).path)
+    assert run("merge", str(newer), "--root", str(root), "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert f"would replace 1 stored entries in {cache_file(root).path}" in out
+    assert stored_entries(cache_file(root).path) == before
+    assert run("merge", str(newer), "--root", str(root)) == 0
+    assert f"replaced 1 stored entries in {cache_file(root).path}" in capsys.readouterr().out
+
+
+def test_merge_and_export_count_what_they_left_out(capsys, root, tmp_path):
+    source = tmp_path / "source"
+    bad = {**make_entry((3,)), "timings_ms": "fast"}
+    write_document(cache_file(source).path, IDENTITY, {**entries_for([(4,)]), key_id((3,)): bad})
+    (source / "junk").mkdir()
+    (source / "junk" / "cache.json").write_text("{")
+    assert run("merge", str(source), "--root", str(tmp_path / "dest"), "--skip-invalid") == 0
+    assert "left out 1 unreadable file(s) and 1 invalid entries" in capsys.readouterr().out
+    payload = json.loads(
+        (run("export", str(tmp_path / "out"), "--root", str(source), "--json"), capsys.readouterr().out)[1]
+    )
+    assert payload["left_out"] == {"files": 1, "entries": 1}
+
+
+# --- names that would drive the terminal ----------------------------------------------------------------
+
+HOSTILE = "k\x1b[2J\x00\r\x07name\nfake"
+
+
+def test_list_and_show_escape_control_characters(capsys, tmp_path):
+    root = tmp_path / "root"
+    ident = {**IDENTITY, "kernel": HOSTILE, "tag": "t\x1b]0;title\x07"}
+    write_document(root / "x" / "cache.json", ident, entries_for([("\x1b[31mred", 1)]))
+    assert run("list", "--root", str(root)) == 0
+    listed = capsys.readouterr()
+    assert run("show", HOSTILE, "--root", str(root), "--top") == 0
+    shown = capsys.readouterr()
+    for text in (listed.out, listed.err, shown.out, shown.err):
+        assert not any(c in text for c in "\x1b\x00\r\x07"), text
+    assert "k\\x1b[2J\\x00\\r\\x07name\\nfake" in listed.out and "\\x1b[31mred" in shown.out
+    assert len(listed.out.splitlines()) == 3  # the newline in the name did not make a row
+
+
+def test_printable_keeps_ordinary_text():
+    assert cli.printable("matmul é 漢字 ok") == "matmul é 漢字 ok"
+    assert cli.printable("a\nb", newlines=True) == "a\nb" and cli.printable("a\nb") == "a\\nb"
+
+
+# --- links inside the root: the tuner and the commands see the same results ------------------------------
+
+
+def test_a_directory_linked_elsewhere_is_seen_by_the_tuner_and_the_commands(capsys, tmp_path):
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    tuner = make_tuner(custom_data_storage=root)
+    platform_dir = tuner.cache_path().relative_to(root).parts[0]
+    elsewhere.mkdir()
+    root.mkdir()
+    (root / platform_dir).symlink_to(elsewhere, target_is_directory=True)
+    launch(tuner, 100)  # the tuner writes through the link
+    assert list(elsewhere.rglob("cache.json"))
+    out = json.loads((run("list", "--root", str(root), "--json"), capsys.readouterr().out)[1])
+    assert [Path(f["path"]) for f in out["files"]] == [tuner.cache_path()]
+    bench = InstantBench()
+    launch(make_tuner(bench=bench, custom_data_storage=root), 100)
+    assert bench.calls == 0  # and restores through it
+    assert run("prune", "--root", str(root), "--older-than", "2999-01-01") == 0
+    assert not list(elsewhere.rglob("cache.json"))  # prune reached it too
+
+
+def test_a_link_loop_is_walked_once(tmp_path):
+    root = tmp_path / "root"
+    cache_file(root).record(entries_for([(1,)]))
+    (root / "loop").symlink_to(root, target_is_directory=True)
+    (root / "loop2").symlink_to(root / "loop", target_is_directory=True)
+    files, problems = inventory.read_sources([root])
+    assert len(files) == 1 and not problems
+
+
+def test_a_dangling_link_is_not_an_error(tmp_path, root):
+    (root / "gone").symlink_to(tmp_path / "nothing", target_is_directory=True)
+    files, problems = inventory.read_sources([root])
+    assert len(files) == 1 and not problems
+    assert os.path.islink(root / "gone")

@@ -1,0 +1,289 @@
+"""Every problem the user must act on reaches them as a warning of a package class.
+
+Each situation is checked with ``pytest.warns(<class>)`` (the ``warnings`` machinery, not the log),
+and one test runs a plain script with Python's default warning settings and reads its stderr.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from storage_helpers import (
+    IDENTITY,
+    InstantBench,
+    cache_file,
+    entries_for,
+    launch,
+    make_entry,
+    make_tuner,
+    write_document,
+)
+
+from triton_dejavu_like import (
+    DejavuConfigWarning,
+    DejavuStorageWarning,
+    DejavuTuningWarning,
+    DejavuWarning,
+    _env,
+)
+from triton_dejavu_like.codec import key_id
+from triton_dejavu_like.store import cache_file as storage
+
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _deny(monkeypatch, under: Path, error: int, *, writes_only: bool) -> None:
+    """Make ``os.open`` fail with ``error`` for paths under ``under`` (for writing only, if asked)."""
+    real_open = os.open
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+
+    def guarded(path, flags, *args, **kwargs):
+        inside = str(Path(path).absolute()).startswith(str(under))
+        if inside and (not writes_only or flags & write_flags):
+            raise OSError(error, os.strerror(error), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", guarded)
+
+
+# --- files that cannot be used --------------------------------------------------------------------------
+
+
+def test_a_corrupt_file_moved_aside(tmp_path):
+    cf = cache_file(tmp_path)
+    cf.path.parent.mkdir(parents=True)
+    cf.path.write_bytes(b"{not json")
+    with pytest.warns(DejavuStorageWarning, match="moved it to cache.json.corrupt-"):
+        assert cf.load() == {}
+
+
+def test_rejected_entries(tmp_path):
+    cf = cache_file(tmp_path)
+    bad = {**make_entry((2,)), "timings_ms": ["fast"]}
+    write_document(cf.path, IDENTITY, {**entries_for([(1,)]), key_id((2,)): bad})
+    with pytest.warns(DejavuStorageWarning, match="1 invalid entries"):
+        assert list(cf.load()) == [key_id((1,))]
+
+
+def test_a_file_of_another_identity(tmp_path):
+    cf = cache_file(tmp_path)
+    write_document(cf.path, {**IDENTITY, "gpu": "other"}, entries_for([(1,)]))
+    with pytest.warns(DejavuStorageWarning, match="another identity"):
+        assert cf.load() == {}
+
+
+def test_a_file_of_a_newer_schema(tmp_path):
+    cf = cache_file(tmp_path)
+    cf.path.parent.mkdir(parents=True)
+    cf.path.write_text('{"schema": 99}')
+    with pytest.warns(DejavuStorageWarning, match="newer release"):
+        assert cf.load() == {}
+
+
+def test_an_entry_that_cannot_be_stored(tmp_path):
+    with pytest.warns(DejavuStorageWarning, match="not storing the result"):
+        assert not cache_file(tmp_path).record({"k": {"key": []}})
+
+
+def test_a_cache_file_that_cannot_be_opened(tmp_path, monkeypatch):
+    cf = cache_file(tmp_path)
+    original = write_document(cf.path, IDENTITY, entries_for([(1,)]))
+    if AS_ROOT:  # root reads mode-000 files: simulate the refusal
+        _deny(monkeypatch, cf.path, errno.EACCES, writes_only=False)
+    else:
+        cf.path.chmod(0)
+    try:
+        with pytest.warns(DejavuStorageWarning, match="cannot read tuning cache"):
+            assert cf.load() == {}
+        assert not cf.record(entries_for([(2,)]))
+    finally:
+        monkeypatch.undo()
+        cf.path.chmod(0o644)
+    assert cf.path.read_bytes() == original
+
+
+def test_a_directory_where_the_cache_file_goes(tmp_path):
+    cf = cache_file(tmp_path)
+    cf.path.mkdir(parents=True)
+    (cf.path / "something").write_text("kept")
+    with pytest.warns(DejavuStorageWarning, match="Is a directory"):
+        assert cf.load() == {}
+    assert not cf.record(entries_for([(1,)]))  # neither used nor moved nor overwritten
+    assert (cf.path / "something").read_text() == "kept"
+
+
+# --- storage roots and locks that cannot be used --------------------------------------------------------
+
+
+def test_a_root_that_is_a_file(tmp_path):
+    root = tmp_path / "file"
+    root.write_text("")
+    with pytest.warns(DejavuStorageWarning, match="results stay in memory"):
+        assert not cache_file(root).record(entries_for([(1,)]))
+
+
+def test_dev_null_as_root():
+    with pytest.warns(DejavuStorageWarning, match="results stay in memory"):
+        assert not cache_file(Path(os.devnull)).record(entries_for([(1,)]))
+
+
+def test_dev_null_as_the_storage_variable_still_runs_kernels(monkeypatch):
+    monkeypatch.setenv(_env.STORAGE, os.devnull)
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench)
+    with pytest.warns(DejavuStorageWarning, match="results stay in memory"):
+        launch(tuner, 100)
+    launch(tuner, 100)
+    assert bench.calls == 3  # tuned once, then kept in memory
+
+
+def test_a_read_only_root(tmp_path, monkeypatch):
+    _deny(monkeypatch, tmp_path, errno.EROFS, writes_only=True)
+    with pytest.warns(DejavuStorageWarning, match="Read-only file system"):
+        assert not cache_file(tmp_path).record(entries_for([(1,)]))
+
+
+def test_a_full_disk_leaves_the_old_file_and_no_temporary_file(tmp_path, monkeypatch):
+    cf = cache_file(tmp_path)
+    assert cf.record(entries_for([(1,)]))
+    before = cf.path.read_bytes()
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def fileno(self):
+            return self.handle.fileno()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def fdopen(fd, mode="r", *args, **kwargs):
+        handle = real_fdopen(fd, mode, *args, **kwargs)
+        return Full(handle) if "w" in mode else handle
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    with pytest.warns(DejavuStorageWarning, match="No space left"):
+        assert not cf.record(entries_for([(2,)]))
+    monkeypatch.undo()
+    assert cf.path.read_bytes() == before
+    assert not list(cf.path.parent.glob("*.tmp"))
+
+
+def test_a_lock_file_that_cannot_be_opened(tmp_path):
+    cf = cache_file(tmp_path, lock_timeout=0.2)
+    cf.lock_path.mkdir(parents=True)  # a directory where the lock file goes
+    with pytest.warns(DejavuStorageWarning, match="Is a directory.*cache.json.lock"):
+        assert not cf.record(entries_for([(1,)]))  # at once: no waiting for the lock timeout
+
+
+def test_a_lock_held_too_long(tmp_path):
+    cf = cache_file(tmp_path, lock_timeout=0.1)
+    cf.lock_path.parent.mkdir(parents=True)
+    with open(cf.lock_path, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.warns(DejavuStorageWarning, match="could not lock"):
+            assert not cf.record(entries_for([(1,)]))
+
+
+# --- settings -------------------------------------------------------------------------------------------
+
+
+def test_force_fallback_without_a_heuristic(monkeypatch):
+    monkeypatch.setenv(_env.FORCE_FALLBACK, "1")
+    with pytest.warns(DejavuConfigWarning, match="no fallback_heuristic"):
+        launch(make_tuner(), 100)
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [(_env.FORCE_FALLBACK, "maybe"), (_env.COMPILE_THREADS, "-3"), (_env.ISOLATION_TIMEOUT, "nan")],
+)
+def test_an_invalid_environment_value(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.warns(DejavuConfigWarning, match=name):
+        (_env.force_fallback(), _env.compile_threads(), _env.isolation_timeout_s())
+
+
+def test_a_stored_config_that_is_no_longer_a_candidate(tmp_path):
+    seed = make_tuner(custom_data_storage=tmp_path)
+    launch(seed, 100)
+    path = seed.cache_path()
+    doc = storage.read_document(path)
+    [(kid, entry)] = doc.entries.items()
+    data = entry.to_json()
+    data["config"] = make_entry((0,), block=8)["config"]  # a config the kernel does not list
+    write_document(path, doc.identity, {kid: data})
+    tuner = make_tuner(custom_data_storage=tmp_path)  # a new process, in effect
+    with pytest.warns(DejavuTuningWarning, match="not among the current candidates"):
+        launch(tuner, 100)
+
+
+def test_every_class_is_a_dejavu_warning_and_a_user_warning():
+    for cls in (DejavuStorageWarning, DejavuConfigWarning, DejavuTuningWarning):
+        assert issubclass(cls, DejavuWarning) and issubclass(cls, UserWarning)
+
+
+# --- what a user sees without configuring anything ------------------------------------------------------
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from triton_dejavu_like.store import CacheFile
+    root = Path(sys.argv[1])
+    identity = dict.fromkeys(
+        ["dejavu", "triton", "toolchain", "gpu", "kernel", "autotune_config", "code_version",
+         "tune_features", "kernel_configs", "tag"], "x")
+    cf = CacheFile.for_identity(root, identity)
+    cf.path.parent.mkdir(parents=True)
+    cf.path.write_text("{broken")
+    cf.load()
+    CacheFile.for_identity(Path("/dev/null"), identity).record({})
+    CacheFile.for_identity(Path("/dev/null"), identity).update(lambda current: {"k": None})
+    """
+)
+
+
+def test_warnings_show_on_stderr_with_default_settings(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONWARNINGS")}
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "root")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "DejavuStorageWarning: ignoring unreadable tuning cache" in result.stderr
+    assert "DejavuStorageWarning: cannot write tuning results under /dev/null" in result.stderr
+
+
+ERRORS = "import warnings, triton_dejavu_like as t; warnings.simplefilter('error', t.DejavuStorageWarning)"
+
+
+def test_warnings_can_be_made_errors(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", ERRORS + SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 1 and "DejavuStorageWarning" in result.stderr.splitlines()[-1]
