@@ -418,6 +418,15 @@ class CacheFile:
             doc = self._read(exclusive=False)
         return dict(doc.entries) if doc else {}
 
+    def peek(self, key_id: str) -> StoredEntry | None:
+        """The valid entry stored for one key right now, or None: a quick read without the lock that
+        repairs nothing (for a process waiting for another one's result)."""
+        try:
+            doc = read_document(self.path, parameters=self.parameters)
+        except (OSError, InvalidCacheFile):
+            return None
+        return doc.entries.get(key_id) if doc.identity == self.identity else None
+
     def record(self, entries: Mapping[str, StoredEntry | Mapping[str, Any]]) -> bool:
         """Merge ``entries`` into the file (new entries win per key). False if it could not write.
 

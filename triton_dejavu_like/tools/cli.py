@@ -156,7 +156,8 @@ def _layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int
     roots = _roots(args)
     existing = [(i, root) for i, root in enumerate(roots) if root.is_dir()]
     if not existing:
-        raise CliError(f"no storage at {os.pathsep.join(map(str, roots))} (set --root or {_env.STORAGE})")
+        error = UsageError if args.root else CliError  # a --root that is not there is a typo
+        raise error(f"no storage at {os.pathsep.join(map(str, roots))} (set --root or {_env.STORAGE})")
     found: list[tuple[int, inventory.StoredFile]] = []
     problems: list[inventory.Problem] = []
     for i, root in existing:

@@ -71,7 +71,7 @@ class _Watcher:
         if signature == self._seen and not force:
             return None
         self._seen = signature
-        return self.cache_file.load().get(self.key_id)
+        return self.cache_file.peek(self.key_id)
 
 
 def _writable_cache_file(store: Store) -> CacheFile | None:
