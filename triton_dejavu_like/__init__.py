@@ -21,6 +21,7 @@ from .measure.bench import TimingPolicy
 from .measure.isolation import IsolationError
 from .search import MissingExtraError
 from .tuner import Autotuner, AutotuningError, ConfigSpace, autotune
+from .tuner.dejavu_extras import global_cache_lock, global_metadata_store, jitcache
 
 _logger = logging.getLogger(__name__)
 _logger.addHandler(logging.NullHandler())
@@ -44,4 +45,7 @@ __all__ = [
     "TimingPolicy",
     "__version__",
     "autotune",
+    "global_cache_lock",
+    "global_metadata_store",
+    "jitcache",
 ]

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _env
 from .._compat import AutotunerErrorBase, Config
-from .._log import DejavuStorageWarning, log, warn_once
+from .._log import DejavuConfigWarning, DejavuStorageWarning, log, warn_once
 from ..codec import EncodingError, describe_config
 from ..measure import QUANTILES, Benchmarker, Evaluator, KernelRecipe, one_line_reason, open_evaluator
 from ..measure.progress import progress_bar
@@ -128,6 +129,14 @@ class TuningRun:
         candidates_hash: str,
     ) -> Outcome:
         name = self.recipe.kernel_name
+        if _env.split_cache():
+            warn_once(
+                DejavuConfigWarning,
+                "process",
+                "%s is not supported: triton_dejavu_like keeps Triton's cache manager; set "
+                "TRITON_CACHE_DIR per process for separate compile caches",
+                _env.SPLIT_CACHE,
+            )
         space = SearchSpace.from_configs(candidates)
         strategy = make_strategy(self.strategy)
         trial = Trial(name, candidates)
@@ -185,6 +194,7 @@ class TuningRun:
                 refined=len(trial.refined),
                 phases_s=trial.phases,
                 candidates=candidates_hash,
+                quantiles=list(self.benchmarker.quantiles),
                 top=trial.ranking()[:TOP_K],
                 ruled_out=list(trial.failures.items())[:MAX_RULED_OUT],
             )
