@@ -28,7 +28,7 @@ class Evaluator(ABC):
 
     @abstractmethod
     def measure(self, config: Config) -> list[float]:
-        """Timings (ms) at the benchmarker's quantiles for one config (the screen, where timing has two stages)."""
+        """Timings (ms) at the benchmarker's quantiles for one config (the screen, in two-stage timing)."""
 
     def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
         """Careful timings of the finalists, or None when timing has a single stage."""

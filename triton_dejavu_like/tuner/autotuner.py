@@ -92,7 +92,9 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
         _check_config_parameters(
             _compat.python_function(fn).__name__,
             arg_names,
-            [config_space.kwargs_with_lists] if config_space is not None else [c.kwargs for c in configs or ()],
+            [config_space.kwargs_with_lists]
+            if config_space is not None
+            else [c.kwargs for c in configs or ()],
         )
         if settings is None:
             settings = TunerSettings.from_arguments(
@@ -140,7 +142,9 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
             settings.informed_fallback,
             settings.prepare_informed_fallback,
         )
-        self._metadata = MetadataRecorder(settings.metadata_key) if settings.metadata_key is not None else None
+        self._metadata = (
+            MetadataRecorder(settings.metadata_key) if settings.metadata_key is not None else None
+        )
 
     # --- the config list ----------------------------------------------------------------------
 

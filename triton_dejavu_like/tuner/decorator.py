@@ -212,4 +212,6 @@ def _is_config_list(value: Any) -> bool:
 
 
 def _is_names(value: Any) -> bool:
-    return isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+    return isinstance(value, str) or (
+        isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    )

@@ -20,7 +20,6 @@ from ..store import StoredEntry
 from .key import TuningKey
 from .tuning import AutotuningError, Outcome
 
-
 _UNPREPARED = object()
 
 
