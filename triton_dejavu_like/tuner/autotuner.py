@@ -207,7 +207,7 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
         dict building), and a hit launches the kernel directly (after the config's ``pre_hook``,
         if it has one). Everything else goes through :meth:`run`.
         """
-        fn_run = self._fn_run()
+        fn_run = self.fn.run if self._metadata is None else self._fn_run()
         table = self._launch
         positions = self._keys.positions
         low, high = self._keys.last_position, self._keys.n_args
