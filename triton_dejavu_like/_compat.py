@@ -227,25 +227,34 @@ def async_compile_mode(executor: Any) -> Any:
     return triton.AsyncCompileMode(executor, ignore_errors=True)
 
 
-def _options_class(module_name: str | None) -> type | None:
-    """The options dataclass of a backend's compiler module (``CUDAOptions``, ``HIPOptions``), or None."""
-    module = sys.modules.get(module_name) if module_name else None
-    for obj in vars(module).values() if module is not None else ():
+def _options_class(namespace: dict[str, Any] | None) -> type | None:
+    """The options dataclass in a backend's compiler module (``CUDAOptions``, ``HIPOptions``), or None."""
+    for obj in namespace.values() if namespace is not None else ():
         if (
             isinstance(obj, type)
             and dataclasses.is_dataclass(obj)
-            and obj.__module__ == module.__name__
+            and obj.__module__ == namespace.get("__name__")
             and "num_warps" in obj.__dataclass_fields__
         ):
             return obj
     return None
 
 
-def _backend_compiler_module(name: str) -> str | None:
+def _compiler_namespace(name: str) -> dict[str, Any] | None:
+    """The globals of backend ``name``'s compiler module, read without initialising a driver."""
     from triton.backends import backends
 
     entry = backends.get(name)
-    return entry.compiler.__module__ if entry is not None else None
+    if entry is None:
+        return None
+    module = sys.modules.get(entry.compiler.__module__)
+    if module is not None:
+        return vars(module)
+    # 3.2 loads each backend under a bare name ("nvidia") that is not in sys.modules
+    for attr in vars(entry.compiler).values():
+        if inspect.isfunction(attr):
+            return attr.__globals__
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -256,7 +265,7 @@ def compile_option_names() -> frozenset[str]:
 
     names = set(KNOWN_COMPILE_OPTIONS)
     for name in backends:
-        options = _options_class(_backend_compiler_module(name))
+        options = _options_class(_compiler_namespace(name))
         if options is not None:
             names.update(options.__dataclass_fields__)
     return frozenset(names)
@@ -271,7 +280,7 @@ def launch_option_defaults(backend: str) -> dict[str, Any]:
     read without initialising the driver. A launch that leaves out an option equal to its default
     compiles to the same kernel, and each keyword ``JITFunction.run`` does not bind saves time.
     """
-    options = _options_class(_backend_compiler_module({"cuda": "nvidia", "hip": "amd"}.get(backend, "")))
+    options = _options_class(_compiler_namespace({"cuda": "nvidia", "hip": "amd"}.get(backend, "")))
     if options is None:
         return {}
     fields = options.__dataclass_fields__
