@@ -154,7 +154,7 @@ def autotune(
     if arguments["key"] is None:
         raise TypeError("autotune() missing required argument: 'key'")
     settings = TunerSettings.from_arguments(arguments)
-    a = arguments
+    a = arguments  # what the Autotuner takes itself (upstream's arguments)
 
     def decorator(fn: Any) -> Autotuner:
         return Autotuner(
