@@ -269,10 +269,15 @@ def test_passthrough_launches_given_meta_parameters_without_tuning():
 
 
 def test_partial_passthrough_is_a_clear_error():
-    configs = [triton.Config({"BLOCK": 16, "OTHER": 1})]
-    tuner = tdl.autotune(key=["n"], configs=configs)(add_kernel)
-    with pytest.raises(ValueError, match="OTHER"):
-        tuner[(1,)](torch.zeros(4), torch.zeros(4), torch.zeros(4), 4, BLOCK=16)
+    configs = [triton.Config({"BLOCK": 16, "flag": 1})]
+    tuner = tdl.autotune(key=["n"], configs=configs)(noop_kernel)
+    with pytest.raises(ValueError, match="but not \\['flag'\\]"):
+        tuner[(1,)](torch.zeros(4), torch.zeros(4), 4, 4, 1.0, BLOCK=16)
+
+
+def test_a_config_parameter_that_is_no_argument_nor_option_is_rejected_at_decoration():
+    with pytest.raises(ValueError, match=r"configs\[0\] sets 'OTHER'.*nor a compile option"):
+        tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16, "OTHER": 1})])(add_kernel)
 
 
 def test_failing_candidates_are_ruled_out_and_recorded():

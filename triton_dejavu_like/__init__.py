@@ -23,6 +23,7 @@ from .search import MissingExtraError
 from .store.layered import add_store
 from .tools.aot.case import TuneCase
 from .tuner import Autotuner, AutotuningError, ConfigSpace, autotune
+from .tuner.dejavu_extras import global_cache_lock, global_metadata_store, jitcache
 from .tuner.misses import misses, reset_misses
 from .tuner.mode import tuning
 from .tuner.ranks import distributed
@@ -53,6 +54,9 @@ __all__ = [
     "add_store",
     "autotune",
     "distributed",
+    "global_cache_lock",
+    "global_metadata_store",
+    "jitcache",
     "misses",
     "reset_misses",
     "tuning",

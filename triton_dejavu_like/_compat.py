@@ -16,6 +16,7 @@ from typing import Any
 import triton
 from triton.runtime import autotuner as _upstream_autotuner
 from triton.runtime import errors as _runtime_errors
+from triton.runtime import interpreter as _interpreter
 from triton.runtime.jit import JITFunction
 
 try:  # 3.4+: the environment is read through ``triton.knobs``
@@ -60,8 +61,44 @@ CONFIG_FIELDS_ANY_RELEASE: frozenset[str] = frozenset(
 )
 
 
-#: Base class for our tuning errors: upstream's ``AutotunerError`` where it exists (3.6+).
-AutotunerErrorBase: type[Exception] = getattr(_runtime_errors, "AutotunerError", RuntimeError)
+class _AutotunerError(RuntimeError):
+    """Upstream 3.6's ``AutotunerError`` for 3.2-3.5: the same ``error_message`` and ``str()``."""
+
+    def __init__(self, error_message: str | None = None) -> None:
+        super().__init__(error_message)
+        self.error_message = error_message
+
+    def __str__(self) -> str:
+        return f"Autotuner error: {self.error_message or ''}"
+
+
+#: Base class for our tuning errors: upstream's ``AutotunerError`` where it exists (3.6+), else a
+#: ``RuntimeError`` with its attribute and text, so the message is the same on every release.
+AutotunerErrorBase: type[Exception] = getattr(_runtime_errors, "AutotunerError", _AutotunerError)
+
+#: The compile options the interpreter's ``run`` accepts and drops. 3.2's interpreter strips only
+#: these (``RESERVED_KWS``) and passes any other option (3.2's Config has ``num_buffers_warp_spec``
+#: and three more) to the Python function, which then fails; later releases drop every keyword that
+#: is not a kernel argument.
+INTERPRETER_OPTIONS: frozenset[str] = frozenset(
+    getattr(_interpreter, "RESERVED_KWS", ("num_warps", "num_stages", "num_ctas", "maxnreg"))
+)
+
+#: Compile options that may appear in a Config's kwargs on some backend even where that backend's
+#: options class is not installed or not found (AMD's options on a CUDA-only or CPU-only machine).
+KNOWN_COMPILE_OPTIONS: frozenset[str] = frozenset(
+    {
+        "num_warps",
+        "num_stages",
+        "num_ctas",
+        "maxnreg",
+        "waves_per_eu",
+        "matrix_instr_nonkdim",
+        "kpack",
+        "enable_fp_fusion",
+        "launch_cooperative_grid",
+    }
+)
 
 
 def _env_flag(name: str) -> bool:
@@ -238,6 +275,50 @@ def async_compile_mode(executor: Any) -> Any:
     return triton.AsyncCompileMode(executor, ignore_errors=True)
 
 
+def _options_class(namespace: dict[str, Any] | None) -> type | None:
+    """The options dataclass in a backend's compiler module (``CUDAOptions``, ``HIPOptions``), or None."""
+    for obj in namespace.values() if namespace is not None else ():
+        if (
+            isinstance(obj, type)
+            and dataclasses.is_dataclass(obj)
+            and obj.__module__ == namespace.get("__name__")
+            and "num_warps" in obj.__dataclass_fields__
+        ):
+            return obj
+    return None
+
+
+def _compiler_namespace(name: str) -> dict[str, Any] | None:
+    """The globals of backend ``name``'s compiler module, read without initialising a driver."""
+    from triton.backends import backends
+
+    entry = backends.get(name)
+    if entry is None:
+        return None
+    module = sys.modules.get(entry.compiler.__module__)
+    if module is not None:
+        return vars(module)
+    # 3.2 loads each backend under a bare name ("nvidia") that is not in sys.modules
+    for attr in vars(entry.compiler).values():
+        if inspect.isfunction(attr):
+            return attr.__globals__
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def compile_option_names() -> frozenset[str]:
+    """Every compile option a Config's kwargs may carry: the fields of each installed backend's
+    options dataclass, plus :data:`KNOWN_COMPILE_OPTIONS`."""
+    from triton.backends import backends
+
+    names = set(KNOWN_COMPILE_OPTIONS)
+    for name in backends:
+        options = _options_class(_compiler_namespace(name))
+        if options is not None:
+            names.update(options.__dataclass_fields__)
+    return frozenset(names)
+
+
 @functools.lru_cache(maxsize=4)
 def launch_option_defaults(backend: str) -> dict[str, Any]:
     """The compile options a launch gets when it does not pass them (``num_warps``, ``num_stages``,
@@ -247,30 +328,23 @@ def launch_option_defaults(backend: str) -> dict[str, Any]:
     read without initialising the driver. A launch that leaves out an option equal to its default
     compiles to the same kernel, and each keyword ``JITFunction.run`` does not bind saves time.
     """
-    from triton.backends import backends
-
-    entry = backends.get({"cuda": "nvidia", "hip": "amd"}.get(backend, ""))
-    module = sys.modules.get(entry.compiler.__module__) if entry is not None else None
-    for obj in vars(module).values() if module is not None else ():
-        if (
-            isinstance(obj, type)
-            and dataclasses.is_dataclass(obj)
-            and obj.__module__ == module.__name__
-            and "num_warps" in obj.__dataclass_fields__
-        ):
-            fields = obj.__dataclass_fields__
-            return {
-                name: fields[name].default
-                for name in CONFIG_FIELDS
-                if name in fields and fields[name].default is not dataclasses.MISSING
-            }
-    return {}
+    options = _options_class(_compiler_namespace({"cuda": "nvidia", "hip": "amd"}.get(backend, "")))
+    if options is None:
+        return {}
+    fields = options.__dataclass_fields__
+    return {
+        name: fields[name].default
+        for name in CONFIG_FIELDS
+        if name in fields and fields[name].default is not dataclasses.MISSING
+    }
 
 
 __all__ = [
     "AUTOTUNER_HAS_CACHE_RESULTS",
     "CONFIG_FIELDS",
     "CONFIG_FIELDS_ANY_RELEASE",
+    "INTERPRETER_OPTIONS",
+    "KNOWN_COMPILE_OPTIONS",
     "TRITON_VERSION_STR",
     "AutotunerErrorBase",
     "Config",

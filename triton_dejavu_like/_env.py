@@ -25,6 +25,13 @@ USE_ISOLATED_PROCESS = "TRITON_DEJAVU_USE_ISOLATED_PROCESS"
 ISOLATION_TIMEOUT = "TRITON_DEJAVU_ISOLATION_TIMEOUT"
 NUMERICAL_CHECK = "TRITON_DEJAVU_NUMERICAL_CHECK"
 DEBUG = "TRITON_DEJAVU_DEBUG"
+DEBUG_DEBUG = "TRITON_DEJAVU_DEBUG_DEBUG"
+HASH_SEARCH_PARAMS = "TRITON_DEJAVU_HASH_SEARCH_PARAMS"
+SPLIT_CACHE = "TRITON_DEJAVU_SPLIT_CACHE"
+#: triton-dejavu's switch for its jitcache; ``jitcache`` here never changes the launch, so it is not read.
+DISABLE_JITCACHE = "TRITON_DEJAVU_DISABLE_JITCACHE"
+#: Written by triton-dejavu for its split cache manager; neither read nor written here.
+INSTANCE_RUN_ID = "TRITON_DEJAVU_INSTANCE_RUN_ID"
 COMPILE_THREADS = "TRITON_DEJAVU_COMPILE_THREADS"
 COMPILE_PROCESSES = "TRITON_DEJAVU_COMPILE_PROCESSES"
 PROGRESS = "TRITON_DEJAVU_PROGRESS"
@@ -47,6 +54,11 @@ ALL = (
     ISOLATION_TIMEOUT,
     NUMERICAL_CHECK,
     DEBUG,
+    DEBUG_DEBUG,
+    HASH_SEARCH_PARAMS,
+    SPLIT_CACHE,
+    DISABLE_JITCACHE,
+    INSTANCE_RUN_ID,
     COMPILE_THREADS,
     COMPILE_PROCESSES,
     PROGRESS,
@@ -114,7 +126,19 @@ def numerical_check() -> bool:
 
 
 def debug() -> bool:
-    return flag(DEBUG)
+    """``TRITON_DEJAVU_DEBUG`` or triton-dejavu's ``TRITON_DEJAVU_DEBUG_DEBUG`` (one level here)."""
+    return flag(DEBUG) or flag(DEBUG_DEBUG)
+
+
+def hash_search_params() -> bool:
+    """``TRITON_DEJAVU_HASH_SEARCH_PARAMS`` (default on): off leaves the search strategy and budget
+    out of the storage identity."""
+    return flag(HASH_SEARCH_PARAMS, default=True)
+
+
+def split_cache() -> bool:
+    """``TRITON_DEJAVU_SPLIT_CACHE``: accepted, not supported (the tuner warns once)."""
+    return flag(SPLIT_CACHE)
 
 
 def progress() -> bool:

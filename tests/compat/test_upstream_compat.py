@@ -247,6 +247,8 @@ def test_early_config_prune_gets_configs_named_args_and_kwargs(autotune):
 
 @pytest.mark.parametrize("autotune", both(since=(3, 6), why="AutotunerError since 3.6"))
 def test_everything_pruned_raises_upstreams_error(autotune):
+    if TRITON < (3, 6):  # the class is not there to be an instance of; the next test covers ours
+        pytest.skip("triton.runtime.errors.AutotunerError exists from Triton 3.6 on")
     bench = Bench()
     prune = {"early_config_prune": lambda configs, nargs, **kw: []}
     tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, prune_configs_by=prune)(add_kernel)

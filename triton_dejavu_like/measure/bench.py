@@ -106,13 +106,15 @@ class Benchmarker:
 
     #: How many of the best screened candidates :meth:`refine` re-measures (0: single stage).
     finalists: int = 0
+    #: The quantiles every timing answers (the first is the one compared); set by :func:`make_benchmarker`.
+    quantiles: tuple[float, ...] = QUANTILES
 
     def __call__(self, kernel_call: KernelCall, quantiles: Sequence[float] = QUANTILES) -> list[float]:
         raise NotImplementedError
 
     def refine(self, kernel_calls: Sequence[KernelCall]) -> list[list[float]]:
-        """Careful timings at :data:`QUANTILES` for the finalists, in the order given."""
-        return [self(call, QUANTILES) for call in kernel_calls]
+        """Careful timings at :attr:`quantiles` for the finalists, in the order given."""
+        return [self(call, self.quantiles) for call in kernel_calls]
 
 
 class UserBenchmarker(Benchmarker):
@@ -207,7 +209,7 @@ class GpuBenchmarker(Benchmarker):
 
     def refine(self, kernel_calls: Sequence[KernelCall]) -> list[list[float]]:
         if self.use_cuda_graph or self.warmup is not None or self.rep is not None:
-            return [self._upstream(call, QUANTILES) for call in kernel_calls]
+            return [self._upstream(call, self.quantiles) for call in kernel_calls]
         estimates = [self._estimate(call) for call in kernel_calls]
         slowest = max(estimates)
         warm_rounds = max(1, int(self.policy.final_warmup_ms / slowest))
@@ -215,7 +217,7 @@ class GpuBenchmarker(Benchmarker):
             for call in kernel_calls:
                 call()
         rounds = int(min(self.policy.final_max_runs, max(5, self.policy.final_ms / slowest)))
-        return [quantiles_of(samples, QUANTILES) for samples in self._timed(kernel_calls, rounds)]
+        return [quantiles_of(samples, self.quantiles) for samples in self._timed(kernel_calls, rounds)]
 
 
 def make_benchmarker(
@@ -226,10 +228,17 @@ def make_benchmarker(
     use_cuda_graph: bool,
     interpreted: bool,
     policy: TimingPolicy | None = None,
+    quantiles: Sequence[float] | None = None,
 ) -> Benchmarker:
-    """The benchmarker a tuner uses. A user-given ``do_bench`` is always honoured, GPU or CPU."""
+    """The benchmarker a tuner uses. A user-given ``do_bench`` is always honoured, GPU or CPU.
+    ``quantiles`` (None: :data:`QUANTILES`) are what every timing answers."""
+    benchmarker: Benchmarker
     if do_bench is not None:
-        return UserBenchmarker(do_bench)
-    if interpreted:
-        return CpuBenchmarker(warmup, rep)
-    return GpuBenchmarker(warmup, rep, use_cuda_graph, policy or TimingPolicy())
+        benchmarker = UserBenchmarker(do_bench)
+    elif interpreted:
+        benchmarker = CpuBenchmarker(warmup, rep)
+    else:
+        benchmarker = GpuBenchmarker(warmup, rep, use_cuda_graph, policy or TimingPolicy())
+    if quantiles is not None:
+        benchmarker.quantiles = tuple(quantiles)
+    return benchmarker

@@ -12,7 +12,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from .._compat import Config
-from .bench import QUANTILES
 from .launch import LaunchContext, make_kernel_call
 from .precompile import precompile
 
@@ -29,7 +28,7 @@ class Evaluator(ABC):
 
     @abstractmethod
     def measure(self, config: Config) -> list[float]:
-        """Timings (ms) at :data:`QUANTILES` for one config (the screen, where timing has two stages)."""
+        """Timings (ms) at the benchmarker's quantiles for one config (the screen, in two-stage timing)."""
 
     def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
         """Careful timings of the finalists, or None when timing has a single stage."""
@@ -54,7 +53,8 @@ class InProcessEvaluator(Evaluator):
         return precompile(self.ctx, configs)
 
     def measure(self, config: Config) -> list[float]:
-        return self.ctx.benchmarker(make_kernel_call(self.ctx, config), QUANTILES)
+        benchmarker = self.ctx.benchmarker
+        return benchmarker(make_kernel_call(self.ctx, config), benchmarker.quantiles)
 
     def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
         if not self.ctx.benchmarker.finalists or len(configs) < 2:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _compat
 from .._compat import Config
 from .bench import Benchmarker
 
@@ -25,12 +26,27 @@ class LaunchContext:
     interpreted: bool = False
 
     def full_args(self, config: Config) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(launch kwargs, every argument by name) for a config, as upstream builds them."""
+        """(launch kwargs, every argument by name with all of the config's values, for the hooks)."""
         conflicts = self.kwargs.keys() & config.kwargs.keys()
         if conflicts:
             raise ValueError(f"conflicting meta-parameters: {', '.join(sorted(conflicts))}")
-        current = dict(self.kwargs, **config.all_kwargs())
-        return current, {**self.nargs, **current}
+        launch = dict(self.kwargs, **launch_kwargs(config, interpreted=self.interpreted))
+        return launch, {**self.nargs, **self.kwargs, **config.all_kwargs()}
+
+
+def launch_kwargs(
+    config: Config, defaults: dict[str, Any] | None = None, *, interpreted: bool = False
+) -> dict[str, Any]:
+    """What a launch with ``config`` passes: its meta-parameters, and its options except those equal to
+    ``defaults`` (the backend's: the same kernel, and a cheaper launch). Under the interpreter only the
+    options it accepts (:data:`~triton_dejavu_like._compat.INTERPRETER_OPTIONS`; it ignores them)."""
+    options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
+    if interpreted:
+        kept = {k: v for k, v in options.items() if k in _compat.INTERPRETER_OPTIONS}
+    else:
+        defaults = defaults or {}
+        kept = {k: v for k, v in options.items() if k not in defaults or defaults[k] != v}
+    return {**config.kwargs, **kept}
 
 
 def one_line(exc: BaseException) -> str:

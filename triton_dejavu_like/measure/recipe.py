@@ -21,13 +21,15 @@ from .numerics import NumericalCheck
 @dataclass(frozen=True)
 class TimingSettings:
     """How candidates are timed: a user's ``do_bench`` (always honoured), else upstream's ``warmup``,
-    ``rep`` and ``use_cuda_graph`` for the careful stage and the two-stage :class:`TimingPolicy`."""
+    ``rep`` and ``use_cuda_graph`` for the careful stage and the two-stage :class:`TimingPolicy`;
+    ``quantiles`` asked of every timing (the first is the one compared)."""
 
     do_bench: Callable[..., Any] | None = None
     warmup: float | None = None
     rep: float | None = None
     use_cuda_graph: bool = False
     policy: TimingPolicy = field(default_factory=TimingPolicy)
+    quantiles: tuple[float, ...] | None = None  # None: QUANTILES
 
     def benchmarker(self, interpreted: bool) -> Benchmarker:
         return make_benchmarker(
@@ -37,6 +39,7 @@ class TimingSettings:
             use_cuda_graph=self.use_cuda_graph,
             interpreted=interpreted,
             policy=self.policy,
+            quantiles=self.quantiles,
         )
 
 

@@ -4,11 +4,11 @@ Schema 1 of an entry (JSON object; the fields marked * are required)::
 
     key*            typed JSON of the tuning key (see codec)
     config*         the chosen config as typed fields
-    timings_ms*     its times at the quantiles (median, p20, p80), finite, >= 0
+    timings_ms*     its times at the quantiles (default median, p20, p80), finite, >= 0
     evaluated*      how many candidates were measured;  space_size*: out of how many
     strategy*       the search that found it;  tuning_time_s*: wall time;  tuned_at*: ISO 8601
-    budget, refined, phases_s, candidates (hash of the candidate set), top (best few with times),
-    ruled_out (configs with reasons), imported_from: optional
+    budget, refined, phases_s, candidates (hash of the candidate set), quantiles (of timings_ms),
+    top (best few with times), ruled_out (configs with reasons), imported_from: optional
 
 :class:`StoredEntry` is built either from a tuning run (:meth:`StoredEntry.new`) or from data read
 from disk (:meth:`StoredEntry.from_json`, which validates everything and raises

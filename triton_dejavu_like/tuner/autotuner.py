@@ -9,7 +9,7 @@ miss reaches the store (read once per process), the miss policy and a tuning run
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
 from ..measure import Benchmarker, KernelRecipe
 from ..measure.bench import QUANTILES
+from ..measure.launch import launch_kwargs
 from ..store import (
     Platform,
     Store,
@@ -27,6 +28,7 @@ from ..store import (
 from ..store.warm_start import MAX_FOREIGN_SEEDS
 from . import ranks
 from .config_space import ConfigSpace, platform_check_for
+from .dejavu_extras import MetadataRecorder
 from .key import NO_DTYPE, KeyPlan, Tensor, TuningKey
 from .mode import tuning_enabled
 from .policy import MissPolicy
@@ -35,6 +37,12 @@ from .settings import TunerSettings
 from .single_flight import tune_once, wait_timeout_s
 from .storage import StorageIdentity
 from .tuning import AutotuningError, Outcome, TuningRun
+
+#: Upstream's texts (3.6+ and 3.3+), on every release.
+PRUNED_EVERYTHING = (
+    "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
+)
+BAD_TOP_K = "Error while pruning configs, top_k must be either 1) a float <= 1.0 or 2) an int"
 
 #: What a hit launches with: the config, its launch kwargs, and its pre_hook (or None).
 Launch = tuple[Config, dict[str, Any], Callable[..., Any] | None]
@@ -76,18 +84,26 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
         config_space: ConfigSpace | None = None,
         settings: TunerSettings | None = None,
     ) -> None:
-        arg_names, key = list(arg_names), list(key)
-        _check_names(arg_names, key=key, reset_to_zero=reset_to_zero, restore_value=restore_value)
+        arg_names = list(arg_names)
+        key = _names(arg_names, "key", key) or []
+        reset_to_zero = _names(arg_names, "reset_to_zero", reset_to_zero)
+        restore_value = _names(arg_names, "restore_value", restore_value)
         if configs and config_space is not None:
             raise ValueError("give either configs or config_space, not both")
         if config_space is not None and not isinstance(config_space, ConfigSpace):
             raise TypeError(f"config_space must be a ConfigSpace, got {type(config_space).__name__}")
+        _check_config_parameters(
+            _compat.python_function(fn).__name__,
+            arg_names,
+            [config_space.kwargs_with_lists]
+            if config_space is not None
+            else [c.kwargs for c in configs or ()],
+        )
         if settings is None:
             settings = TunerSettings.from_arguments(
                 {"warmup": warmup, "rep": rep, "use_cuda_graph": use_cuda_graph, "do_bench": do_bench}
             )
-        check_outputs = settings.numerical_check.outputs
-        _check_names(arg_names, check_outputs=list(check_outputs) if check_outputs is not None else None)
+        _names(arg_names, "check_outputs", settings.numerical_check.outputs)
         self.settings = settings
         self._config_space = config_space
         self._configs_list: list[Config] | None = None
@@ -122,7 +138,16 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
         self._launch: dict[tuple[Any, ...], Launch] = {}  # the hot path's table
         self._keys = KeyPlan(arg_names, key, ignore_dtypes=settings.ignore_dtypes)
         self._meta_names = self._tuned_names()
-        self._policy = MissPolicy(self._name, settings.fallback_heuristic, self._config_id)
+        self._policy = MissPolicy(
+            self._name,
+            settings.fallback_heuristic,
+            self._config_id,
+            settings.informed_fallback,
+            settings.prepare_informed_fallback,
+        )
+        self._metadata = (
+            MetadataRecorder(settings.metadata_key) if settings.metadata_key is not None else None
+        )
 
     # --- the config list ----------------------------------------------------------------------
 
@@ -185,7 +210,7 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
         dict building), and a hit launches the kernel directly (after the config's ``pre_hook``,
         if it has one). Everything else goes through :meth:`run`.
         """
-        fn_run = self.fn.run
+        fn_run = self.fn.run if self._metadata is None else self._fn_run()
         table = self._launch
         positions = self._keys.positions
         low, high = self._keys.last_position, self._keys.n_args
@@ -223,7 +248,21 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
         self.best_config = config
         if config_pre_hook is not None:
             config_pre_hook(self._hook_args(args, kwargs, config))
-        return self.fn.run(*args, **kwargs, **launch_kwargs)
+        return self._fn_run()(*args, **kwargs, **launch_kwargs)
+
+    def _fn_run(self) -> Callable[..., Any]:
+        """``fn.run``; with ``metadata_key``, preceded by recording the chosen config (so a tuner
+        without it pays nothing on its hot path)."""
+        fn_run = self.fn.run
+        if self._metadata is None:
+            return fn_run
+        record, tuner = self._metadata.record, self
+
+        def run_and_record(*args: Any, **kwargs: Any) -> Any:
+            record(tuner.best_config)
+            return fn_run(*args, **kwargs)
+
+        return run_and_record
 
     def _hook_args(self, args: tuple[Any, ...], kwargs: dict[str, Any], config: Config) -> dict[str, Any]:
         """What a config's ``pre_hook`` receives at launch: every argument by name, the call's
@@ -231,9 +270,9 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
         return {**dict(zip(self.arg_names, args)), **kwargs, **config.all_kwargs()}
 
     def _launch_kwargs(self, config: Config) -> dict[str, Any]:
-        interpreted = _compat.is_interpreted(self.fn)
-        defaults = {} if interpreted else _compat.launch_option_defaults(self._platform().backend)
-        return launch_kwargs(config, defaults)
+        if _compat.is_interpreted(self.fn):
+            return launch_kwargs(config, interpreted=True)
+        return launch_kwargs(config, _compat.launch_option_defaults(self._platform().backend))
 
     def _passthrough(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         missing = sorted(self._meta_names.difference(kwargs))
@@ -377,13 +416,13 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
         if self.early_config_prune:
             configs = list(self.early_config_prune(configs, nargs, **kwargs))
             if not configs:
-                raise AutotuningError(f"{self._name}: early_config_prune returned no config")
+                raise AutotuningError(PRUNED_EVERYTHING)
         if self.perf_model:
             top_k = self.configs_top_k
             if isinstance(top_k, float) and top_k <= 1.0:
                 top_k = max(1, int(len(configs) * top_k))
             elif not isinstance(top_k, int):
-                raise TypeError("prune_configs_by['top_k'] must be a float <= 1.0 or an int")
+                raise TypeError(BAD_TOP_K)
             if len(configs) > top_k:
                 estimates = [self.perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in configs]
                 order = sorted(range(len(configs)), key=estimates.__getitem__)
@@ -412,22 +451,40 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
         )
 
 
-def launch_kwargs(config: Config, defaults: dict[str, Any]) -> dict[str, Any]:
-    """What a launch with ``config`` passes: its meta-parameters, and its options except those
-    equal to the backend's defaults (the same kernel, and a cheaper launch)."""
-    options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
-    return {**config.kwargs, **{k: v for k, v in options.items() if k not in defaults or defaults[k] != v}}
-
-
-def _check_names(arg_names: list[str], **lists: Sequence[str] | None) -> None:
-    for what, names in lists.items():
-        if names is None:
-            continue
-        if isinstance(names, str):
-            raise TypeError(f"{what} must be a list of argument names, not the string {names!r}")
-        unknown = [n for n in names if n not in arg_names]
-        if unknown:
-            raise ValueError(
-                f"{what} names {', '.join(map(repr, unknown))}, which are not kernel arguments "
+def _names(arg_names: list[str], what: str, names: Sequence[str] | str | None) -> list[str] | None:
+    """``names`` as a list of kernel argument names; a string that is one argument's name is that
+    argument. Errors: any other string (``TypeError``), names that are not arguments (``ValueError``,
+    upstream 3.9's text)."""
+    if names is None:
+        return None
+    if isinstance(names, str):
+        if names not in arg_names:
+            raise TypeError(
+                f"{what} must be a list of argument names, not the string {names!r}; write "
+                f"{what}=[{names!r}] for one argument or {what}=['a', 'b'] for several "
                 f"(the kernel's arguments are: {', '.join(arg_names)})"
             )
+        return [names]
+    names = list(names)
+    unknown = [n for n in names if n not in arg_names]
+    if unknown:
+        raise ValueError(
+            f"{what} contains names that are not kernel arguments: {', '.join(map(str, unknown))}. "
+            f"Valid argument names are: {', '.join(arg_names)}."
+        )
+    return names
+
+
+def _check_config_parameters(kernel: str, arg_names: list[str], parameters: list[Iterable[str]]) -> None:
+    """Every name a config sets is a kernel argument or a compile option of some backend."""
+    known: frozenset[str] | None = None
+    for i, names in enumerate(parameters):
+        for name in names:
+            if name in arg_names:
+                continue
+            known = known if known is not None else _compat.compile_option_names()
+            if name not in known:
+                raise ValueError(
+                    f"configs[{i}] sets {name!r}, which is not an argument of {kernel} "
+                    f"(its arguments are: {', '.join(arg_names)}) nor a compile option"
+                )

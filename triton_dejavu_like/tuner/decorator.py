@@ -1,7 +1,14 @@
-"""``autotune``: the decorator. Its signature is the one list of the arguments users pass."""
+"""``autotune``: the decorator. Its signature is the one list of the arguments users pass.
+
+Positional arguments follow ``triton.autotune``'s order when the first is the config list, and
+triton-dejavu 0.7's order otherwise (:data:`UPSTREAM_ORDER`, :data:`DEJAVU_ORDER`); everything else
+is keyword-only. An unknown keyword is a ``TypeError`` that names the closest known argument.
+"""
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,29 +19,78 @@ from .autotuner import Autotuner
 from .config_space import ConfigSpace
 from .settings import TunerSettings
 
+#: ``triton.autotune``'s positional order (3.2-3.9; ``cache_results`` from 3.4).
+UPSTREAM_ORDER = (
+    "configs",
+    "key",
+    "prune_configs_by",
+    "reset_to_zero",
+    "restore_value",
+    "pre_hook",
+    "post_hook",
+    "warmup",
+    "rep",
+    "use_cuda_graph",
+    "do_bench",
+    "cache_results",
+)
+#: triton-dejavu 0.7's positional order.
+DEJAVU_ORDER = (
+    "key",
+    "configs",
+    "prune_configs_by",
+    "reset_to_zero",
+    "restore_value",
+    "pre_hook",
+    "post_hook",
+    "warmup",
+    "rep",
+    "use_cuda_graph",
+    "config_space",
+    "fallback_heuristic",
+    "informed_fallback",
+    "prepare_informed_fallback",
+    "use_bo",
+    "use_random_search",
+    "search_max_search_t",
+    "search_max_share",
+    "search_max_repeat",
+    "quantiles",
+    "metadata_key",
+    "custom_data_storage",
+    "ignore_dtypes",
+)
+_WHERE = "docs/compat.md lists every argument"
+
 
 def autotune(
-    key: Sequence[str],
+    *positional: Any,
     configs: Sequence[Config] | None = None,
-    config_space: ConfigSpace | None = None,
-    reset_to_zero: Sequence[str] | None = None,
-    restore_value: Sequence[str] | None = None,
+    key: Sequence[str] | str | None = None,
+    prune_configs_by: dict[str, Any] | None = None,
+    reset_to_zero: Sequence[str] | str | None = None,
+    restore_value: Sequence[str] | str | None = None,
     pre_hook: Callable[..., Any] | None = None,
     post_hook: Callable[..., Any] | None = None,
-    prune_configs_by: dict[str, Any] | None = None,
     warmup: float | None = None,
     rep: float | None = None,
     use_cuda_graph: bool = False,
     do_bench: Callable[..., Any] | None = None,
+    cache_results: bool = False,
+    config_space: ConfigSpace | None = None,
     fallback_heuristic: Callable[[tuple[Any, ...]], Config] | None = None,
+    informed_fallback: Callable[[tuple[Any, ...], dict[Any, Any]], Config] | None = None,
+    prepare_informed_fallback: Callable[[dict[tuple[Any, ...], Config]], dict[Any, Any]] | None = None,
     use_bo: bool = False,
     use_random_search: bool = False,
     search_max_search_t: float | None = None,
     search_max_share: float | None = None,
     search_max_repeat: int = 1,
+    quantiles: Sequence[float] | None = None,
+    metadata_key: str | None = None,
     custom_data_storage: str | Path | None = None,
     ignore_dtypes: bool = False,
-    *,
+    use_jitcache: bool | None = None,
     search_seed: int = 0,
     timing: TimingPolicy | None = None,
     tag: str | None = None,
@@ -46,6 +102,7 @@ def autotune(
     check_outputs: Sequence[str] | None = None,
     check_rtol: float | None = None,
     check_atol: float | None = None,
+    **unknown: Any,
 ) -> Callable[[Any], Autotuner]:
     """Tune a ``@triton.jit`` kernel once per identity and restore the result in every later process.
 
@@ -78,34 +135,84 @@ def autotune(
     else the first candidate that runs. ``check_outputs`` names the output arguments (default: the
     tensor arguments the reference changes); ``check_rtol``/``check_atol`` replace the dtype-aware
     tolerances. See docs/isolation.md.
+
+    Positional arguments: ``autotune(configs, key, prune_configs_by, reset_to_zero, restore_value,
+    pre_hook, post_hook, warmup, rep, use_cuda_graph, do_bench, cache_results)`` as upstream when the
+    first is a list of ``triton.Config``, else triton-dejavu's order (:data:`DEJAVU_ORDER`, from
+    ``key``). ``cache_results`` (upstream's own disk cache) and ``use_jitcache`` are accepted and
+    change nothing: results are always stored. ``quantiles`` (default ``(0.5, 0.2, 0.8)``) are asked
+    of every timing, the first is compared. Under ``TRITON_DEJAVU_FORCE_FALLBACK=1``,
+    ``informed_fallback(key, cache) -> triton.Config`` answers a miss when results were restored
+    (``cache``: ``{key: Config}`` of them, or what ``prepare_informed_fallback(cache)`` returned at
+    the first fallback), before ``fallback_heuristic``. ``metadata_key`` records the chosen config in
+    ``triton_dejavu_like.global_metadata_store[metadata_key]`` at each launch (for proton).
     """
-    arguments = dict(locals())  # every argument by name, exactly as given (the list is the signature)
-    if _looks_like_configs(key) and (configs is None or _looks_like_names(configs)):
-        # upstream order: triton.autotune(configs, key)
-        key, configs = (configs or []), key  # type: ignore[assignment]
+    if unknown:
+        raise TypeError(_unknown_keyword(next(iter(unknown))))
+    arguments = dict(locals())
+    del arguments["positional"], arguments["unknown"]
+    arguments.update(_by_name(positional, arguments))
+    if arguments["key"] is None:
+        raise TypeError("autotune() missing required argument: 'key'")
     settings = TunerSettings.from_arguments(arguments)
+    a = arguments  # what the Autotuner takes itself (upstream's arguments)
 
     def decorator(fn: Any) -> Autotuner:
         return Autotuner(
             fn,
             fn.arg_names,
-            configs,
-            key,
-            reset_to_zero,
-            restore_value,
-            pre_hook=pre_hook,
-            post_hook=post_hook,
-            prune_configs_by=prune_configs_by,
-            config_space=config_space,
+            a["configs"],
+            a["key"],
+            a["reset_to_zero"],
+            a["restore_value"],
+            pre_hook=a["pre_hook"],
+            post_hook=a["post_hook"],
+            prune_configs_by=a["prune_configs_by"],
+            config_space=a["config_space"],
             settings=settings,
         )
 
     return decorator
 
 
-def _looks_like_configs(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, Config) for v in value)
+_DEFAULTS = {
+    name: p.default for name, p in inspect.signature(autotune).parameters.items() if p.kind is p.KEYWORD_ONLY
+}
 
 
-def _looks_like_names(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+def _by_name(positional: tuple[Any, ...], given: dict[str, Any]) -> dict[str, Any]:
+    """The positional arguments by name, in upstream's order or in triton-dejavu's."""
+    if not positional:
+        return {}
+    upstream = _is_config_list(positional[0]) and (
+        bool(positional[0])
+        or (len(positional) > 1 and _is_names(positional[1]))
+        or (len(positional) == 1 and given["key"] is not None)
+    )
+    order, dialect = (UPSTREAM_ORDER, "triton.autotune's") if upstream else (DEJAVU_ORDER, "triton-dejavu's")
+    if len(positional) > len(order):
+        raise TypeError(
+            f"autotune() takes at most {len(order)} positional arguments in {dialect} order "
+            f"({order[0]}, {order[1]}, ...), got {len(positional)}; pass the others by keyword"
+        )
+    named = dict(zip(order, positional))
+    for name in named:
+        if given[name] is not _DEFAULTS[name]:
+            raise TypeError(f"autotune() got two values for {name!r}")
+    return named
+
+
+def _unknown_keyword(name: str) -> str:
+    close = difflib.get_close_matches(name, list(_DEFAULTS), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"autotune() got an unexpected keyword argument {name!r}{hint} ({_WHERE})"
+
+
+def _is_config_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, Config) for v in value)
+
+
+def _is_names(value: Any) -> bool:
+    return isinstance(value, str) or (
+        isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    )

@@ -1,18 +1,19 @@
 """The miss policy: how a key missing from memory is answered before (or instead of) tuning.
 
 In order: a stored entry for the key (when pruning cannot have changed the candidates), then
-``TRITON_DEJAVU_FORCE_FALLBACK=1`` (the ``fallback_heuristic``, no tuning). When tuning is off
-(:func:`~triton_dejavu_like.tuning`, ``TRITON_DEJAVU_READ_ONLY=1`` or
-``TRITON_DEJAVU_DETERMINISTIC=1``) the miss is then answered without benchmarking by the nearest
-tuned key (:mod:`.nearest`), else the ``fallback_heuristic``, else the first candidate, and counted
-(:mod:`.misses`). Otherwise ``TRITON_DEJAVU_USE_ONLY_RESTORED=1`` restricts tuning to configs that
-won a restored key, and what is left is tuned over the remaining candidates.
+``TRITON_DEJAVU_FORCE_FALLBACK=1`` (``informed_fallback`` when results were restored, else the
+``fallback_heuristic``; no tuning). When tuning is off (:func:`~triton_dejavu_like.tuning`,
+``TRITON_DEJAVU_READ_ONLY=1`` or ``TRITON_DEJAVU_DETERMINISTIC=1``) the miss is then answered without
+benchmarking by the nearest tuned key (:mod:`.nearest`), else the ``fallback_heuristic``, else the
+first candidate, and counted (:mod:`.misses`). Otherwise ``TRITON_DEJAVU_USE_ONLY_RESTORED=1``
+restricts tuning to configs that won a restored key, and what is left is tuned over the remaining
+candidates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _env
@@ -25,6 +26,8 @@ from .mode import tuning_enabled
 from .nearest import nearest
 from .tuning import AutotuningError, Outcome
 
+_UNPREPARED = object()
+
 
 @dataclass
 class MissPolicy:
@@ -33,6 +36,9 @@ class MissPolicy:
     kernel_name: str
     fallback_heuristic: Callable[[tuple[Any, ...]], Config] | None
     config_id: Callable[[Config], str]
+    informed_fallback: Callable[[tuple[Any, ...], Any], Config] | None = None
+    prepare_informed_fallback: Callable[[dict[tuple[Any, ...], Config]], Any] | None = None
+    _prepared: Any = field(default=_UNPREPARED, init=False, repr=False)
 
     def answer(
         self,
@@ -50,15 +56,9 @@ class MissPolicy:
             if config is not None:
                 return Outcome(config, "restored", entry=entry)
         if _env.force_fallback():
-            if self.fallback_heuristic is not None:
-                return Outcome(self.heuristic(key.values), "heuristic")
-            warn_once(
-                DejavuConfigWarning,
-                self.kernel_name,
-                "%s: %s=1 but no fallback_heuristic was given; tuning instead",
-                self.kernel_name,
-                _env.FORCE_FALLBACK,
-            )
+            outcome = self._fallback(key, candidates, restored)
+            if outcome is not None:
+                return outcome
         if not tuning_enabled():
             outcome = self.without_tuning(key, candidates, restored)
             record_miss(self.kernel_name, key.values, outcome.source, outcome.config)
@@ -110,6 +110,55 @@ class MissPolicy:
             )
         return outcome
 
+    def _fallback(
+        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry]
+    ) -> Outcome | None:
+        """``TRITON_DEJAVU_FORCE_FALLBACK=1``: the informed fallback when results were restored, else
+        the fallback heuristic, else None (tune, with a warning)."""
+        if self.informed_fallback is not None and restored:
+            cache = self._informed_cache(candidates, restored)
+            try:
+                config = self.informed_fallback(key.values, cache)
+            except Exception as exc:
+                if self.fallback_heuristic is None:
+                    raise
+                warn_once(
+                    DejavuTuningWarning,
+                    self.kernel_name,
+                    "%s: informed_fallback raised %s: %s; using fallback_heuristic",
+                    self.kernel_name,
+                    type(exc).__name__,
+                    str(exc)[:200],
+                )
+            else:
+                return Outcome(self._checked(config, "informed_fallback"), "heuristic")
+        if self.fallback_heuristic is not None:
+            return Outcome(self.heuristic(key.values), "heuristic")
+        warn_once(
+            DejavuConfigWarning,
+            self.kernel_name,
+            "%s: %s=1 but no fallback_heuristic was given%s; tuning instead",
+            self.kernel_name,
+            _env.FORCE_FALLBACK,
+            " (and nothing was restored for informed_fallback)" if self.informed_fallback else "",
+        )
+        return None
+
+    def _informed_cache(self, candidates: list[Config], restored: Mapping[str, StoredEntry]) -> Any:
+        """``{key tuple: Config}`` of the restored results (the candidate objects where they match), or
+        what ``prepare_informed_fallback`` made of it at the first fallback."""
+        if self._prepared is not _UNPREPARED:
+            return self._prepared
+        by_id = {self.config_id(c): c for c in candidates}
+        cache = {entry.key: by_id.get(entry.config_id, entry.config) for entry in restored.values()}
+        if self.prepare_informed_fallback is None:
+            return cache
+        prepared = self.prepare_informed_fallback(cache)
+        if prepared is None:
+            raise AutotuningError(f"{self.kernel_name}: prepare_informed_fallback returned None")
+        self._prepared = prepared
+        return prepared
+
     def _restore(
         self, entry: StoredEntry, candidates: list[Config], candidates_hash: str, pruning: bool
     ) -> Config | None:
@@ -132,10 +181,11 @@ class MissPolicy:
 
     def heuristic(self, key: tuple[Any, ...]) -> Config:
         assert self.fallback_heuristic is not None
-        config = self.fallback_heuristic(key)
+        return self._checked(self.fallback_heuristic(key), "fallback_heuristic")
+
+    def _checked(self, config: Any, what: str) -> Config:
         if not isinstance(config, Config):
             raise AutotuningError(
-                f"{self.kernel_name}: fallback_heuristic returned {type(config).__name__}, "
-                "not a triton.Config"
+                f"{self.kernel_name}: {what} returned {type(config).__name__}, not a triton.Config"
             )
         return config

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .. import _env
 from .._compat import Config
 from ..measure.bench import QUANTILES, TimingPolicy
 from ..measure.isolation.settings import IsolationSettings
@@ -32,6 +33,9 @@ class TunerSettings:
     strategy: str = "exhaustive"
     budget: Budget = field(default_factory=Budget)
     fallback_heuristic: Callable[[tuple[Any, ...]], Config] | None = None
+    informed_fallback: Callable[[tuple[Any, ...], Any], Config] | None = None
+    prepare_informed_fallback: Callable[[dict[tuple[Any, ...], Config]], Any] | None = None
+    metadata_key: str | None = None
     custom_data_storage: Path | None = None
     ignore_dtypes: bool = False
     tag: str | None = None
@@ -41,8 +45,13 @@ class TunerSettings:
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown search strategy {self.strategy!r}; use one of {', '.join(STRATEGIES)}")
-        if self.fallback_heuristic is not None and not callable(self.fallback_heuristic):
-            raise TypeError("fallback_heuristic must be a callable taking the tuning key")
+        for name in ("fallback_heuristic", "informed_fallback", "prepare_informed_fallback"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TypeError(f"{name} must be callable")
+        if self.prepare_informed_fallback is not None and self.informed_fallback is None:
+            raise ValueError("prepare_informed_fallback needs informed_fallback")
+        if self.metadata_key is not None and not isinstance(self.metadata_key, str):
+            raise TypeError(f"metadata_key must be a string, got {type(self.metadata_key).__name__}")
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> TunerSettings:
@@ -73,10 +82,14 @@ class TunerSettings:
                 rep=a.get("rep"),
                 use_cuda_graph=bool(a.get("use_cuda_graph", False)),
                 policy=a.get("timing") or TimingPolicy(),
+                quantiles=_quantiles(a.get("quantiles")),
             ),
             strategy=strategy,
             budget=budget,
             fallback_heuristic=a.get("fallback_heuristic"),
+            informed_fallback=a.get("informed_fallback"),
+            prepare_informed_fallback=a.get("prepare_informed_fallback"),
+            metadata_key=a.get("metadata_key"),
             custom_data_storage=Path(storage) if storage is not None else None,
             ignore_dtypes=bool(a.get("ignore_dtypes", False)),
             tag=a.get("tag"),
@@ -103,17 +116,33 @@ class TunerSettings:
             "warmup": timing.warmup,
             "rep": timing.rep,
             "use_cuda_graph": bool(timing.use_cuda_graph),
-            "quantiles": list(QUANTILES),
+            "quantiles": list(timing.quantiles or QUANTILES),
             "do_bench": callable_name(timing.do_bench),
-            "strategy": self.strategy,
         }
+        search = _env.hash_search_params()  # TRITON_DEJAVU_HASH_SEARCH_PARAMS=0: results shared
+        if search:
+            settings["strategy"] = self.strategy
         if timing.do_bench is None:
             settings["timing"] = timing.policy.settings()
-        if self.strategy != "exhaustive":
+        if search and self.strategy != "exhaustive":
             settings["budget"] = self.budget.as_dict()
         if self.numerical_check.active():  # it can rule out the config that would otherwise win
             settings["numerical_check"] = self.numerical_check.settings()
         return settings
+
+
+def _quantiles(value: Any) -> tuple[float, ...] | None:
+    """``quantiles`` validated: None, or a non-empty list/tuple of numbers in [0, 1]."""
+    if value is None:
+        return None
+    valid = (
+        isinstance(value, (list, tuple))
+        and bool(value)
+        and all(isinstance(q, (int, float)) and not isinstance(q, bool) and 0 <= q <= 1 for q in value)
+    )
+    if not valid:
+        raise ValueError(f"quantiles must be a non-empty sequence of numbers in [0, 1], got {value!r}")
+    return tuple(float(q) for q in value)
 
 
 def _names(value: Sequence[str] | None, what: str) -> tuple[str, ...] | None:

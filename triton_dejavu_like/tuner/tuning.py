@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _env
 from .._compat import AutotunerErrorBase, Config
-from .._log import DejavuStorageWarning, log, warn_once
+from .._log import DejavuConfigWarning, DejavuStorageWarning, log, warn_once
 from ..codec import EncodingError, describe_config
 from ..measure import QUANTILES, Benchmarker, Evaluator, KernelRecipe, one_line_reason, open_evaluator
 from ..measure.compile_pool import compile_in_processes
@@ -130,6 +130,14 @@ class TuningRun:
         candidates_hash: str,
     ) -> Outcome:
         name = self.recipe.kernel_name
+        if _env.split_cache():
+            warn_once(
+                DejavuConfigWarning,
+                "process",
+                "%s is not supported: triton_dejavu_like keeps Triton's cache manager; set "
+                "TRITON_CACHE_DIR per process for separate compile caches",
+                _env.SPLIT_CACHE,
+            )
         space = SearchSpace.from_configs(candidates)
         trial = Trial(name, candidates)
         start = time.perf_counter()
@@ -202,6 +210,7 @@ class TuningRun:
                 phases_s=trial.phases,
                 strategy_s=round(search.strategy_time_s, 6),
                 candidates=candidates_hash,
+                quantiles=list(self.benchmarker.quantiles),
                 top=trial.ranking()[:TOP_K],
                 ruled_out=list(trial.failures.items())[:MAX_RULED_OUT],
             )

@@ -1,0 +1,86 @@
+"""triton-dejavu's module-level extras: ``global_metadata_store``, ``jitcache`` and ``global_cache_lock``.
+
+``metadata_key=`` makes a tuner record its chosen config in :data:`global_metadata_store` at each
+launch, in dejavu's format (for proton's ``metadata_fn``). ``jitcache`` is accepted for code written
+for dejavu: it checks the names it is given and returns the kernel unchanged, since the launch here
+always goes through Triton's own path (safe on every release).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from .._compat import Config
+
+#: ``metadata_key -> "<autotune:{config}>"`` (spaces removed) of the config each tuner last launched.
+global_metadata_store: dict[str, str] = {}
+
+_Kernel = TypeVar("_Kernel")
+
+
+def metadata_text(config: Config | None) -> str:
+    """What triton-dejavu stores for a config: ``"<autotune:" + str(config) + ">"`` without spaces."""
+    return f"<autotune:{config}>".replace(" ", "")
+
+
+class MetadataRecorder:
+    """Writes one tuner's chosen config under its ``metadata_key`` (the text is made once per config)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._config: Config | None = None
+        self._text = metadata_text(None)
+
+    def record(self, config: Config | None) -> None:
+        if config is not self._config:
+            self._config, self._text = config, metadata_text(config)
+        global_metadata_store[self.key] = self._text
+
+
+class CacheLock:
+    """triton-dejavu's ``global_cache_lock``: ``lock()``/``unlock()`` and ``is_locked``. Nothing here
+    caches launches, so the flag only records what the program asked for."""
+
+    def __init__(self) -> None:
+        self.is_locked = False
+
+    def lock(self) -> None:
+        self.is_locked = True
+
+    def unlock(self) -> None:
+        self.is_locked = False
+
+
+global_cache_lock = CacheLock()
+
+
+def jitcache(
+    check_keys: Sequence[str],
+    check_specialization: Sequence[str],
+    cache_lock: CacheLock | None = None,
+    cache_launch_grid: bool = False,
+    assume_const: Sequence[str] | None = None,
+    autotuner_args: Sequence[str] | None = None,
+) -> Callable[[_Kernel], _Kernel]:
+    """triton-dejavu's ``jitcache`` decorator: checks that ``check_keys``, ``check_specialization`` and
+    ``assume_const`` name kernel arguments, and returns the kernel itself (Triton's own launch path;
+    ``TRITON_DEJAVU_DISABLE_JITCACHE=1`` therefore changes nothing)."""
+
+    def decorator(fn: _Kernel) -> _Kernel:
+        arg_names = list(getattr(fn, "arg_names", ()))
+        lists = {"check_keys": check_keys, "check_specialization": check_specialization}
+        lists["assume_const"] = assume_const or ()
+        for what, names in lists.items():
+            for name in [names] if isinstance(names, str) else names:
+                if name not in arg_names:
+                    raise ValueError(
+                        f"{what} names {name!r}, which is not a kernel argument "
+                        f"(the kernel's arguments are: {', '.join(arg_names)})"
+                    )
+        return fn
+
+    return decorator
+
+
+__all__ = ["CacheLock", "MetadataRecorder", "global_cache_lock", "global_metadata_store", "jitcache"]
