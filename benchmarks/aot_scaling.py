@@ -113,48 +113,42 @@ def main() -> int:
     args = parser.parse_args()
     spec = str(REPO / "examples" / ("aot_spec.py:tiny_cases" if args.tiny else "aot_spec.py:scaling_cases"))
     one, two = (["--workers", "1"], ["--workers", "2"]) if args.tiny else (["--gpus", "0"], ["--gpus", "0,1"])
-    rows, base = [], None
+    rows: list[list[str]] = []
+    base: list[float] = []
+
+    def measure(name: str, where: list[str], run_dir: Path) -> None:
+        env = env_for(run_dir, args.tiny)
+        wall, report, status = tune(spec, run_dir / "store", where, env)
+        base.append(base[0] if base else wall)
+        total, distinct = entries(run_dir / "store")
+        cases = sum(report.get("counts", {}).values())
+        once = "yes" if total == distinct == cases else f"no ({total} entries, {distinct} keys)"
+        row = [name, f"{wall:.1f}", f"{base[0] / wall:.2f}x", str(status), str(report.get("counts")), once]
+        rows.append([*row, serve(spec, run_dir / "store", env)])
+        print("| " + " | ".join(rows[-1]) + " |", flush=True)
+
     with tempfile.TemporaryDirectory(prefix="aot-scaling-") as tmp_text:
         tmp = Path(tmp_text)
-        modes = [("1 worker", one), ("2 workers", two)]
-        ray_started = False
-        if not args.no_ray:
+        print("| mode | wall s | speed-up | exit | cases | each stored once | serving process |", flush=True)
+        print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
+        measure("1 worker", one, tmp / "run1")
+        measure("2 workers", two, tmp / "run2")
+        killed = killed_run(spec, tmp / "kill" / "store", two, env_for(tmp / "kill", args.tiny))
+        print(f"\nkill test (2 workers, one SIGKILLed after the first case): {killed}", flush=True)
+        if not args.no_ray:  # last: a local Ray cluster (started here, stopped at the end)
             gpus = ["--num-gpus", "2"] if args.tiny else []
-            ray_started = (
-                subprocess.run(["ray", "start", "--head", *gpus], capture_output=True).returncode == 0
-            )
-            if ray_started:
-                modes.append(("ray (local cluster)", ["--ray", "auto"]))
-        try:
-            for i, (name, where) in enumerate(modes):
-                run_dir = tmp / f"run{i}"
-                env = env_for(run_dir, args.tiny)
-                wall, report, status = tune(spec, run_dir / "store", where, env)
-                base = base or wall
-                total, distinct = entries(run_dir / "store")
-                cases = sum(report.get("counts", {}).values())
-                once = "yes" if total == distinct == cases else f"no ({total} entries, {distinct} keys)"
-                rows.append(
-                    [
-                        name,
-                        f"{wall:.1f}",
-                        f"{base / wall:.2f}x",
-                        str(status),
-                        str(report.get("counts")),
-                        once,
-                        serve(spec, run_dir / "store", env),
-                    ]
-                )
-            kill_dir = tmp / "kill"
-            killed = killed_run(spec, kill_dir / "store", two, env_for(kill_dir, args.tiny))
-        finally:
-            if ray_started:
-                subprocess.run(["ray", "stop", "--force"], capture_output=True)
-    print("| mode | wall s | speed-up | exit | cases | each stored once | serving process |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-    print(f"\nkill test (2 workers, one SIGKILLed after the first case): {killed}")
+            try:
+                started = subprocess.run(["ray", "start", "--head", *gpus], capture_output=True, timeout=90)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                print(f"ray start failed: {exc}", flush=True)
+                return 1
+            try:
+                if started.returncode == 0:
+                    measure("ray (local cluster)", ["--ray", "auto"], tmp / "ray")
+                else:
+                    print(f"ray start failed: {started.stderr.decode()[-500:]}", flush=True)
+            finally:
+                subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=60)
     return 0
 
 
