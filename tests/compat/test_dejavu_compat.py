@@ -341,9 +341,7 @@ def test_debug_variables_turn_on_debug_logging(variable):
 
 
 def test_print_autotuning_prints_one_line_per_decision(monkeypatch, capsys):
-    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
-    if hasattr(triton, "knobs"):
-        monkeypatch.setattr(triton.knobs.autotuning, "print", True)
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")  # knobs read it at each access (3.4+)
     _tune_once()
     out = capsys.readouterr().out
     assert out.count("Triton autotuning for function add_kernel") == 1 and "best config selected" in out
