@@ -36,13 +36,8 @@ from .report import report
 from .settings import TunerSettings
 from .single_flight import tune_once, wait_timeout_s
 from .storage import StorageIdentity
-from .tuning import AutotuningError, Outcome, TuningRun
-
-#: Upstream's texts (3.6+ and 3.3+), on every release.
-PRUNED_EVERYTHING = (
-    "No valid autotuner configs after pruning. `early_config_prune` should return at least one config."
-)
-BAD_TOP_K = "Error while pruning configs, top_k must be either 1) a float <= 1.0 or 2) an int"
+from .tuning import Outcome, TuningRun
+from .upstream import UpstreamSemantics
 
 #: What a hit launches with: the config, its launch kwargs, and its pre_hook (or None).
 Launch = tuple[Config, dict[str, Any], Callable[..., Any] | None]
@@ -58,7 +53,7 @@ class _ProcessState:
     restored: dict[str, StoredEntry]
 
 
-class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
+class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
     """An upstream-compatible autotuner that stores its results and restores them in later processes.
 
     The first arguments are upstream's (``triton.runtime.autotuner.Autotuner``); ``settings`` holds
@@ -183,22 +178,6 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
     @property
     def _name(self) -> str:
         return self.base_fn.__name__
-
-    # --- hooks (upstream semantics, the same on every Triton release) ------------------------------
-
-    def _default_pre_hook(self, kwargs: dict[str, Any], reset_only: bool = False) -> None:
-        for name in self.reset_to_zero:
-            if kwargs.get(name) is not None:
-                kwargs[name].zero_()
-        if not reset_only:
-            self.restore_copies = {
-                name: kwargs[name].clone() for name in self.restore_value if kwargs.get(name) is not None
-            }
-
-    def _default_post_hook(self, kwargs: dict[str, Any], exception: BaseException | None) -> None:
-        for name, value in self.restore_copies.items():
-            kwargs[name].copy_(value)
-        self.restore_copies = {}
 
     # --- the hot path ------------------------------------------------------------------------------
 
@@ -407,27 +386,6 @@ class Autotuner(StorageIdentity, _compat.UpstreamAutotuner):
             if i is not None and i not in seeds:
                 seeds.append(i)
         return seeds
-
-    def prune_configs(self, kwargs: dict[str, Any], nargs: dict[str, Any] | None = None) -> list[Config]:
-        """Upstream's pruning (early_config_prune, then perf_model top-k), on explicit arguments."""
-        if nargs is None:
-            nargs = self.nargs or {}
-        configs = list(self.configs)
-        if self.early_config_prune:
-            configs = list(self.early_config_prune(configs, nargs, **kwargs))
-            if not configs:
-                raise AutotuningError(PRUNED_EVERYTHING)
-        if self.perf_model:
-            top_k = self.configs_top_k
-            if isinstance(top_k, float) and top_k <= 1.0:
-                top_k = max(1, int(len(configs) * top_k))
-            elif not isinstance(top_k, int):
-                raise TypeError(BAD_TOP_K)
-            if len(configs) > top_k:
-                estimates = [self.perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in configs]
-                order = sorted(range(len(configs)), key=estimates.__getitem__)
-                configs = [configs[i] for i in order[:top_k]]
-        return configs
 
     # --- measuring ------------------------------------------------------------------------------------
 
