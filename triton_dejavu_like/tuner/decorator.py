@@ -34,18 +34,11 @@ UPSTREAM_ORDER = (
     "do_bench",
     "cache_results",
 )
-#: triton-dejavu 0.7's positional order.
+#: triton-dejavu 0.7's positional order: key first, then upstream's up to use_cuda_graph, then its own.
 DEJAVU_ORDER = (
     "key",
     "configs",
-    "prune_configs_by",
-    "reset_to_zero",
-    "restore_value",
-    "pre_hook",
-    "post_hook",
-    "warmup",
-    "rep",
-    "use_cuda_graph",
+    *UPSTREAM_ORDER[2:10],
     "config_space",
     "fallback_heuristic",
     "informed_fallback",
