@@ -33,7 +33,7 @@ from triton_dejavu_like.search import (
 pytest.importorskip("smac", reason="needs the bo extra")
 
 from triton_dejavu_like.search import _smac_session
-from triton_dejavu_like.search.bayesian import BayesianOptimization, BOSettings
+from triton_dejavu_like.search.bayesian import BOSettings
 
 
 def grid_space(shape: tuple[int, ...], keep=lambda point: True) -> SearchSpace:
@@ -144,17 +144,6 @@ def test_warm_start_candidates_are_measured_first():
     assert run.order[:3] == warm
 
 
-def test_planned_candidates_are_the_initial_design_measured_first():
-    """What BO announces in advance (so the tuner compiles it together) is what it measures first."""
-    space = grid_space((9, 9, 9))
-    warm = [100, 7]
-    budget = Budget(max_share=0.05, seed=4)
-    planned = make_strategy("bayesian").planned(SearchRun(space, float, budget), warm, budget.seed)
-    run = bo_run(space, Counting(space, bowl((1, 1, 1))), budget, warm)
-    assert planned[:2] == warm and len(planned) > len(warm)
-    assert run.order[: len(planned)] == planned
-
-
 def test_model_finds_the_minimum_that_random_search_rarely_hits():
     """1728 candidates, 60 evaluations: random search hits the single best one 3.5% of the time."""
     space = grid_space((12, 12, 12))
@@ -218,7 +207,6 @@ def test_initial_design_size_rule():
     assert settings.initial_size(dimensions=2, max_evaluations=1000) == 5
     assert settings.initial_size(dimensions=10, max_evaluations=1000) == 20
     assert settings.initial_size(dimensions=10, max_evaluations=40) == 10  # a quarter of the budget
-    assert BayesianOptimization().settings()["strategy"] == "bayesian"
 
 
 def test_smac_writes_nothing_outside_a_removed_temp_dir(tmp_path, monkeypatch):

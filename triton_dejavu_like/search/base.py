@@ -226,15 +226,6 @@ class Strategy(ABC):
         """The expected relative improvement of the next proposal (adaptive stop), if known."""
         return None
 
-    def planned(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> list[int] | None:
-        """The candidates the first attempt will evaluate, in order, when known in advance
-        (so they can be compiled together before timing); None when proposals depend on results."""
-        return None
-
-    def settings(self) -> dict[str, Any]:
-        """What about this strategy changes its decisions (part of the storage identity)."""
-        return {"strategy": self.name}
-
 
 class BatchSearch:
     """One search: hands out candidates (``ask``), takes back results (``tell``), enforces the budget.

@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .._log import DejavuTuningWarning, warn_once
 from ._global_state import isolated, quiet_third_party
-from .base import BatchSearch, SearchRun, SearchSpace, Strategy, exhaustive_is_cheaper
+from .base import BatchSearch, SearchSpace, Strategy, exhaustive_is_cheaper
 from .exhaustive import ordered
 
 log = logging.getLogger(__name__)
@@ -56,10 +56,6 @@ class BOSettings:
         return max(1, min(wanted, math.floor(self.initial_max_share * max_evaluations)))
 
 
-class ModelFailure(RuntimeError):
-    """SMAC could not fit or predict; the search continues without it."""
-
-
 def _expected_improvement(best: float, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
     from scipy.special import ndtr
 
@@ -77,9 +73,6 @@ class BayesianOptimization(Strategy):
 
     name = "bayesian"
     config: BOSettings = field(default_factory=BOSettings)
-
-    def settings(self) -> dict[str, Any]:
-        return {"strategy": self.name, "batched": 1, **asdict(self.config)}
 
     # -- set-up -----------------------------------------------------------------------------
     def _without_model(self, space: SearchSpace, limit: int, known: int = 0) -> bool:
@@ -109,15 +102,6 @@ class BayesianOptimization(Strategy):
             self._numeric = np.array([space.is_numeric(d) for d in range(len(space.names))])
             self._points = points
             self._scaled = points / scale
-
-    def planned(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> list[int] | None:
-        """The warm-start candidates and the initial design, measured before the model proposes
-        (so the tuner compiles them together); what the model proposes later is not known yet."""
-        self.start(run.space, warm_start, seed, run.limit)
-        order = [i for i in self._order if i not in run.results]
-        if self._failed:
-            return order[: run.limit]
-        return order[: self._initial_len]
 
     # -- proposals --------------------------------------------------------------------------
     def _next_in_order(self, state: BatchSearch) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import BatchSearch, SearchRun, SearchSpace, Strategy
+from .base import BatchSearch, SearchSpace, Strategy
 
 
 def ordered(first: Sequence[int], rest: Sequence[int]) -> list[int]:
@@ -37,10 +37,6 @@ class OrderedStrategy(Strategy):
             if index not in state.results and index not in state.pending:
                 out.append(index)
         return out
-
-    def planned(self, run: SearchRun, warm_start: Sequence[int], seed: int) -> list[int] | None:
-        known = run.results
-        return [i for i in self.order(len(run.space), warm_start, seed) if i not in known][: run.limit]
 
 
 class Exhaustive(OrderedStrategy):

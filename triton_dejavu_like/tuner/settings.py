@@ -9,7 +9,7 @@ is hashed into the storage path (``autotune_config``): the settings that change 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,10 +104,6 @@ class TunerSettings:
                 a.get("check_atol"),
             ),
         )
-
-    @classmethod
-    def names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in fields(cls))
 
     def identity(self) -> dict[str, Any]:
         """The settings that change which config wins (hashed into the storage path)."""
