@@ -787,7 +787,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Inspect and manage tuning results stored by triton_dejavu_like.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_store_commands(sub, common, selection)
+    _add_tuning_commands(sub, common, selection)
+    return parser
 
+
+def _add_store_commands(
+    sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser
+) -> None:
+    """list, show, merge, prune, export, diff: reading and managing stored results."""
     p = sub.add_parser("list", parents=[common, selection], help="list the stored kernels (a table)")
     p.set_defaults(func=cmd_list)
 
@@ -862,6 +870,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_diff)
 
+
+def _add_tuning_commands(
+    sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser
+) -> None:
+    """import-dejavu, misses, tune, heuristic: getting results into a store and out as code."""
     p = sub.add_parser("import-dejavu", parents=[common], help="convert triton-dejavu cache.json files")
     p.add_argument("sources", nargs="+", help="triton-dejavu storage trees or cache.json files")
     p.add_argument(
@@ -917,7 +930,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--name", default="heuristic", help="the function's name (default: heuristic)")
     p.set_defaults(func=cmd_heuristic)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
