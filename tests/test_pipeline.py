@@ -163,3 +163,39 @@ def test_batched_stops_timing_when_the_time_budget_is_spent():
     pipeline.run_batched()
     assert 1 <= len(search.results) < 20
     assert not search.pending and search.done
+
+
+@pytest.mark.parametrize(
+    ("source", "harmless"),
+    [
+        (
+            '"""doc"""\nimport os\nX = 3\ndef main():\n    pass\nif __name__ == "__main__":\n    main()\n',
+            True,
+        ),
+        ("import torch\nSIZE = torch.Size([2])\nclass A:\n    pass\n", True),
+        ("import os\nprint('work at import time')\n", False),
+        ("for i in range(3):\n    pass\n", False),
+        ("import sys\nif len(sys.argv) > 1:\n    print(sys.argv)\n", False),
+        ("import sys\nif sys.platform == 'linux':\n    X = 1\nelse:\n    X = 2\n", True),
+        ("try:\n    import numpy\nexcept ImportError:\n    numpy = None\n", True),
+    ],
+)
+def test_compile_workers_are_used_only_when_rerunning_the_main_script_is_harmless(
+    tmp_path, monkeypatch, source, harmless
+):
+    """Multiprocessing re-imports the main script in every worker it starts: top-level work would run
+    again there, so the tuner then compiles in threads."""
+    import sys
+    import types
+
+    from triton_dejavu_like.measure.compile_pool import main_reimport_is_harmless
+
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    main.__spec__ = None
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert main_reimport_is_harmless() is harmless
+    main.__spec__ = object()  # python -m: multiprocessing does not re-run the main module
+    assert main_reimport_is_harmless()

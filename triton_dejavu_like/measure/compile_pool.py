@@ -18,13 +18,16 @@ candidate is compiled again when it is launched.
 
 from __future__ import annotations
 
+import ast
 import atexit
 import concurrent.futures as cf
 import multiprocessing
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .. import _compat, _env
@@ -172,6 +175,53 @@ class CompilePool:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def _is_main_guard(test: ast.expr) -> bool:
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
+
+
+def main_reimport_is_harmless() -> bool:
+    """Whether a worker may import the program's main script (multiprocessing re-imports it in each
+    worker it starts): true for ``python -m`` and interactive sessions, and for a script whose top
+    level only imports, defines and assigns, with its work under ``if __name__ == "__main__":``."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if getattr(main, "__spec__", None) is not None or not path:
+        return True
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    return _harmless(tree.body)
+
+
+_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _harmless(statements: list[ast.stmt]) -> bool:
+    """Imports, definitions, assignments, docstrings, the main guard, and ``if``/``try`` blocks made
+    of those: what can run at import without doing the program's work."""
+    for node in statements:
+        if isinstance(node, (*_DEFINITIONS, ast.Assign, ast.AnnAssign, ast.Pass)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring
+        if isinstance(node, ast.If) and (_is_main_guard(node.test) or _harmless(node.body + node.orelse)):
+            continue
+        if isinstance(node, ast.Try) and _harmless(
+            [*node.body, *node.orelse, *node.finalbody, *(s for h in node.handlers for s in h.body)]
+        ):
+            continue
+        return False
+    return True
+
+
 def compile_in_processes(
     recipe: KernelRecipe, ctx: LaunchContext, configs: Sequence[Config]
 ) -> tuple[CompilePool, CallSpec] | None:
@@ -179,6 +229,13 @@ def compile_in_processes(
     (interpreter, an argument that cannot travel, a kernel a worker cannot import, few candidates)."""
     mode = _env.compile_processes()
     if ctx.interpreted or mode == "off" or (mode == "auto" and len(configs) < _env.PROCESS_COMPILE_MIN):
+        return None
+    if not main_reimport_is_harmless():
+        log.debug(
+            "%s: compiling in threads: the main script has top-level code that each compile worker "
+            'would run again (put it under `if __name__ == "__main__":`)',
+            recipe.kernel_name,
+        )
         return None
     try:
         call = CallSpec.of(recipe, ctx)
