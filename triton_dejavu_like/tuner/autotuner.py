@@ -51,6 +51,7 @@ class _ProcessState:
     benchmarker: Benchmarker
     store: Store
     restored: dict[str, StoredEntry]
+    identity: dict[str, Any] | None  # the storage identity (None: not computable)
 
 
 class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
@@ -299,9 +300,10 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             _compat.require_gpu_driver(self._name, self.fn)
             platform = self._platform()
             benchmarker = self.settings.timing.benchmarker(_compat.is_interpreted(self.fn))
-            store = self._open_store(platform)
+            store, identity = self._open_store(platform)
             # with tuning off, reading the store writes nothing (no lock file, nothing set aside)
-            self._state = _ProcessState(platform, benchmarker, store, store.load(repair=tuning_enabled()))
+            restored = store.load(repair=tuning_enabled())
+            self._state = _ProcessState(platform, benchmarker, store, restored, identity)
         return self._state
 
     def _decide(
@@ -363,11 +365,8 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
 
         meeting_place = ranks.active_store()
         if meeting_place is not None:  # ranks that miss this key split its candidates
-            scope = [
-                self.kernel_identity(state.platform).as_dict(),
-                key.id or repr(key.values),
-                candidates_hash,
-            ]
+            kernel = state.identity or {"kernel": self._name, "gpu": state.platform.gpu}
+            scope = [kernel, key.id or repr(key.values), candidates_hash]
             timeout = wait_timeout_s(len(answer), state.restored)
             return ranks.tune_together(meeting_place, scope, key, self._name, answer, measure, keep, timeout)
         return tune_once(state.store, key, self._name, len(answer), state.restored, tune, adopt)

@@ -69,7 +69,8 @@ class StorageIdentity:
         """The ``cache.json`` this kernel reads and writes on this machine."""
         return FileStore(self._root(), self.kernel_identity(self._platform()).as_dict(), self.arg_names).path
 
-    def _open_store(self, platform: Platform) -> Store:
+    def _open_store(self, platform: Platform) -> tuple[Store, dict[str, Any] | None]:
+        """This kernel's store, and its identity (None: it cannot be computed, results stay in memory)."""
         try:
             ident = self.kernel_identity(platform)
         except (OSError, ValueError, TypeError, EncodingError) as exc:
@@ -80,13 +81,14 @@ class StorageIdentity:
                 self._name,
                 exc,
             )
-            return MemoryStore()
+            return MemoryStore(), None
+        identity = ident.as_dict()
         root = self._root()
-        primary = FileStore(root, ident.as_dict(), self.arg_names)
+        primary = FileStore(root, identity, self.arg_names)
         layers = self._layers(root)
         if not layers:
-            return primary
-        return LayeredStore(primary, layers, ident.as_dict(), self.arg_names)
+            return primary, identity
+        return LayeredStore(primary, layers, identity, self.arg_names), identity
 
     @staticmethod
     def _layers(root: Path) -> list[StoreLayer]:
