@@ -210,3 +210,20 @@ def test_a_dangling_link_is_not_an_error(tmp_path, root):
     files, problems = inventory.read_sources([root])
     assert len(files) == 1 and not problems
     assert os.path.islink(root / "gone")
+
+
+def test_a_file_whose_identity_holds_a_non_string_is_a_problem_not_a_crash(capsys, tmp_path):
+    root = tmp_path / "root"
+    cf = cache_file(root)
+    cf.record(entries_for([(1,)]))
+    doc = json.loads(cf.path.read_text())
+    doc["identity"]["extra"] = float("inf")  # written as Infinity, which JSON readers accept
+    cf.path.write_text(json.dumps(doc))
+    for command in ("list", "export"):
+        argv = [command, "--root", str(root), "--json"] + (
+            [str(tmp_path / "out")] if command == "export" else []
+        )
+        status = run(*argv)
+        out = capsys.readouterr()
+        assert status in (0, 1) and "Traceback" not in out.err
+    assert "identity field is not a string" in json.dumps(inventory.read_sources([root])[1][0].reason)

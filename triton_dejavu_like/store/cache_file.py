@@ -102,6 +102,8 @@ def parse_document(raw: bytes, *, parameters: Collection[str] | None = None) -> 
     for name in IDENTITY_FIELDS:
         if not isinstance(identity.get(name), str):
             raise InvalidCacheFile(f"identity field {name!r} is missing or not a string")
+    if not all(isinstance(value, str) for value in identity.values()):
+        raise InvalidCacheFile("an identity field is not a string")  # identities are hashed as JSON
     entries = doc.get("entries")
     if not isinstance(entries, dict):
         raise InvalidCacheFile("'entries' is missing or not an object")
