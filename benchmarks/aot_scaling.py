@@ -1,6 +1,7 @@
 """Ahead-of-time tuning over 1 and 2 GPUs, on Ray, and with a worker killed (the multi-GPU issue).
 
     python benchmarks/aot_scaling.py            # a GPU host with 2+ GPUs: 32 matmul shapes
+    python benchmarks/aot_scaling.py --cases wide_scaling_cases     # 96 shapes
     python benchmarks/aot_scaling.py --tiny     # here: the interpreter on the CPU, --workers 1 / 2
 
 Each run tunes examples/aot_spec.py into a fresh store and a fresh Triton cache and reports the
@@ -110,8 +111,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="CPU: the interpreter, tiny shapes, --workers")
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument(
+        "--cases",
+        default="scaling_cases",
+        help="the function of examples/aot_spec.py (scaling_cases: 32 shapes, wide_scaling_cases: 96)",
+    )
     args = parser.parse_args()
-    spec = str(REPO / "examples" / ("aot_spec.py:tiny_cases" if args.tiny else "aot_spec.py:scaling_cases"))
+    spec = str(REPO / "examples" / f"aot_spec.py:{'tiny_cases' if args.tiny else args.cases}")
+    kill_spec = str(REPO / "examples" / f"aot_spec.py:{'tiny_cases' if args.tiny else 'scaling_cases'}")
     one, two = (["--workers", "1"], ["--workers", "2"]) if args.tiny else (["--gpus", "0"], ["--gpus", "0,1"])
     rows: list[list[str]] = []
     base: list[float] = []
@@ -126,6 +133,12 @@ def main() -> int:
         row = [name, f"{wall:.1f}", f"{base[0] / wall:.2f}x", str(status), str(report.get("counts")), once]
         rows.append([*row, serve(spec, run_dir / "store", env)])
         print("| " + " | ".join(rows[-1]) + " |", flush=True)
+        busy: dict[str, list[float]] = {}
+        for case in report.get("cases", []):
+            busy.setdefault(str(case.get("worker")), []).append(float(case.get("seconds", 0.0)))
+        for worker, seconds in sorted(busy.items()):  # the first case also pays the compiles
+            total = sum(seconds)
+            print(f"    {worker}: {len(seconds)} cases, {total:.1f} s in cases, first {seconds[0]:.1f} s")
 
     with tempfile.TemporaryDirectory(prefix="aot-scaling-") as tmp_text:
         tmp = Path(tmp_text)
@@ -133,12 +146,13 @@ def main() -> int:
         print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
         measure("1 worker", one, tmp / "run1")
         measure("2 workers", two, tmp / "run2")
-        killed = killed_run(spec, tmp / "kill" / "store", two, env_for(tmp / "kill", args.tiny))
+        killed = killed_run(kill_spec, tmp / "kill" / "store", two, env_for(tmp / "kill", args.tiny))
         print(f"\nkill test (2 workers, one SIGKILLed after the first case): {killed}", flush=True)
         if not args.no_ray:  # last: a local Ray cluster (started here, stopped at the end)
-            gpus = ["--num-gpus", "2"] if args.tiny else []
+            head = ["ray", "start", "--head", "--num-gpus", "2", "--include-dashboard=false"]
+            head.append("--disable-usage-stats")
             try:
-                started = subprocess.run(["ray", "start", "--head", *gpus], capture_output=True, timeout=90)
+                started = subprocess.run(head, capture_output=True, timeout=90)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 print(f"ray start failed: {exc}", flush=True)
                 return 1

@@ -506,8 +506,8 @@ def summarise(results: Json, shapes: Sequence[str], args: argparse.Namespace) ->
     decorate = [r["decorate_s"] for rid, r in results.get("runs", {}).items() if "/bo/" in rid]
     if decorate:
         lines.append(
-            f"\nBO's decoration (SMAC import, once per process) took {_med(decorate):.1f} s (median), "
-            "not included in its tune wall."
+            f"\nBO's decoration took {_med(decorate):.2f} s (median; SMAC is imported by the tuning "
+            "run, inside its tune wall)."
         )
     text = "\n".join(lines) + "\n\nRatios (tuning wall time, first call, medians over seeds):\n"
     for shape, r in ratios.items():

@@ -27,6 +27,22 @@ SCALING_SHAPES = [
     for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (8192, 1024))
 ]
 
+#: 96 shapes (12 token counts x 8 projections) for benchmarks/aot_scaling.py --cases wide_scaling_cases.
+WIDE_SCALING_SHAPES = [
+    (m, n, k)
+    for m in (16, 32, 48, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096)
+    for n, k in (
+        (4096, 4096),
+        (11008, 4096),
+        (4096, 11008),
+        (8192, 1024),
+        (1024, 8192),
+        (6144, 4096),
+        (14336, 4096),
+        (4096, 14336),
+    )
+]
+
 
 def multiply(m: int, n: int, k: int, dtype: torch.dtype = torch.float16) -> None:
     a = torch.randn((m, k), device=common.DEVICE, dtype=dtype)
@@ -40,6 +56,10 @@ def cases() -> list[tdl.TuneCase]:
 
 def scaling_cases() -> list[tdl.TuneCase]:
     return [tdl.TuneCase(f"matmul-{m}x{n}x{k}", multiply, (m, n, k)) for m, n, k in SCALING_SHAPES]
+
+
+def wide_scaling_cases() -> list[tdl.TuneCase]:
+    return [tdl.TuneCase(f"matmul-{m}x{n}x{k}", multiply, (m, n, k)) for m, n, k in WIDE_SCALING_SHAPES]
 
 
 def tiny_cases() -> list[tdl.TuneCase]:

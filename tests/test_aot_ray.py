@@ -55,3 +55,13 @@ def test_ray_tasks_tune_merge_and_a_lost_task_is_completed_by_a_rerun(crash_mark
     second = report_of(capsys.readouterr().out)
     assert {n for n, s in statuses(second).items() if s == "tuned"} == lost
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted([*SIZES, 3000])
+
+
+def test_a_cluster_without_gpus_is_an_error_not_a_hang(crash_marker, monkeypatch, capsys, tmp_path):
+    # each worker asks for a GPU: on a cluster where Ray found none it would wait forever
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    argv = ["tune", f"{SPEC}:cases", "--root", str(tmp_path / "root"), "--ray", "--json"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "no GPU" in err and "--num-gpus" in err
+    assert not (tmp_path / "root").exists() or not any((tmp_path / "root").rglob("*.json"))

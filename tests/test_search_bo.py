@@ -324,6 +324,7 @@ assert torch.equal(out, x + add.best_config.kwargs["SPLIT"]), "wrong result"
 doc = json.loads(add.cache_path().read_text())
 (entry,) = doc["entries"].values()
 print(json.dumps({"decision": add.last_decision, "measured": measured, "best": add.best_config.kwargs,
+                  "smac_imported": "smac" in sys.modules,
                   "entry": {k: entry.get(k) for k in ("strategy", "budget", "evaluated", "space_size",
                                                        "tuning_time_s", "ruled_out")}}))
 """
@@ -342,7 +343,7 @@ def test_use_bo_tunes_stores_its_budget_and_restores_in_a_new_process(tmp_path):
         return json.loads(result.stdout.strip().splitlines()[-1])
 
     first = run()
-    assert first["decision"] == "tuned"
+    assert first["decision"] == "tuned" and first["smac_imported"]
     assert first["best"] == {"BLOCK": 64, "SPLIT": 3}
     entry = first["entry"]
     assert entry["strategy"] == "bayesian"
@@ -357,6 +358,7 @@ def test_use_bo_tunes_stores_its_budget_and_restores_in_a_new_process(tmp_path):
     assert second["decision"] == "restored"
     assert second["measured"] == []
     assert second["best"] == first["best"]
+    assert not second["smac_imported"]  # a process that only restores never pays SMAC's import
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel.py", "store"]
 
 
@@ -471,7 +473,9 @@ tuning_s = time.perf_counter() - started
 torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=1e-1, rtol=1e-2)
 best = triton.testing.do_bench(launch, warmup=25, rep=200)
 entry = next(iter(json.loads(matmul.cache_path().read_text())["entries"].values()))
+from triton_dejavu_like.measure.compile_pool import CompilePool
 print(json.dumps({"decision": matmul.last_decision, "best_ms": best, "tuning_s": tuning_s,
+                  "compile_processes": CompilePool._instance is not None,
                   "evaluated": entry["evaluated"], "strategy": entry["strategy"],
                   "space": entry["space_size"]}))
 """
@@ -484,20 +488,24 @@ def test_bo_on_a_gpu_tunes_a_quarter_of_a_matmul_space_and_restores(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "store")
 
-    def run(strategy: str) -> dict:
+    def run(strategy: str, processes: str = "auto") -> dict:
         out = subprocess.run(
-            [sys.executable, str(script), strategy], capture_output=True, text=True, env=env, timeout=900
+            [sys.executable, str(script), strategy],
+            capture_output=True,
+            text=True,
+            env={**env, "TRITON_DEJAVU_COMPILE_PROCESSES": processes},
+            timeout=900,
         )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    bo = run("bayesian")
-    assert bo["decision"] == "tuned" and bo["strategy"] == "bayesian"
+    bo = run("bayesian", processes="on")  # the streamed pipeline, workers started in the background
+    assert bo["decision"] == "tuned" and bo["strategy"] == "bayesian" and bo["compile_processes"]
     assert bo["space"] == 108 and bo["evaluated"] == 27
     again = run("bayesian")
     assert again["decision"] == "restored"
-    full = run("exhaustive")
-    assert full["evaluated"] == 108
+    full = run("exhaustive")  # 108 candidates: threads
+    assert full["evaluated"] == 108 and not full["compile_processes"]
     print(
         f"\nBO (27 of 108 configs): {bo['best_ms']:.4f} ms after {bo['tuning_s']:.1f} s; exhaustive: "
         f"{full['best_ms']:.4f} ms after {full['tuning_s']:.1f} s; BO/exhaustive time of the pick: "

@@ -8,7 +8,8 @@ memory, too many threads or registers) with its reason and no GPU time. When the
 launches the candidate, Triton finds the binary on disk: a compile in the parent costs a cache read.
 
 Workers are started once per process, the first time a tuning run can use them (``forkserver``:
-a server with torch, triton and this package imported forks each worker), and reused by every
+a server with torch, triton and this package imported forks each worker; in the background, while
+the tuner sets up its search), and reused by every
 later tuning run of every kernel; they exit with the process. A worker finds the kernel the way an
 isolated worker does (:class:`~triton_dejavu_like.measure.isolation.KernelRef`: the decorated kernel
 must be a module-level global); where that, or an argument, cannot be carried, the tuner compiles in
@@ -139,6 +140,22 @@ class CompilePool:
             initializer=_init_worker,
             initargs=(dict(os.environ), device),
         )
+        self._starter: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the workers in a background thread (once), so that the tuner's own set-up (the
+        search strategy, SMAC's import) overlaps with the fork server's start."""
+        with CompilePool._lock:
+            if self._starter is None:
+                self._starter = threading.Thread(target=self._spawn, name="compile-pool-start", daemon=True)
+                self._starter.start()
+
+    def _spawn(self) -> None:
+        try:  # the executor starts a worker per submitted task while none is idle
+            for _ in range(self.workers):
+                self._executor.submit(os.getpid)
+        except (RuntimeError, OSError) as exc:  # shut down meanwhile, or the server could not start
+            log.debug("compile pool: start in the background stopped: %s", exc)
 
     @classmethod
     def shared(cls, device: int) -> CompilePool | None:

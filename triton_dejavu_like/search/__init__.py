@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 from .base import (
     DEFAULT_TIME_CAP_S,
     BatchSearch,
@@ -24,16 +27,22 @@ class MissingExtraError(ImportError):
     """An optional dependency needed for the requested feature is not installed."""
 
 
-def require_smac() -> None:
-    """Raise :class:`MissingExtraError` naming the ``bo`` extra when SMAC cannot be imported.
+def require_smac(*, load: bool = True) -> None:
+    """Raise :class:`MissingExtraError` naming the ``bo`` extra when SMAC is not installed.
 
-    The import leaves logging and warnings configuration as it was (see ``_global_state``)."""
+    ``load=False`` only looks for the package (the decorator: a process that restores every key
+    never pays SMAC's import, seconds); ``load=True`` imports it, leaving logging and warnings
+    configuration as it was (see ``_global_state``)."""
     from ._global_state import isolated
 
     try:
+        if not load:
+            if sys.modules.get("smac", False) is None or importlib.util.find_spec("smac") is None:
+                raise ImportError("No module named 'smac'")
+            return
         with isolated():
             import smac  # noqa: F401
-    except ImportError as exc:
+    except (ImportError, ValueError) as exc:
         raise MissingExtraError(
             f"use_bo=True needs SMAC, which is not installed ({exc}). Install the extra: {BO_EXTRA_HINT}"
         ) from exc

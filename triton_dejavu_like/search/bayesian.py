@@ -38,7 +38,9 @@ class BOSettings:
     ``local_share``: the chance that a proposal is a random candidate, or a random neighbour (one
     parameter changed) of the best candidate so far. ``penalty_length``: the distance (parameters
     scaled to [0, 1]) at which a pending candidate halves a neighbour's score about. The model is
-    refit when the data grew by ``1/refit_growth`` (at least one result).
+    refit when the data grew by ``1/refit_growth`` and by ``refit_batch_share`` of the candidates in
+    flight (at least one result): with 16 in flight, every 2nd result, so that a fit costs little
+    next to the compiles it steers.
     """
 
     initial_per_dim: int = 2
@@ -49,6 +51,7 @@ class BOSettings:
     local_share: float = 0.15
     penalty_length: float = 0.25
     refit_growth: int = 100
+    refit_batch_share: float = 0.125
     xi: float = 0.0
 
     def initial_size(self, dimensions: int, max_evaluations: int) -> int:
@@ -97,6 +100,8 @@ class BayesianOptimization(Strategy):
         self._gain: float | None = None
         self._penalties: dict[int, np.ndarray] = {}
         if not self._failed:
+            with isolated():  # now, not at the first fit: the compile workers start meanwhile
+                from . import _smac_session  # noqa: F401
             points = np.asarray(space.points, dtype=float).reshape(len(space), len(space.names))
             scale = np.array([max(1, len(v) - 1) for v in space.values], dtype=float)
             self._numeric = np.array([space.is_numeric(d) for d in range(len(space.names))])
@@ -148,11 +153,11 @@ class BayesianOptimization(Strategy):
         size = (len(measured), int(ok.sum()))
         last = self._fitted_on
         grown = size[0] - max(last[0], 0)
-        if last[0] >= 0 and grown < max(1, last[0] // self.config.refit_growth):
+        in_flight_share = int(self.config.refit_batch_share * state.batch_size)
+        if last[0] >= 0 and grown < max(1, last[0] // self.config.refit_growth, in_flight_share):
             return
         if self._model is None:
-            with isolated():
-                from ._smac_session import ForestModel
+            from ._smac_session import ForestModel  # imported by start()
 
             seed = int(self.rng.integers(2**31))
             self._model = ForestModel(self.space, n_trees=self.config.n_trees, seed=seed)

@@ -914,7 +914,12 @@ def _add_tuning_commands(
         metavar="ADDRESS",
         help="a Ray cluster (default: the running or a local one)",
     )
-    p.add_argument("--batch-size", type=positive_int, default=1, help="cases per Ray task (default 1)")
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=1,
+        help="cases handed to a Ray worker at a time (default 1)",
+    )
     p.add_argument(
         "--export", metavar="DIR", help="also write this SPEC's kernels' results to a storage root DIR"
     )

@@ -61,7 +61,7 @@ class TunerSettings:
         if use_bo and use_random:
             raise ValueError("use_bo and use_random_search exclude each other")
         if use_bo:
-            require_smac()
+            require_smac(load=False)  # imported when a tuning run starts, not here
         strategy = "bayesian" if use_bo else ("random" if use_random else "exhaustive")
         budget = (
             Budget()

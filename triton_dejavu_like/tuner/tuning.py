@@ -142,6 +142,10 @@ class TuningRun:
         trial = Trial(name, candidates)
         start = time.perf_counter()
         ctx = self.recipe.context(args, kwargs, interpreted=self.interpreted, benchmarker=self.benchmarker)
+        isolated = self.recipe.isolation.active()
+        streamed = None if isolated else compile_in_processes(self.recipe, ctx, candidates)
+        if streamed is not None:
+            streamed[0].start()  # the workers start while the strategy (SMAC's import) is set up
         with open_evaluator(self.recipe, ctx) as evaluator:
             search = BatchSearch(make_strategy(self.strategy), space, self.budget, warm_start)
             bar = progress_bar(search.limit, f"tuning {name}")
@@ -156,11 +160,6 @@ class TuningRun:
             )
             try:
                 with trial.phase("search"):
-                    streamed = (
-                        None
-                        if self.recipe.isolation.active()
-                        else compile_in_processes(self.recipe, ctx, candidates)
-                    )
                     if streamed is not None:
                         pipeline.batch_size = streamed[0].workers + 2
                         pipeline.run_streamed(*streamed)

@@ -28,7 +28,7 @@ class TuneRequest:
     workers: int | None = None  # N worker processes without choosing GPUs (CPU, tests)
     ray: bool = False
     ray_address: str | None = None
-    batch_size: int = 1  # cases per Ray task
+    batch_size: int = 1  # cases handed to a Ray worker at a time
     export: Path | None = None
 
 

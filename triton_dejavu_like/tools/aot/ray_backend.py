@@ -1,19 +1,24 @@
 """Cases spread over a Ray cluster (the ``distributed`` extra, ``triton_dejavu_like[distributed]``).
 
-Each Ray task (``num_gpus=1``, a fresh worker process: ``max_calls=1``) tunes a batch of cases into a
-temporary storage root seeded with the target's files, and returns the case results and the bytes
-of the cache files the cases used. The driver parses and validates those bytes like any file read
-from disk (nothing is unpickled from a store) and merges them into the target as each task ends.
-A task that is lost (its worker or node died) reports its cases "lost"; the other tasks' results
-are kept. The SPEC (its file or module) must be importable where the tasks run: the same path on
-every node, or shipped with Ray's ``runtime_env`` (``working_dir``, ``py_modules``).
+One Ray actor per GPU of the cluster (``num_gpus=1``, no restarts) loads the SPEC once and tunes
+batches of ``--batch-size`` cases into its own temporary storage root, seeded with the target's
+files; the driver hands each actor its next batch as soon as it answers, so a worker pays Python's,
+torch's and CUDA's start and its first compiles once, not once per case. An answer carries the case
+results and the bytes of the cache files the batch used: the driver parses and validates those
+bytes like any file read from disk (nothing is unpickled from a store) and merges them into the
+target as each batch ends. An actor that dies (its process or node) loses its batch, reported
+"lost"; a new actor takes its place while batches remain, and the other batches' results are kept.
+The SPEC (its file or module) must be importable where the actors run: the same path on every node,
+or shipped with Ray's ``runtime_env`` (``working_dir``, ``py_modules``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,20 +35,24 @@ class RayUnavailable(RuntimeError):
     """Ray is not installed (the ``distributed`` extra), or the cluster cannot be reached."""
 
 
-def tune_batch(spec: str, names: Sequence[str], known: dict[str, bytes]) -> dict[str, Any]:
-    """The body of a Ray task: the cases ``names`` of ``spec`` in a temporary root seeded with
-    ``known``; returns ``{"results": [CaseResult JSON], "files": {relative path: bytes}}``."""
-    root = Path(tempfile.mkdtemp(prefix="tdl-ray-tune-"))
-    try:
-        merging.seed(root, known)
-        cases = {case.name: case for case in load_cases(spec)}
-        where = f"ray node {os.uname().nodename} pid {os.getpid()}"
-        results = [run_case_named(cases, name, root, where) for name in names]
+class CaseRunner:
+    """A Ray actor's state: the SPEC's cases and a temporary storage root seeded with ``known``."""
+
+    def __init__(self, spec: str, known: dict[str, bytes]) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="tdl-ray-tune-"))
+        merging.seed(self.root, known)
+        self.cases = {case.name: case for case in load_cases(spec)}
+        self.where = f"ray node {os.uname().nodename} pid {os.getpid()}"
+
+    def run(self, names: Sequence[str]) -> dict[str, Any]:
+        """Tune ``names``; ``{"results": [CaseResult JSON], "files": {relative path: bytes}}``."""
+        results = [run_case_named(self.cases, name, self.root, self.where) for name in names]
         used = sorted({f for r in results for f in r.files})
-        files = {f: (root / f).read_bytes() for f in used if (root / f).is_file()}
+        files = {f: (self.root / f).read_bytes() for f in used if (self.root / f).is_file()}
         return {"results": [r.to_json() for r in results], "files": files}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def run_case_named(cases: dict[str, Any], name: str, root: Path, worker: str) -> CaseResult:
@@ -78,29 +87,50 @@ def run_on_ray(
             ray.init(address=address, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise RayUnavailable(f"cannot connect to Ray at {address or 'a local cluster'}: {exc}") from exc
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if gpus < 1:
+        raise RayUnavailable(
+            "the Ray cluster has no GPU, and each tuning worker needs one (did Ray detect them? "
+            "`ray start --head --num-gpus N` names them)"
+        )
     env = {**_env.for_workers(), "PYTHONPATH": os.pathsep.join((PACKAGE_PARENT, os.getcwd()))}
-    task = ray.remote(num_gpus=1, max_calls=1, max_retries=0)(tune_batch).options(
+    actor = ray.remote(num_gpus=1, max_restarts=0, max_task_retries=0)(CaseRunner).options(
         runtime_env={"env_vars": env}
     )
     known = ray.put(merging.read_tree(target))
-    running = {task.remote(spec, batch, known): batch for batch in batches(names, batch_size)}
+    todo = deque(batches(names, batch_size))
+    idle = [actor.remote(spec, known) for _ in range(min(gpus, len(todo)))]
+    running: dict[Any, tuple[Any, list[str]]] = {}  # answer ref -> (actor, batch)
     results: list[CaseResult] = []
     problems: list[inventory.Problem] = []
-    while running:
-        (ref,), _ = ray.wait(list(running), num_returns=1)
-        batch = running.pop(ref)
-        try:
-            answer = ray.get(ref)
-            got = [CaseResult.from_json(r) for r in answer["results"]]
-            files = answer["files"]
-            if not all(isinstance(k, str) and isinstance(v, bytes) for k, v in files.items()):
-                raise TypeError("the task returned cache files that are not bytes")
-            problems += merging.merge_bytes(target, files, f"ray task {ref.hex()[:12]}")
-        except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            first = (str(exc).strip().splitlines() or [""])[0][:300]
-            why = f"Ray task lost: {type(exc).__name__}: {first}"
-            got = [CaseResult(name, "lost", error=why, worker="ray") for name in batch]
-        for result in got:
-            on_result(result)
-        results += got
+    try:
+        while todo or running:
+            while todo and idle:
+                runner, batch = idle.pop(), todo.popleft()
+                running[runner.run.remote(batch)] = (runner, batch)
+            (ref,), _ = ray.wait(list(running), num_returns=1)
+            runner, batch = running.pop(ref)
+            try:
+                answer = ray.get(ref)
+                got = [CaseResult.from_json(r) for r in answer["results"]]
+                files = answer["files"]
+                if not all(isinstance(k, str) and isinstance(v, bytes) for k, v in files.items()):
+                    raise TypeError("the worker returned cache files that are not bytes")
+                problems += merging.merge_bytes(target, files, f"ray worker {ref.hex()[:12]}")
+                idle.append(runner)
+            except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                why = f"Ray task lost: {type(exc).__name__}: {first}"
+                got = [CaseResult(name, "lost", error=why, worker="ray") for name in batch]
+                ray.kill(runner)
+                if todo:  # its GPU is free again: a fresh worker takes the next batch
+                    idle.append(actor.remote(spec, known))
+            for result in got:
+                on_result(result)
+            results += got
+    finally:
+        for runner in [*idle, *(r for r, _ in running.values())]:
+            with contextlib.suppress(ray.exceptions.RayError):  # a lost worker has nothing to clean
+                ray.get(runner.close.remote(), timeout=60)
+            ray.kill(runner)
     return results, problems
