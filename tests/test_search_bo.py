@@ -461,23 +461,29 @@ def matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexp
     tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.float16), mask=inside)
 
 
-M = N = K = 2048
-a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-c = torch.empty(M, N, device="cuda", dtype=torch.float16)
-grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))
-launch = lambda: matmul[grid](a, b, c, M, N, K)
-started = time.perf_counter()
-launch()
-tuning_s = time.perf_counter() - started
-torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=1e-1, rtol=1e-2)
-best = triton.testing.do_bench(launch, warmup=25, rep=200)
-entry = next(iter(json.loads(matmul.cache_path().read_text())["entries"].values()))
-from triton_dejavu_like.measure.compile_pool import CompilePool
-print(json.dumps({"decision": matmul.last_decision, "best_ms": best, "tuning_s": tuning_s,
-                  "compile_processes": CompilePool._instance is not None,
-                  "evaluated": entry["evaluated"], "strategy": entry["strategy"],
-                  "space": entry["space_size"]}))
+def main():  # under the main guard: compile worker processes may re-import this script
+    from triton_dejavu_like.measure.compile_pool import CompilePool
+
+    M = N = K = 2048
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))
+    launch = lambda: matmul[grid](a, b, c, M, N, K)
+    started = time.perf_counter()
+    launch()
+    tuning_s = time.perf_counter() - started
+    torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=1e-1, rtol=1e-2)
+    best = triton.testing.do_bench(launch, warmup=25, rep=200)
+    entry = next(iter(json.loads(matmul.cache_path().read_text())["entries"].values()))
+    print(json.dumps({"decision": matmul.last_decision, "best_ms": best, "tuning_s": tuning_s,
+                      "compile_processes": CompilePool._instance is not None,
+                      "evaluated": entry["evaluated"], "strategy": entry["strategy"],
+                      "space": entry["space_size"]}))
+
+
+if __name__ == "__main__":
+    main()
 """
 
 
