@@ -49,16 +49,24 @@ def env_for(tmp: Path, tiny: bool) -> dict[str, str]:
     return env
 
 
-def tune(spec: str, root: Path, where: list[str], env: dict[str, str]) -> tuple[float, dict, int]:
+def tune(
+    spec: str, root: Path, where: list[str], env: dict[str, str], timeout: float | None = None
+) -> tuple[float, dict, int]:
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "triton_dejavu_like", "tune", spec, "--root", str(root), *where, "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "triton_dejavu_like", "tune", spec, "--root", str(root), *where, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:  # show what it was doing
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else str(exc.stderr)
+        print(f"tune {' '.join(where)} timed out after {timeout} s; stderr tail:\n{err[-3000:]}", flush=True)
+        return time.perf_counter() - start, {"counts": {}, "error": "timeout"}, 124
     wall = time.perf_counter() - start
     out = proc.stdout
     report = (
@@ -116,6 +124,9 @@ def main() -> int:
         default="scaling_cases",
         help="the function of examples/aot_spec.py (scaling_cases: 32 shapes, wide_scaling_cases: 96)",
     )
+    parser.add_argument("--ray-only", action="store_true", help="only the Ray row")
+    parser.add_argument("--baseline", type=float, help="1-worker wall time (s) for --ray-only's speed-up")
+    parser.add_argument("--timeout", type=float, help="seconds per tune run (default: none)")
     args = parser.parse_args()
     spec = str(REPO / "examples" / f"aot_spec.py:{'tiny_cases' if args.tiny else args.cases}")
     kill_spec = str(REPO / "examples" / f"aot_spec.py:{'tiny_cases' if args.tiny else 'scaling_cases'}")
@@ -125,8 +136,8 @@ def main() -> int:
 
     def measure(name: str, where: list[str], run_dir: Path) -> None:
         env = env_for(run_dir, args.tiny)
-        wall, report, status = tune(spec, run_dir / "store", where, env)
-        base.append(base[0] if base else wall)
+        wall, report, status = tune(spec, run_dir / "store", where, env, args.timeout)
+        base.append(base[0] if base else (args.baseline or wall))
         total, distinct = entries(run_dir / "store")
         cases = sum(report.get("counts", {}).values())
         once = "yes" if total == distinct == cases else f"no ({total} entries, {distinct} keys)"
@@ -144,15 +155,19 @@ def main() -> int:
         tmp = Path(tmp_text)
         print("| mode | wall s | speed-up | exit | cases | each stored once | serving process |", flush=True)
         print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
-        measure("1 worker", one, tmp / "run1")
-        measure("2 workers", two, tmp / "run2")
-        killed = killed_run(kill_spec, tmp / "kill" / "store", two, env_for(tmp / "kill", args.tiny))
-        print(f"\nkill test (2 workers, one SIGKILLed after the first case): {killed}", flush=True)
+        if not args.ray_only:
+            measure("1 worker", one, tmp / "run1")
+            measure("2 workers", two, tmp / "run2")
+            killed = killed_run(kill_spec, tmp / "kill" / "store", two, env_for(tmp / "kill", args.tiny))
+            print(f"\nkill test (2 workers, one SIGKILLed after the first case): {killed}", flush=True)
         if not args.no_ray:  # last: a local Ray cluster (started here, stopped at the end)
             head = ["ray", "start", "--head", "--num-gpus", "2", "--include-dashboard=false"]
             head.append("--disable-usage-stats")
             try:
+                t0 = time.perf_counter()
                 started = subprocess.run(head, capture_output=True, timeout=90)
+                took = time.perf_counter() - t0
+                print(f"ray start --head: exit {started.returncode} in {took:.1f} s", flush=True)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 print(f"ray start failed: {exc}", flush=True)
                 return 1
