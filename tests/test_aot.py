@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,16 @@ def test_heuristic_without_stored_results_fails(capsys, tmp_path):
     (tmp_path / "root").mkdir()
     assert cli.main(["heuristic", "nope", "--root", str(tmp_path / "root")]) == 1
     assert "nothing stored for kernel 'nope'" in capsys.readouterr().err
+
+
+def test_ray_workers_keep_the_drivers_pythonpath(monkeypatch, tmp_path):
+    # Ray's env_vars replace a worker's PYTHONPATH: a Ray installed on the driver's PYTHONPATH (not in
+    # site-packages) must stay importable there, or every worker dies at start and the run waits forever
+    from triton_dejavu_like.tools.aot.ray_backend import worker_env
+
+    monkeypatch.setenv("PYTHONPATH", f"/opt/site-a{os.pathsep}/opt/site-b")
+    monkeypatch.chdir(tmp_path)
+    path = worker_env()["PYTHONPATH"].split(os.pathsep)
+    assert path[-2:] == ["/opt/site-a", "/opt/site-b"]
+    assert str(tmp_path) in path  # the SPEC's directory
+    assert Path(tdl.__file__).resolve().parents[1] in [Path(p).resolve() for p in path]

@@ -61,6 +61,14 @@ def run_case_named(cases: dict[str, Any], name: str, root: Path, worker: str) ->
     return run_case(cases[name], root, worker=worker)
 
 
+def worker_env() -> dict[str, str]:
+    """The variables a Ray worker gets: the package's settings, and a PYTHONPATH that finds this
+    package, the SPEC (the working directory) and whatever the driver's PYTHONPATH holds (Ray's
+    ``env_vars`` replace the worker's own: without it, a Ray found there cannot start a worker)."""
+    path = (PACKAGE_PARENT, os.getcwd(), os.environ.get("PYTHONPATH", ""))
+    return {**_env.for_workers(), "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
 def batches(names: Sequence[str], size: int) -> list[list[str]]:
     return [list(names[i : i + size]) for i in range(0, len(names), size)]
 
@@ -93,9 +101,8 @@ def run_on_ray(
             "the Ray cluster has no GPU, and each tuning worker needs one (did Ray detect them? "
             "`ray start --head --num-gpus N` names them)"
         )
-    env = {**_env.for_workers(), "PYTHONPATH": os.pathsep.join((PACKAGE_PARENT, os.getcwd()))}
     actor = ray.remote(num_gpus=1, max_restarts=0, max_task_retries=0)(CaseRunner).options(
-        runtime_env={"env_vars": env}
+        runtime_env={"env_vars": worker_env()}
     )
     known = ray.put(merging.read_tree(target))
     todo = deque(batches(names, batch_size))
