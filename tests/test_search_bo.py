@@ -192,6 +192,18 @@ def test_smac_failure_falls_back_to_random_proposals_with_one_warning(monkeypatc
     assert len(warnings) == 1 and "model exploded" in warnings[0].getMessage()
 
 
+def test_a_model_that_cannot_be_imported_falls_back_to_random_proposals(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton_dejavu_like.search._smac_session", None)  # import fails
+    monkeypatch.delattr("triton_dejavu_like.search._smac_session")  # and the package attribute
+    space = grid_space((10, 10, 10))
+    objective = Counting(space, bowl((3, 3, 3)))
+    with pytest.warns(tdl.DejavuTuningWarning, match="Bayesian optimisation stopped"):
+        search = drive_batched(
+            make_strategy("bayesian"), space, Budget(max_share=0.05, seed=0), objective, 16
+        )
+    assert len(search.results) == 50 == len(set(objective.calls))
+
+
 def test_tiny_spaces_are_measured_without_a_model(monkeypatch):
     monkeypatch.setattr(_smac_session, "ForestModel", None)  # would fail if used
     space = grid_space((2, 3))

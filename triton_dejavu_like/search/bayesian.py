@@ -100,8 +100,11 @@ class BayesianOptimization(Strategy):
         self._gain: float | None = None
         self._penalties: dict[int, np.ndarray] = {}
         if not self._failed:
-            with isolated():  # now, not at the first fit: the compile workers start meanwhile
-                from . import _smac_session  # noqa: F401
+            try:  # now, not at the first fit: the compile workers start meanwhile
+                with isolated():
+                    from . import _smac_session  # noqa: F401
+            except Exception as exc:  # the first fit imports it again, inside propose()'s fallback
+                log.debug("bayesian: the model's import failed at start: %s", exc)
             points = np.asarray(space.points, dtype=float).reshape(len(space), len(space.names))
             scale = np.array([max(1, len(v) - 1) for v in space.values], dtype=float)
             self._numeric = np.array([space.is_numeric(d) for d in range(len(space.names))])
