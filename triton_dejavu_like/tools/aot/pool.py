@@ -31,6 +31,12 @@ from .run import CaseResult
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 
 
+def worker_pythonpath(existing: str) -> str:
+    """A worker's PYTHONPATH: this package, the SPEC's directory (the working directory), then
+    ``existing`` (the driver's: where torch, triton or Ray may have been found)."""
+    return os.pathsep.join(p for p in (PACKAGE_PARENT, os.getcwd(), existing) if p)
+
+
 @dataclass
 class Slot:
     """Where one worker runs: its name in reports and the environment it adds."""
@@ -114,9 +120,7 @@ class WorkerPool:
         merging.seed(root, known)
         env = dict(os.environ)
         env.update(slot.env)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (PACKAGE_PARENT, os.getcwd(), env.get("PYTHONPATH", "")) if p
-        )
+        env["PYTHONPATH"] = worker_pythonpath(env.get("PYTHONPATH", ""))
         read_end, write_end = os.pipe()
         try:
             process = subprocess.Popen(

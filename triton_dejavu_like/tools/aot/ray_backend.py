@@ -27,7 +27,7 @@ from ... import _env
 from ...store import inventory
 from . import merging
 from .case import load_cases
-from .pool import PACKAGE_PARENT
+from .pool import worker_pythonpath
 from .run import CaseResult, run_case
 
 
@@ -65,8 +65,7 @@ def worker_env() -> dict[str, str]:
     """The variables a Ray worker gets: the package's settings, and a PYTHONPATH that finds this
     package, the SPEC (the working directory) and whatever the driver's PYTHONPATH holds (Ray's
     ``env_vars`` replace the worker's own: without it, a Ray found there cannot start a worker)."""
-    path = (PACKAGE_PARENT, os.getcwd(), os.environ.get("PYTHONPATH", ""))
-    return {**_env.for_workers(), "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    return {**_env.for_workers(), "PYTHONPATH": worker_pythonpath(os.environ.get("PYTHONPATH", ""))}
 
 
 def batches(names: Sequence[str], size: int) -> list[list[str]]:
