@@ -22,11 +22,13 @@ stored phases) to compare ours against.
 Budgets: ``--search-max-share`` and ``--search-max-t`` are passed to the decorator for random search
 and BO (exhaustive has no budget); without them the package's default (adaptive) budget applies.
 ``exhaustive-threads`` is exhaustive search with ``TRITON_DEJAVU_COMPILE_PROCESSES=off`` (compile
-threads instead of worker processes). The exhaustive
-runs, upstream and the compile sample go first, then the seeds round robin; no new process starts
-after ``--deadline-min`` (default 7), and the careful stage and the table follow. Results go to
-``--out`` as runs finish; ``--resume`` reuses the runs already there, so a long experiment can be
-run in pieces (``--shapes``, ``--strategies``, ``--seeds``, ``--search-max-share``).
+threads instead of worker processes), ``exhaustive-forkserver`` with
+``TRITON_DEJAVU_COMPILE_START=forkserver`` (workers that start CUDA themselves instead of forked
+ones). The exhaustive runs, upstream and the compile sample go first, then the seeds round
+robin; no new process starts after ``--deadline-min`` (default 7), and the careful stage and the
+table follow. Results go to ``--out`` as runs finish; ``--resume`` reuses the runs already there,
+so a long experiment can be run in pieces (``--shapes``, ``--strategies``, ``--seeds``,
+``--search-max-share``).
 
     python benchmarks/large_space.py --out large_space.json                 # GPU, ~8 min
     python benchmarks/large_space.py --tiny --out /tmp/large_space.json     # CPU interpreter, seconds
@@ -51,9 +53,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
-STRATEGIES = ("exhaustive", "exhaustive-threads", "random", "bo")
+STRATEGIES = ("exhaustive", "exhaustive-threads", "exhaustive-forkserver", "random", "bo")
 #: Strategies that run with extra environment settings (compile in threads instead of processes).
-VARIANT_ENV = {"exhaustive-threads": {"TRITON_DEJAVU_COMPILE_PROCESSES": "off"}}
+VARIANT_ENV = {
+    "exhaustive-threads": {"TRITON_DEJAVU_COMPILE_PROCESSES": "off"},
+    "exhaustive-forkserver": {"TRITON_DEJAVU_COMPILE_START": "forkserver"},
+}
 GPU_SHAPES = ("4096x4096x4096", "512x4096x1024")
 TINY_SHAPES = ("40x32x24", "8x32x16")
 TOP = 10

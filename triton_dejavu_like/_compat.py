@@ -262,6 +262,81 @@ def load_compiled(kernel: Any) -> None:
         init()
 
 
+@dataclasses.dataclass(frozen=True)
+class DriverAnswers:
+    """What compiling asks Triton's driver, answered by a process that may use the GPU: the device,
+    its target and its properties (a process forked from it cannot ask CUDA itself)."""
+
+    device: int
+    target: Any
+    properties: dict[str, Any]
+
+    @classmethod
+    def of_current_device(cls) -> DriverAnswers:
+        from triton.runtime.driver import driver
+
+        active = driver.active
+        device = active.get_current_device()
+        return cls(device, active.get_current_target(), dict(active.utils.get_device_properties(device)))
+
+
+class _DetachedUtils:
+    def __init__(self, real: Callable[[], Any], answers: DriverAnswers) -> None:
+        self._real = real
+        self._answers = answers
+
+    def get_device_properties(self, device: int) -> dict[str, Any]:
+        return self._answers.properties
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real().utils, name)
+
+
+class _DetachedDriver:
+    """Triton's active driver in a process forked from one that initialised CUDA, which must not use
+    CUDA itself: the current device, stream, target and device properties are the parent's answers;
+    anything else (loading, launching) goes to the real driver and fails as it would."""
+
+    def __init__(self, real: Callable[[], Any], answers: DriverAnswers) -> None:
+        self._real = real
+        self._answers = answers
+        self.utils = _DetachedUtils(real, answers)
+
+    def get_current_device(self) -> int:
+        return self._answers.device
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self) -> Any:
+        return self._answers.target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+
+def detach_driver(answers: DriverAnswers) -> None:
+    """In a forked compile worker: let ``JITFunction.run(..., warmup=True)`` compile for the parent's
+    device without touching CUDA (every release from 3.2 asks the active driver for the current
+    device, stream and target; ``DriverConfig.set_active`` exists in all of them). The real driver is
+    only looked up if something else is asked."""
+    from triton.runtime.driver import driver
+
+    state = vars(driver)  # 3.5+: ``_active``, None until first used; 3.2-3.4: ``active``, a lazy proxy
+    current = state.get("_active") or state.get("active")
+    driver.set_active(_DetachedDriver(lambda: current if current is not None else driver.default, answers))
+
+
+def shared_memory_shortfall(kernel: Any, answers: DriverAnswers) -> str | None:
+    """Why ``kernel`` cannot be loaded for lack of shared memory (Triton's own message), or None: the
+    check ``CompiledKernel`` makes when it loads, made without a GPU."""
+    required = getattr(getattr(kernel, "metadata", None), "shared", None)
+    limit = answers.properties.get("max_shared_mem")
+    if isinstance(required, int) and isinstance(limit, int) and required > limit:
+        return str(_runtime_errors.OutOfResources(required, limit, "shared memory"))
+    return None
+
+
 #: ``triton.AsyncCompileMode`` exists (3.6 and 3.9 have it; 3.2 and 3.3 do not).
 HAS_ASYNC_COMPILE: bool = hasattr(triton, "AsyncCompileMode")
 

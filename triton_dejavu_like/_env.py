@@ -34,6 +34,7 @@ DISABLE_JITCACHE = "TRITON_DEJAVU_DISABLE_JITCACHE"
 INSTANCE_RUN_ID = "TRITON_DEJAVU_INSTANCE_RUN_ID"
 COMPILE_THREADS = "TRITON_DEJAVU_COMPILE_THREADS"
 COMPILE_PROCESSES = "TRITON_DEJAVU_COMPILE_PROCESSES"
+COMPILE_START = "TRITON_DEJAVU_COMPILE_START"
 PROGRESS = "TRITON_DEJAVU_PROGRESS"
 READ_ONLY = "TRITON_DEJAVU_READ_ONLY"
 DETERMINISTIC = "TRITON_DEJAVU_DETERMINISTIC"
@@ -61,6 +62,7 @@ ALL = (
     INSTANCE_RUN_ID,
     COMPILE_THREADS,
     COMPILE_PROCESSES,
+    COMPILE_START,
     PROGRESS,
     READ_ONLY,
     DETERMINISTIC,
@@ -228,16 +230,35 @@ def compile_threads() -> int:
 
 
 #: Under ``TRITON_DEJAVU_COMPILE_PROCESSES=auto`` (the default), tuning runs with at least this many
-#: candidates compile them in worker processes (fewer do not pay for starting the workers).
-PROCESS_COMPILE_MIN = 128
+#: candidates compile them in worker processes (fewer do not pay for starting the workers), by the
+#: way the workers start (:func:`compile_start`): forking this process costs milliseconds, a fork
+#: server that imports torch and starts CUDA in each worker seconds.
+PROCESS_COMPILE_MIN = {"fork": 32, "forkserver": 128}
 
 
 def compile_processes() -> str:
     """``TRITON_DEJAVU_COMPILE_PROCESSES``: ``auto`` (default: worker processes for runs of at least
-    :data:`PROCESS_COMPILE_MIN` candidates on a GPU), ``1``/``on`` (always), ``0``/``off`` (threads only)."""
+    :data:`PROCESS_COMPILE_MIN` candidates on a GPU, by start method), ``1``/``on`` (always),
+    ``0``/``off`` (threads only)."""
     raw = _raw(COMPILE_PROCESSES).lower()
     if raw in ("", "auto"):
         return "auto"
+
+
+def compile_start() -> str:
+    """``TRITON_DEJAVU_COMPILE_START``: how compile workers start. ``fork`` (default where the platform
+    has it): forked from the tuning process, they compile without using CUDA (the parent answers
+    what compiling asks the driver); ``forkserver``: each worker imports torch and starts CUDA."""
+    import multiprocessing
+
+    default = "fork" if "fork" in multiprocessing.get_all_start_methods() else "forkserver"
+    raw = _raw(COMPILE_START).lower()
+    if not raw:
+        return default
+    if raw in ("fork", "forkserver") and raw in multiprocessing.get_all_start_methods():
+        return raw
+    _invalid(COMPILE_START, raw, "use fork or forkserver (where the platform has it)", default)
+    return default
     if raw in _TRUE:
         return "on"
     if raw in _FALSE:

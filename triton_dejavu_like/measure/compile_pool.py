@@ -3,18 +3,31 @@
 Triton's Python front end holds the GIL, so compile threads scale about 5x on 16 cores; processes
 scale with the cores. A worker compiles a candidate for the call being tuned (with stand-ins for the
 arguments: tensors of the same dtype and alignment, every other value as it is) into Triton's
-on-disk cache, then loads it once, which rules out a candidate that cannot run (too much shared
-memory, too many threads or registers) with its reason and no GPU time. When the tuner then
-launches the candidate, Triton finds the binary on disk: a compile in the parent costs a cache read.
+on-disk cache and rules out a candidate that cannot run (too much shared memory) with its reason and
+no GPU time. When the tuner then launches the candidate, Triton finds the binary on disk: a compile
+in the parent costs a cache read, and loading it there rules out the rare candidate that needs more
+registers or threads than the device has, still before any launch.
 
-Workers are started once per process, the first time a tuning run can use them (``forkserver``:
-a server with torch, triton and this package imported forks each worker; in the background, while
-the tuner sets up its search), and reused by every
-later tuning run of every kernel; they exit with the process. A worker finds the kernel the way an
-isolated worker does (:class:`~triton_dejavu_like.measure.isolation.KernelRef`: the decorated kernel
-must be a module-level global); where that, or an argument, cannot be carried, the tuner compiles in
-threads as before. A worker that dies takes only its own candidate: the pool is restarted and the
-candidate is compiled again when it is launched.
+Workers are started once per process, the first time a tuning run can use them, and reused by every
+later tuning run of every kernel; they exit with the process. Two ways to start them
+(``TRITON_DEJAVU_COMPILE_START``):
+
+- ``fork`` (the default on Linux): forked from the tuning process, all at once, in milliseconds.
+  They have the kernel and everything else the parent had imported, and never use CUDA (a forked
+  child of a process that initialised CUDA cannot): Triton's questions to its driver (device,
+  stream, target, shared memory) are answered with the parent's answers
+  (:func:`~triton_dejavu_like._compat.detach_driver`), argument stand-ins are CPU tensors, and the
+  shared-memory check is made on the compiled metadata.
+- ``forkserver``: a server with torch, triton and this package imported forks each worker, which
+  starts CUDA, imports the kernel's module (and re-imports the main script) and loads each binary
+  it compiles; seconds to start, in the background while the tuner sets up its search.
+
+A worker finds the kernel as an isolated worker does
+(:class:`~triton_dejavu_like.measure.isolation.KernelRef`: the decorated kernel must be a module-level
+global); where that, or an argument, cannot be carried, the tuner compiles in threads as before. A
+worker that dies takes only its own candidate: the pool is restarted and the candidate is compiled
+again when it is launched. A worker that cannot even try (its kernel's module fails to import
+there) hands the candidate back to be compiled in the parent: it is never ruled out for that.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ import multiprocessing
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +75,9 @@ def _arg_spec(value: Any) -> ArgSpec:
     raise Unsupported(f"an argument of type {type(value).__name__} cannot be sent to a compile worker")
 
 
-def _stand_in(spec: ArgSpec, device: int) -> Any:
+def _stand_in(spec: ArgSpec, device: int | None) -> Any:
+    """The argument a worker compiles with: a 2-element tensor of the dtype and alignment (on the
+    CPU in a forked worker: compiling reads only its dtype and address), or the value itself."""
     import torch
 
     kind, payload = spec
@@ -69,58 +85,129 @@ def _stand_in(spec: ArgSpec, device: int) -> Any:
         return payload
     dtype_name, aligned = payload
     dtype = getattr(torch, dtype_name)
-    base = torch.empty(2, dtype=dtype, device=f"cuda:{device}")
+    base = torch.empty(2, dtype=dtype, device="cpu" if device is None else f"cuda:{device}")
     return base if aligned else base[1:]
+
+
+#: The kernels (``JITFunction``) forked workers know, by token: a worker forked after a kernel was
+#: registered finds it in its copy of this dict, without importing anything.
+_forked_kernels: dict[int, Any] = {}
+
+
+def _token_of(fn: Any) -> int:
+    """The token of ``fn`` in :data:`_forked_kernels` (registered on first use; kept for the process)."""
+    for token, known in _forked_kernels.items():
+        if known is fn:
+            return token
+    token = len(_forked_kernels)
+    _forked_kernels[token] = fn
+    return token
 
 
 @dataclass(frozen=True)
 class CallSpec:
-    """What a worker needs to compile candidates for one call: the kernel and argument stand-ins."""
+    """What a worker needs to compile candidates for one call: the kernel (a token of
+    :data:`_forked_kernels` for forked workers, else where to import it from) and argument
+    stand-ins."""
 
-    ref: KernelRef
+    kernel: int | KernelRef
     args: tuple[ArgSpec, ...]
     meta: tuple[tuple[str, ArgSpec], ...]  # the call's keywords other than grid and warmup
 
     @classmethod
-    def of(cls, recipe: KernelRecipe, ctx: LaunchContext) -> CallSpec:
-        try:
-            ref = KernelRef.of(recipe)
-        except IsolationError as exc:
-            raise Unsupported(str(exc)) from exc
+    def of(cls, recipe: KernelRecipe, ctx: LaunchContext, *, forked: bool) -> CallSpec:
+        kernel: int | KernelRef
+        if forked:
+            kernel = _token_of(recipe.fn)
+        else:
+            try:
+                kernel = KernelRef.of(recipe)
+            except IsolationError as exc:
+                raise Unsupported(str(exc)) from exc
         meta = tuple((k, _arg_spec(v)) for k, v in sorted(ctx.kwargs.items()) if k not in ("grid", "warmup"))
-        return cls(ref, tuple(_arg_spec(a) for a in ctx.args), meta)
+        return cls(kernel, tuple(_arg_spec(a) for a in ctx.args), meta)
 
 
 # --- the worker's side --------------------------------------------------------------------------------
 
-_recipes: dict[KernelRef, KernelRecipe] = {}
+_imported: dict[KernelRef, Any] = {}
+#: In a forked worker: the parent's answers to Triton's driver questions (None in a fork-server worker).
+_answers: _compat.DriverAnswers | None = None
+
+
+class CannotCompileHere(Exception):
+    """A worker cannot try this candidate (not a verdict on the candidate): the parent compiles it."""
+
+
+#: Compile workers run at a lower priority than the tuning process: while they keep every core
+#: busy, the process that times candidates must not wait for a core between a launch's events.
+WORKER_NICENESS = 10
+
+
+def _lower_priority() -> None:
+    try:
+        os.nice(WORKER_NICENESS)
+    except OSError as exc:  # not permitted here: compile at the same priority
+        log.debug("compile worker: could not lower its priority: %s", exc)
 
 
 def _init_worker(env: dict[str, str], device: int) -> None:
     os.environ.clear()  # the fork server keeps the environment it was started with
     os.environ.update(env)
+    _lower_priority()
     import torch
 
     torch.cuda.set_device(device)
 
 
-def _compile(call: CallSpec, encoded: dict[str, Any], device: int) -> str | None:
-    """Compile and load one candidate; None on success, else why it cannot run (one line)."""
-    recipe = _recipes.get(call.ref)
-    if recipe is None:
-        recipe = _recipes[call.ref] = call.ref.resolve()
-    config, _ = decode_config(encoded)
-    args = [_stand_in(spec, device) for spec in call.args]
-    meta = {k: _stand_in(spec, device) for k, spec in call.meta}
+def _init_forked(answers: _compat.DriverAnswers) -> None:
+    global _answers
+    _answers = answers
+    _compat.detach_driver(answers)
+    _lower_priority()
+
+
+def _kernel_fn(kernel: int | KernelRef) -> Any:
+    if isinstance(kernel, int):
+        fn = _forked_kernels.get(kernel)
+        if fn is None:  # registered after this worker was forked (the parent then forks new ones)
+            raise CannotCompileHere(f"kernel {kernel} was registered after this worker started")
+        return fn
     try:
-        kernel = recipe.fn.run(*args, grid=(1,), warmup=True, **meta, **config.all_kwargs())
+        fn = _imported.get(kernel)
+        if fn is None:
+            fn = _imported[kernel] = kernel.resolve().fn
+    except Exception as exc:
+        raise CannotCompileHere(f"the kernel cannot be found here: {one_line_reason(exc)}") from None
+    return fn
+
+
+def _compile(call: CallSpec, encoded: dict[str, Any], device: int) -> str | None:
+    """Compile (and, with a GPU, load) one candidate; None on success, else why it cannot run (one
+    line). Raises :class:`CannotCompileHere` when the worker cannot try it."""
+    fn = _kernel_fn(call.kernel)
+    config, _ = decode_config(encoded)
+    where = None if _answers is not None else device
+    args = [_stand_in(spec, where) for spec in call.args]
+    meta = {k: _stand_in(spec, where) for k, spec in call.meta}
+    try:
+        kernel = fn.run(*args, grid=(1,), warmup=True, **meta, **config.all_kwargs())
+        if _answers is not None:
+            return _compat.shared_memory_shortfall(kernel, _answers)
         _compat.load_compiled(kernel)
     except Exception as exc:
-        return one_line_reason(exc)
+        reason = one_line_reason(exc)
+        if _answers is not None and "forked subprocess" in reason:  # something asked CUDA after all
+            raise CannotCompileHere(reason) from None
+        return reason
     return None
 
 
 # --- the parent's side ---------------------------------------------------------------------------------
+
+
+#: Python 3.12+ warns when a process with threads forks; forked workers never use what those threads hold.
+_FORK_WARNING = r".*use of fork\(\) may lead to deadlocks"
 
 
 class CompilePool:
@@ -129,26 +216,41 @@ class CompilePool:
     _instance: CompilePool | None = None
     _lock = threading.Lock()
 
-    def __init__(self, workers: int, device: int) -> None:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(FORKSERVER_PRELOAD)
+    def __init__(
+        self, workers: int, device: int, method: str, answers: _compat.DriverAnswers | None = None
+    ) -> None:
+        """``answers``: what forked workers answer Triton's driver (default: this process's current
+        device's)."""
         self.workers = workers
         self.device = device
+        self.method = method
+        self.known = frozenset(_forked_kernels) if method == "fork" else frozenset()
+        if method == "fork":
+            context = multiprocessing.get_context("fork")
+            initializer, initargs = _init_forked, (answers or _compat.DriverAnswers.of_current_device(),)
+        else:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(FORKSERVER_PRELOAD)
+            initializer, initargs = _init_worker, (dict(os.environ), device)  # type: ignore[assignment]
         self._executor = cf.ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=context,
-            initializer=_init_worker,
-            initargs=(dict(os.environ), device),
+            max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
         )
         self._starter: threading.Thread | None = None
 
     def start(self) -> None:
-        """Start the workers in a background thread (once), so that the tuner's own set-up (the
-        search strategy, SMAC's import) overlaps with the fork server's start."""
+        """Start the workers (once). Forked workers start here, all at once, before the tuner starts
+        any thread of its own; a fork server starts in a background thread, so that the tuner's own
+        set-up (the search strategy, SMAC's import) overlaps with it."""
         with CompilePool._lock:
-            if self._starter is None:
-                self._starter = threading.Thread(target=self._spawn, name="compile-pool-start", daemon=True)
+            if self._starter is not None:
+                return
+            self._starter = threading.Thread(target=self._spawn, name="compile-pool-start", daemon=True)
+            if self.method != "fork":
                 self._starter.start()
+                return
+        with warnings.catch_warnings():  # 3.12+: fork() in a process with threads (CUDA's own)
+            warnings.filterwarnings("ignore", message=_FORK_WARNING, category=DeprecationWarning)
+            self._spawn()  # the executor forks every worker at the first task
 
     def _spawn(self) -> None:
         try:  # the executor starts a worker per submitted task while none is idle
@@ -161,15 +263,16 @@ class CompilePool:
     def shared(cls, device: int) -> CompilePool | None:
         """The process's pool (None when compiling in processes is off or cannot work here)."""
         workers = _env.compile_threads()
-        if workers <= 1 or "forkserver" not in multiprocessing.get_all_start_methods():
+        if workers <= 1:
             return None
+        method = _env.compile_start()
         with cls._lock:
             pool = cls._instance
-            if pool is not None and pool.device != device:
+            if pool is not None and (pool.device, pool.method) != (device, method):
                 pool.shutdown()
                 pool = None
             if pool is None:
-                pool = cls._instance = CompilePool(workers, device)
+                pool = cls._instance = CompilePool(workers, device, method)
                 atexit.register(pool.shutdown)
             return pool
 
@@ -188,8 +291,8 @@ class CompilePool:
             if CompilePool._instance is self:
                 CompilePool._instance = None
 
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+    def shutdown(self, wait: bool = False) -> None:
+        self._executor.shutdown(wait=wait, cancel_futures=True)
 
 
 def _is_main_guard(test: ast.expr) -> bool:
@@ -245,9 +348,11 @@ def compile_in_processes(
     """The pool and call to compile ``configs`` with, or None where processes cannot be used
     (interpreter, an argument that cannot travel, a kernel a worker cannot import, few candidates)."""
     mode = _env.compile_processes()
-    if ctx.interpreted or mode == "off" or (mode == "auto" and len(configs) < _env.PROCESS_COMPILE_MIN):
+    method = _env.compile_start()
+    few = mode == "auto" and len(configs) < _env.PROCESS_COMPILE_MIN[method]
+    if ctx.interpreted or mode == "off" or few:
         return None
-    if not main_reimport_is_harmless():
+    if method == "forkserver" and not main_reimport_is_harmless():
         log.debug(
             "%s: compiling in threads: the main script has top-level code that each compile worker "
             'would run again (put it under `if __name__ == "__main__":`)',
@@ -255,11 +360,15 @@ def compile_in_processes(
         )
         return None
     try:
-        call = CallSpec.of(recipe, ctx)
+        call = CallSpec.of(recipe, ctx, forked=method == "fork")
     except Unsupported as exc:
         log.debug("%s: compiling in threads (%s)", recipe.kernel_name, exc)
         return None
     import torch
 
-    pool = CompilePool.shared(torch.cuda.current_device())
+    device = torch.cuda.current_device()
+    pool = CompilePool.shared(device)
+    if pool is not None and isinstance(call.kernel, int) and call.kernel not in pool.known:
+        pool.restart()  # forked before this kernel was registered: fork workers that know it
+        pool = CompilePool.shared(device)
     return (pool, call) if pool is not None else None

@@ -54,7 +54,7 @@ def make_strategy(name: str) -> Strategy:
     if name == "random":
         return RandomSearch()
     if name == "bayesian":
-        require_smac()
+        require_smac(load=False)  # the strategy imports SMAC in the background when it starts
         from .bayesian import BayesianOptimization
 
         return BayesianOptimization()

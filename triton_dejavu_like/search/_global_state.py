@@ -7,11 +7,17 @@ tuner runs inside the user's program, so whatever such code changes is put back 
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
+import importlib
 import logging
+import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
+
+from .._log import DejavuWarning
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +87,18 @@ def quiet_third_party() -> Iterator[None]:
     """Run library code without letting it add warnings filters or show warnings.
 
     Warnings raised inside go to this package's debug log instead of the user's terminal; the
-    filters in force before the block are restored on exit.
+    filters in force before the block are restored on exit. The warnings configuration is global:
+    a warning of this package's own (a :class:`DejavuWarning`, e.g. from another thread meanwhile)
+    is shown after the block instead of being logged.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield
     for item in caught:
-        log.debug("suppressed %s: %s", item.category.__name__, item.message)
+        if issubclass(item.category, DejavuWarning):
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+        else:
+            log.debug("suppressed %s: %s", item.category.__name__, item.message)
 
 
 @contextlib.contextmanager
@@ -95,3 +106,26 @@ def isolated() -> Iterator[None]:
     """Both guards: for imports and set-up, where logging may be reconfigured."""
     with preserved_logging(), quiet_third_party():
         yield
+
+
+def import_in_background(name: str) -> cf.Future[ModuleType]:
+    """Import module ``name`` (a heavy third-party stack) in a thread, under :func:`isolated`; the
+    future holds the module or the import's exception.
+
+    The warnings configuration is process-wide: until the future is done, no other thread may enter
+    ``warnings.catch_warnings`` (their exits would restore each other's filters); a warning of this
+    package raised meanwhile by another thread is shown when the import ends.
+    """
+    future: cf.Future[ModuleType] = cf.Future()
+
+    def run() -> None:
+        try:
+            with isolated():
+                module = importlib.import_module(name)
+        except BaseException as exc:  # handed to whoever waits for the model
+            future.set_exception(exc)
+        else:
+            future.set_result(module)
+
+    threading.Thread(target=run, name=f"import-{name.rsplit('.', 1)[-1]}", daemon=True).start()
+    return future

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._log import DejavuTuningWarning, warn_once
-from ._global_state import isolated, quiet_third_party
+from ._global_state import import_in_background, quiet_third_party
 from .base import BatchSearch, SearchSpace, Strategy, exhaustive_is_cheaper
 from .exhaustive import ordered
 
@@ -34,7 +34,10 @@ class BOSettings:
 
     ``initial_per_dim``/``initial_min``: random candidates measured before the model proposes
     (``max(initial_min, initial_per_dim * dimensions)``, at most ``initial_max_share`` of the
-    evaluation budget; warm-start candidates count towards it). ``random_share`` and
+    evaluation budget; warm-start candidates count towards it). Under a budget that allows the whole
+    space (the default, adaptive one), also ``initial_space_share`` of the space, up to
+    ``initial_space_max``: on a GPU that design is compiled and timed while SMAC is imported (seconds),
+    so it costs no wall time, and the first fit sees a broader sample. ``random_share`` and
     ``local_share``: the chance that a proposal is a random candidate, or a random neighbour (one
     parameter changed) of the best candidate so far. ``penalty_length``: the distance (parameters
     scaled to [0, 1]) at which a pending candidate halves a neighbour's score about. The model is
@@ -46,6 +49,8 @@ class BOSettings:
     initial_per_dim: int = 2
     initial_min: int = 5
     initial_max_share: float = 0.25
+    initial_space_share: float = 0.05
+    initial_space_max: int = 32
     n_trees: int = 10
     random_share: float = 0.1
     local_share: float = 0.15
@@ -54,8 +59,12 @@ class BOSettings:
     refit_batch_share: float = 0.125
     xi: float = 0.0
 
-    def initial_size(self, dimensions: int, max_evaluations: int) -> int:
+    def initial_size(self, dimensions: int, max_evaluations: int, space_size: int = 0) -> int:
         wanted = max(self.initial_min, self.initial_per_dim * dimensions)
+        if space_size and max_evaluations >= space_size:
+            wanted = max(
+                wanted, min(self.initial_space_max, math.floor(self.initial_space_share * space_size))
+            )
         return max(1, min(wanted, math.floor(self.initial_max_share * max_evaluations)))
 
 
@@ -79,7 +88,7 @@ class BayesianOptimization(Strategy):
 
     # -- set-up -----------------------------------------------------------------------------
     def _without_model(self, space: SearchSpace, limit: int, known: int = 0) -> bool:
-        n_initial = self.config.initial_size(len(space.names), limit)
+        n_initial = self.config.initial_size(len(space.names), limit, len(space))
         return not space.names or exhaustive_is_cheaper(len(space)) or len(space) - known <= n_initial
 
     def _design(self, space: SearchSpace, warm_start: Sequence[int], seed: int) -> list[int]:
@@ -90,7 +99,7 @@ class BayesianOptimization(Strategy):
     def start(self, space: SearchSpace, warm_start: Sequence[int], seed: int, limit: int) -> None:
         self.space = space
         self.rng = np.random.default_rng([seed, 1])
-        self.n_initial = self.config.initial_size(len(space.names), limit)
+        self.n_initial = self.config.initial_size(len(space.names), limit, len(space))
         self._order = self._design(space, warm_start, seed)
         self._initial_len = max(len(warm_start), self.n_initial)
         self._next = 0
@@ -100,11 +109,9 @@ class BayesianOptimization(Strategy):
         self._gain: float | None = None
         self._penalties: dict[int, np.ndarray] = {}
         if not self._failed:
-            try:  # now, not at the first fit: the compile workers start meanwhile
-                with isolated():
-                    from . import _smac_session  # noqa: F401
-            except Exception as exc:  # the first fit imports it again, inside propose()'s fallback
-                log.debug("bayesian: the model's import failed at start: %s", exc)
+            # SMAC's import (seconds) runs while the initial design is compiled and timed; the first
+            # fit waits for it, and fails inside propose()'s fallback if it failed
+            self._model_module = import_in_background(f"{__package__}._smac_session")
             points = np.asarray(space.points, dtype=float).reshape(len(space), len(space.names))
             scale = np.array([max(1, len(v) - 1) for v in space.values], dtype=float)
             self._numeric = np.array([space.is_numeric(d) for d in range(len(space.names))])
@@ -130,6 +137,9 @@ class BayesianOptimization(Strategy):
             out.append(index)
         if len(out) < n:
             try:
+                # the import's thread changes the warnings configuration until it ends: wait for it
+                # before this thread changes it too
+                self._model_module.exception()
                 with quiet_third_party():
                     out += self._propose_from_model(n - len(out), state, out)
             except Exception as exc:
@@ -160,8 +170,7 @@ class BayesianOptimization(Strategy):
         if last[0] >= 0 and grown < max(1, last[0] // self.config.refit_growth, in_flight_share):
             return
         if self._model is None:
-            from ._smac_session import ForestModel  # imported by start()
-
+            ForestModel = self._model_module.result().ForestModel
             seed = int(self.rng.integers(2**31))
             self._model = ForestModel(self.space, n_trees=self.config.n_trees, seed=seed)
             self._failure_model = ForestModel(self.space, n_trees=self.config.n_trees, seed=seed + 1)

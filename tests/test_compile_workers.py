@@ -1,0 +1,109 @@
+"""Forked compile workers: on a machine without a GPU, candidates are compiled for a GPU target by
+worker processes forked from this one, which never use CUDA; the verdicts are the ones a GPU gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux", reason="forked compile workers are the Linux default"
+)
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, multiprocessing, os, sys
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+
+    import triton_dejavu_like as tdl
+    from triton_dejavu_like import _compat
+    from triton_dejavu_like.measure.compile_pool import CallSpec, CannotCompileHere, CompilePool, _token_of
+
+
+    configs = [triton.Config({"BLOCK": b}, num_stages=s) for b, s in ((16, 1), (128, 3), (48, 1))]
+
+
+    def make_kernel():  # defined in a function: forked workers need no import to find it
+        @tdl.autotune(configs=configs, key=[])
+        @triton.jit
+        def tile_product(a, b, c, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            x = tl.load(a + offs[:, None] * BLOCK + offs[None, :])
+            y = tl.load(b + offs[:, None] * BLOCK + offs[None, :])
+            tl.store(c + offs[:, None] * BLOCK + offs[None, :], tl.dot(x, y))
+
+        return tile_product
+
+
+
+    if __name__ == "__main__":
+        answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
+        token = _token_of(make_kernel().kernel_recipe().fn)
+        pool = CompilePool(2, 0, "fork", answers)
+        pool.start()
+        tensor = ("tensor", ("float16", True))
+        call = CallSpec(token, (tensor, tensor, tensor), ())
+        verdicts = [pool.submit(call, config).result(timeout=300) for config in configs]
+        later = _token_of(make_kernel().kernel_recipe().fn)  # registered after the fork
+        lost = CallSpec(later, call.args, ())
+        try:
+            pool.submit(lost, configs[0]).result(timeout=60)
+            handed_back = False
+        except CannotCompileHere:
+            handed_back = True
+        pids = {pool._executor.submit(os.getpid).result() for _ in range(8)}
+        pool.shutdown(wait=True)
+        print(json.dumps({
+            "verdicts": verdicts,
+            "handed_back": handed_back,
+            "worker_pids": sorted(pids),
+            "parent": os.getpid(),
+            "left": [p.pid for p in multiprocessing.active_children()],
+        }))
+    """
+)
+
+
+def test_forked_workers_compile_for_the_gpu_and_rule_out_what_cannot_run(tmp_path):
+    script = tmp_path / "kernels.py"
+    script.write_text(SCRIPT)
+    cache = tmp_path / "triton-cache"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(cache), TRITON_DEFAULT_FP_FUSION="1", TRITON_DEJAVU_STORAGE=str(tmp_path))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    fits, too_big, invalid = result["verdicts"]
+    assert fits is None  # compiled, and fits the device
+    assert "shared memory" in too_big and "16384" in too_big  # the device's limit, no GPU needed
+    assert invalid and "shared memory" not in invalid  # 48 is not a power of 2: a compile error
+    assert result["handed_back"]  # a worker that does not know the kernel never rules a candidate out
+    assert result["parent"] not in result["worker_pids"] and len(result["worker_pids"]) == 2
+    assert result["left"] == []  # no worker outlives the pool
+    assert any(p.suffix == ".cubin" for p in cache.rglob("*"))  # the parent will read it from disk
+
+
+def test_compile_start_is_fork_by_default_and_a_typo_is_reported_once(monkeypatch):
+    from triton_dejavu_like import DejavuConfigWarning, _env, _log
+
+    monkeypatch.delenv(_env.COMPILE_START, raising=False)
+    assert _env.compile_start() == "fork"
+    monkeypatch.setenv(_env.COMPILE_START, "forkserver")
+    assert _env.compile_start() == "forkserver"
+    _log.forget_warnings()
+    monkeypatch.setenv(_env.COMPILE_START, "spwan")
+    with pytest.warns(DejavuConfigWarning, match="TRITON_DEJAVU_COMPILE_START"):
+        assert _env.compile_start() == "fork"  # the default applies; the launch never fails
+    import warnings
+
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        assert _env.compile_start() == "fork"
+    assert again == []  # reported once, not at every tuning run
