@@ -107,3 +107,15 @@ def test_compile_start_is_fork_by_default_and_a_typo_is_reported_once(monkeypatc
         warnings.simplefilter("always")
         assert _env.compile_start() == "fork"
     assert again == []  # reported once, not at every tuning run
+
+
+@pytest.mark.parametrize(
+    ("raw", "mode"), [("", "auto"), ("auto", "auto"), ("1", "on"), ("on", "on"), ("0", "off"), ("off", "off")]
+)
+def test_compile_processes_values(monkeypatch, raw, mode):
+    """``off`` must mean threads only and ``on`` processes for any size: the tuner compares the
+    returned mode with these names."""
+    from triton_dejavu_like import _env
+
+    monkeypatch.setenv(_env.COMPILE_PROCESSES, raw)
+    assert _env.compile_processes() == mode

@@ -243,6 +243,12 @@ def compile_processes() -> str:
     raw = _raw(COMPILE_PROCESSES).lower()
     if raw in ("", "auto"):
         return "auto"
+    if raw in _TRUE:
+        return "on"
+    if raw in _FALSE:
+        return "off"
+    _invalid(COMPILE_PROCESSES, raw, "use auto, 1/on or 0/off", "auto")
+    return "auto"
 
 
 def compile_start() -> str:
@@ -251,20 +257,15 @@ def compile_start() -> str:
     what compiling asks the driver); ``forkserver``: each worker imports torch and starts CUDA."""
     import multiprocessing
 
-    default = "fork" if "fork" in multiprocessing.get_all_start_methods() else "forkserver"
+    methods = multiprocessing.get_all_start_methods()
+    default = "fork" if "fork" in methods else "forkserver"
     raw = _raw(COMPILE_START).lower()
     if not raw:
         return default
-    if raw in ("fork", "forkserver") and raw in multiprocessing.get_all_start_methods():
+    if raw in ("fork", "forkserver") and raw in methods:
         return raw
     _invalid(COMPILE_START, raw, "use fork or forkserver (where the platform has it)", default)
     return default
-    if raw in _TRUE:
-        return "on"
-    if raw in _FALSE:
-        return "off"
-    _invalid(COMPILE_PROCESSES, raw, "use auto, 1/on or 0/off", "auto")
-    return "auto"
 
 
 def storage_roots() -> list[Path]:
