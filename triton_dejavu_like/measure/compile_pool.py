@@ -22,12 +22,14 @@ later tuning run of every kernel; they exit with the process. Two ways to start 
   starts CUDA, imports the kernel's module (and re-imports the main script) and loads each binary
   it compiles; seconds to start, in the background while the tuner sets up its search.
 
-A worker finds the kernel as an isolated worker does
-(:class:`~triton_dejavu_like.measure.isolation.KernelRef`: the decorated kernel must be a module-level
-global); where that, or an argument, cannot be carried, the tuner compiles in threads as before. A
-worker that dies takes only its own candidate: the pool is restarted and the candidate is compiled
-again when it is launched. A worker that cannot even try (its kernel's module fails to import
-there) hands the candidate back to be compiled in the parent: it is never ruled out for that.
+A forked worker finds the kernel in its copy of the parent's memory (any kernel; one registered
+after the fork makes the pool fork new workers); a fork-server worker imports it as an isolated
+worker does (:class:`~triton_dejavu_like.measure.isolation.KernelRef`: the decorated kernel must be
+a module-level global). Where that, or an argument, cannot be carried, the tuner compiles in
+threads. A worker that dies takes only its own candidate: the pool is restarted and the candidate
+is compiled again when it is launched. A worker that cannot even try (it does not know the kernel,
+or cannot import its module) hands the candidate back to be compiled in the parent: it is never
+ruled out for that.
 """
 
 from __future__ import annotations
@@ -235,18 +237,18 @@ class CompilePool:
         self._executor = cf.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
         )
-        self._starter: threading.Thread | None = None
+        self._started = False
 
     def start(self) -> None:
         """Start the workers (once). Forked workers start here, all at once, before the tuner starts
         any thread of its own; a fork server starts in a background thread, so that the tuner's own
         set-up (the search strategy, SMAC's import) overlaps with it."""
         with CompilePool._lock:
-            if self._starter is not None:
+            if self._started:
                 return
-            self._starter = threading.Thread(target=self._spawn, name="compile-pool-start", daemon=True)
+            self._started = True
             if self.method != "fork":
-                self._starter.start()
+                threading.Thread(target=self._spawn, name="compile-pool-start", daemon=True).start()
                 return
         with warnings.catch_warnings():  # 3.12+: fork() in a process with threads (CUDA's own)
             warnings.filterwarnings("ignore", message=_FORK_WARNING, category=DeprecationWarning)
@@ -260,12 +262,12 @@ class CompilePool:
             log.debug("compile pool: start in the background stopped: %s", exc)
 
     @classmethod
-    def shared(cls, device: int) -> CompilePool | None:
-        """The process's pool (None when compiling in processes is off or cannot work here)."""
+    def shared(cls, device: int, method: str) -> CompilePool | None:
+        """The process's pool for ``device`` with workers started by ``method`` (None when there
+        would be at most one worker)."""
         workers = _env.compile_threads()
         if workers <= 1:
             return None
-        method = _env.compile_start()
         with cls._lock:
             pool = cls._instance
             if pool is not None and (pool.device, pool.method) != (device, method):
@@ -285,7 +287,8 @@ class CompilePool:
         return self._executor.submit(_compile, call, encoded, self.device)
 
     def restart(self) -> None:
-        """Replace a broken pool (a worker died): later candidates get fresh workers."""
+        """Retire this pool (a worker died, or forked workers do not know a kernel): the next
+        :meth:`shared` call starts fresh workers."""
         with CompilePool._lock:
             self.shutdown()
             if CompilePool._instance is self:
@@ -367,8 +370,8 @@ def compile_in_processes(
     import torch
 
     device = torch.cuda.current_device()
-    pool = CompilePool.shared(device)
+    pool = CompilePool.shared(device, method)
     if pool is not None and isinstance(call.kernel, int) and call.kernel not in pool.known:
         pool.restart()  # forked before this kernel was registered: fork workers that know it
-        pool = CompilePool.shared(device)
+        pool = CompilePool.shared(device, method)
     return (pool, call) if pool is not None else None

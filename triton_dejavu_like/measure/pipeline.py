@@ -116,7 +116,7 @@ class Pipeline:
                 except BrokenProcessPool:  # a worker died: this candidate is compiled here when timed
                     if owner is pool:  # the first of its failed futures replaces the pool
                         pool.restart()
-                        pool = CompilePool.shared(pool.device) or pool
+                        pool = CompilePool.shared(pool.device, pool.method) or pool
                     reason = None
                 except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
                     log.debug("compile worker failed on candidate %d: %s", index, exc)
