@@ -42,12 +42,16 @@ SCRIPT = textwrap.dedent(
         return tile_product
 
 
+    def compiler_state_inherited():  # the first task of a fresh worker, before it compiles anything
+        return _compat.triton_key_function().cache_info().currsize == 1
+
 
     if __name__ == "__main__":
         answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
         token = _token_of(make_kernel().kernel_recipe().fn)
         pool = CompilePool(2, 0, "fork", answers)
         pool.start()
+        inherited = pool._executor.submit(compiler_state_inherited).result(timeout=60)
         tensor = ("tensor", ("float16", True))
         call = CallSpec(token, (tensor, tensor, tensor), ())
         verdicts = [pool.submit(call, config).result(timeout=300) for config in configs]
@@ -59,11 +63,14 @@ SCRIPT = textwrap.dedent(
         except CannotCompileHere:
             handed_back = True
         pids = {pool._executor.submit(os.getpid).result() for _ in range(8)}
+        children = [p.pid for p in multiprocessing.active_children()]
         pool.shutdown(wait=True)
         print(json.dumps({
             "verdicts": verdicts,
             "handed_back": handed_back,
+            "inherited": inherited,
             "worker_pids": sorted(pids),
+            "children": children,
             "parent": os.getpid(),
             "left": [p.pid for p in multiprocessing.active_children()],
         }))
@@ -84,8 +91,10 @@ def test_forked_workers_compile_for_the_gpu_and_rule_out_what_cannot_run(tmp_pat
     assert fits is None  # compiled, and fits the device
     assert "shared memory" in too_big and "16384" in too_big  # the device's limit, no GPU needed
     assert invalid and "shared memory" not in invalid  # 48 is not a power of 2: a compile error
+    assert result["inherited"]  # Triton's own hash is computed once, before the fork, not per worker
     assert result["handed_back"]  # a worker that does not know the kernel never rules a candidate out
-    assert result["parent"] not in result["worker_pids"] and len(result["worker_pids"]) == 2
+    assert len(result["children"]) == 2  # the pool's size
+    assert set(result["worker_pids"]) <= set(result["children"])  # tasks run in the workers
     assert result["left"] == []  # no worker outlives the pool
     assert any(p.suffix == ".cubin" for p in cache.rglob("*"))  # the parent will read it from disk
 

@@ -89,19 +89,27 @@ def test_streamed_times_each_candidate_as_soon_as_it_is_compiled():
     assert pipeline.counters.compiled == 6 and pipeline.counters.timed == 6
 
 
-def test_streamed_never_has_more_than_a_batch_compiling():
+def test_streamed_keeps_a_batch_compiling_while_it_times_with_a_bounded_backlog():
     pipeline, search, _ = make_pipeline(12, [1.0] * 12, batch_size=3)
     pool = FakePool(workers=1)
-    inflight = []
-    original = pool.submit
+    handed_out = []
+    submitted_when_timed = []
+    original_submit, original_measure = pool.submit, pipeline.measure
 
     def tracking(call, config):
-        inflight.append(len(search.pending))
-        return original(call, config)
+        handed_out.append(len(search.pending))
+        return original_submit(call, config)
 
-    pool.submit = tracking
+    def measure(i):
+        submitted_when_timed.append(len(pool.submitted))
+        return original_measure(i)
+
+    pool.submit, pipeline.measure = tracking, measure
     pipeline.run_streamed(pool, call=None)
-    assert max(inflight) <= 3 and len(search.results) == 12
+    # the first batch compiled: the next one compiles while the first is timed (a slow first launch
+    # must not leave the workers idle), and no more than a batch waits to be timed
+    assert submitted_when_timed[0] == 6
+    assert max(handed_out) <= 6 and len(search.results) == 12 and not search.pending
 
 
 def test_streamed_compile_failures_are_ruled_out_without_gpu_time():

@@ -41,7 +41,12 @@ def test_a_batch_is_distinct_new_candidates_and_pending_ones_are_never_proposed_
     _needs_smac(name)
     space = grid_space((6, 6, 6))
     objective = bowl(space, (5, 2, 4))
-    search = BatchSearch(make_strategy(name), space, Budget(max_share=0.25, seed=3))
+    strategy = make_strategy(name)
+    if name == "bayesian":  # every slot filled (the default caps what the model steers in flight)
+        from triton_dejavu_like.search.bayesian import BOSettings
+
+        strategy.config = BOSettings(max_in_flight_share=0.0)
+    search = BatchSearch(strategy, space, Budget(max_share=0.25, seed=3))
     first = search.ask(16)
     assert len(first) == 16 == len(set(first)) and search.pending == set(first)
     second = search.ask(16)  # nothing told yet: all new, none of the first batch
@@ -61,6 +66,32 @@ def test_a_batch_is_distinct_new_candidates_and_pending_ones_are_never_proposed_
     assert len(search.results) == len(seen) == math.ceil(0.25 * len(space))
     assert search.order[:8] == list(reversed(first[::2]))  # the order results arrived in
     assert search.results[search.best()] == min(search.results.values())
+
+
+def test_bo_issues_its_initial_design_at_once_then_keeps_few_model_proposals_in_flight():
+    _needs_smac("bayesian")
+    space = grid_space((4, 4, 4, 4, 4))
+    objective = bowl(space, (3, 1, 2, 0, 3))
+    strategy = make_strategy("bayesian")
+    search = BatchSearch(strategy, space, Budget(max_share=0.05, seed=1))
+    limit = math.ceil(0.05 * len(space))  # 52 candidates
+    cap = math.ceil(strategy.config.max_in_flight_share * limit)
+    first = search.ask(16)
+    design = strategy.config.initial_size(5, limit, len(space))
+    assert len(first) == design > cap  # the initial design does not wait for the model
+    most_in_flight = 0
+    while not search.done:
+        batch = search.ask(16)
+        if len(search.results) >= design:  # the model steers everything from here
+            most_in_flight = max(most_in_flight, len(search.pending))
+            assert len(search.pending) <= cap
+        for index in sorted(search.pending)[:1]:  # one result at a time, lowest first
+            search.tell(index, objective(index))
+        if not batch and not search.pending:
+            break
+    assert most_in_flight == cap > 1  # a batch, not one at a time
+    assert len(search.results) == limit
+    assert objective(search.best()) <= 2.0  # the bottom of the bowl or next to it, in 5% of the space
 
 
 def test_results_may_arrive_before_the_rest_of_their_batch_and_tell_rejects_strangers():
@@ -131,15 +162,41 @@ def test_adaptive_budget_stops_when_nothing_improves_and_explicit_share_does_not
     space = grid_space((20, 25))
     flat = lambda i: 1.0  # noqa: E731 - nothing ever improves after the first result
     search = drive_batched(make_strategy("random"), space, Budget(), flat, batch_size=1)
-    assert len(search.results) == 1 + base.PATIENCE_MIN  # the first result, then patience
+    stalled = 1 + base.PATIENCE_MIN  # the first result, then patience
+    untried = [i for i in space.neighbours(search.order[0]) if i not in search.order[:stalled]]
+    assert search.order[stalled:] == untried  # then the best's untried neighbours, and no more
     batched = drive_batched(make_strategy("random"), space, Budget(), flat, batch_size=32)
-    assert len(batched.results) == 1 + base.PATIENCE_BATCHES * 32 + 31  # patience, plus those in flight
+    stalled = 1 + base.PATIENCE_BATCHES * 32 + 31  # patience, plus those in flight
+    assert stalled <= len(batched.results) <= stalled + 4
+    assert set(space.neighbours(batched.order[0])) <= set(batched.results)
     improving = drive_batched(make_strategy("random"), space, Budget(), lambda i: 1000.0 - i, batch_size=1)
     assert len(improving.results) > base.PATIENCE_MIN
     fixed = drive_batched(make_strategy("random"), space, Budget(max_share=0.3), flat, batch_size=1)
     assert len(fixed.results) == 150
     whole = drive_batched(make_strategy("exhaustive"), space, Budget(), flat, batch_size=8)
     assert len(whole.results) == len(space)  # exhaustive search has no adaptive stop
+    large = grid_space((100, 100))  # a large space is given patience in proportion to its size
+    wide = drive_batched(make_strategy("random"), large, Budget(), flat, batch_size=1)
+    stalled = 1 + math.ceil(base.PATIENCE_SPACE_SHARE * len(large))
+    assert stalled > 1 + base.PATIENCE_MIN
+    assert stalled <= len(wide.results) <= stalled + 4  # and the first result's untried neighbours
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+def test_a_stalled_search_tries_the_best_candidates_neighbours_and_goes_on_if_one_is_better(batch):
+    space = grid_space((30, 30))
+    first: list[int] = []
+
+    def objective(i):
+        first.append(i)
+        target = space.neighbours(first[0])[-1]  # next to the first result measured
+        return 0.5 if i == target else 1.0
+
+    search = drive_batched(make_strategy("random"), space, Budget(seed=2), objective, batch)
+    target = space.neighbours(first[0])[-1]
+    assert search.best() == target  # random search alone would find it with a chance of about 1 in 10
+    assert set(space.neighbours(target)) <= set(search.results)  # polished around the new best too
+    assert len(search.results) < len(space) // 2
 
 
 def test_small_spaces_are_measured_in_full_under_an_adaptive_budget():

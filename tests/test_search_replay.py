@@ -49,6 +49,23 @@ def test_a_measured_file_becomes_candidates_times_and_costs(convolutions):
     assert conv.random_expectation(0.05) == pytest.approx((len(conv.space) + 1) / (12 + 1))
 
 
+def test_random_searchs_expected_fraction_is_the_mean_over_every_possible_draw():
+    import dataclasses
+    import itertools
+    import statistics
+
+    times = [2.0, 1.0, math.inf, 4.0, 1.5, 3.0, math.inf, 8.0, 2.5, 5.0]  # a failed config counts as 0
+    space = dataclasses.replace(
+        replay.synthetic("tiled", 1),
+        mean_ms=times,
+        space=replay.SearchSpace.from_table(["i"], [list(range(10))], [[i] for i in range(10)]),
+    )
+    for share in (0.1, 0.2, 0.5):
+        m = replay.budget_evaluations(share, len(times))
+        draws = [min(times[i] for i in pick) for pick in itertools.combinations(range(len(times)), m)]
+        assert space.random_fraction(share) == pytest.approx(statistics.fmean(1.0 / t for t in draws))
+
+
 @needs_data
 def test_warm_seeds_are_the_other_gpus_best_configs_mapped_on_shared_parameters(convolutions):
     a, b = convolutions

@@ -19,6 +19,8 @@ from triton.runtime import errors as _runtime_errors
 from triton.runtime import interpreter as _interpreter
 from triton.runtime.jit import JITFunction
 
+from ._log import log
+
 try:  # 3.4+: the environment is read through ``triton.knobs``
     from triton import knobs as _knobs
 except ImportError:  # 3.2 / 3.3
@@ -325,6 +327,32 @@ def detach_driver(answers: DriverAnswers) -> None:
     state = vars(driver)  # 3.5+: ``_active``, None until first used; 3.2-3.4: ``active``, a lazy proxy
     current = state.get("_active") or state.get("active")
     driver.set_active(_DetachedDriver(lambda: current if current is not None else driver.default, answers))
+
+
+def triton_key_function() -> Callable[[], str]:
+    """Triton's cached hash of its own sources and library, the start of every compile's key."""
+    from triton.compiler import compiler
+
+    key = getattr(compiler, "triton_key", None)  # 3.2-3.5
+    if key is None:
+        from triton.runtime.cache import triton_key as key  # 3.6+
+    return key
+
+
+def warm_compiler(target: Any | None = None) -> None:
+    """Compute the process-wide values every compile starts with: the hash of Triton's own sources
+    and library (0.3-0.7 s) and, given a target, its backend's hash (which runs ``ptxas --version``),
+    so that processes forked afterwards inherit them instead of each computing them at its first
+    compile. This process computes them anyway at its first compile or cache lookup. Best effort:
+    errors are left for the compile itself to report."""
+    try:
+        triton_key_function()()
+        if target is not None:
+            from triton.compiler import compiler
+
+            compiler.make_backend(target).hash()
+    except Exception as exc:
+        log.debug("warming Triton's compiler state failed: %s", exc)
 
 
 def shared_memory_shortfall(kernel: Any, answers: DriverAnswers) -> str | None:

@@ -229,7 +229,14 @@ class CompilePool:
         self.known = frozenset(_forked_kernels) if method == "fork" else frozenset()
         if method == "fork":
             context = multiprocessing.get_context("fork")
-            initializer, initargs = _init_forked, (answers or _compat.DriverAnswers.of_current_device(),)
+            # Triton's own hash (inherited by every worker forked in start()) is computed while
+            # this process asks the device, which may first build Triton's driver module in C
+            self._warming = threading.Thread(
+                target=_compat.warm_compiler, name="compile-pool-warm", daemon=True
+            )
+            self._warming.start()
+            self._answers = answers or _compat.DriverAnswers.of_current_device()
+            initializer, initargs = _init_forked, (self._answers,)
         else:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(FORKSERVER_PRELOAD)
@@ -250,6 +257,8 @@ class CompilePool:
             if self.method != "fork":
                 threading.Thread(target=self._spawn, name="compile-pool-start", daemon=True).start()
                 return
+        self._warming.join()  # no thread of ours runs while the workers are forked
+        _compat.warm_compiler(self._answers.target)
         with warnings.catch_warnings():  # 3.12+: fork() in a process with threads (CUDA's own)
             warnings.filterwarnings("ignore", message=_FORK_WARNING, category=DeprecationWarning)
             self._spawn()  # the executor forks every worker at the first task

@@ -94,7 +94,9 @@ class Pipeline:
         flight: dict[cf.Future[str | None], tuple[int, CompilePool]] = {}
         ready: collections.deque[int] = collections.deque()
         while True:
-            free = self.batch_size - len(flight) - len(ready)
+            # compiles continue while this process times (its first launch may take most of a
+            # second); a backlog of compiled candidates beyond a batch holds new ones back
+            free = min(self.batch_size - len(flight), 2 * self.batch_size - len(flight) - len(ready))
             if free > 0:
                 for index in self.search.ask(free):
                     try:

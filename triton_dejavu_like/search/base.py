@@ -34,12 +34,17 @@ IMPROVEMENT = 0.01
 PATIENCE_MIN = 48
 #: ... and at least this many batches (the largest ``ask(n)`` seen) ...
 PATIENCE_BATCHES = 3
-#: ... and at least this share of the evaluations made until the last improvement.
+#: ... and at least this share of the evaluations made until the last improvement ...
 PATIENCE_SHARE = 0.5
+#: ... and at least this share of the space (a large space is given more room to find its needle).
+PATIENCE_SPACE_SHARE = 0.02
 #: Adaptive stop: the strategy's expected relative improvement below which the search may stop.
 NEGLIGIBLE_GAIN = 1e-3
 #: Adaptive stop: never before this many evaluations.
 MIN_EVALUATIONS = 32
+#: Adaptive stop: the best candidate's neighbours (one parameter one step away) are measured before
+#: a stall ends the search, so that a search never stops next to an untried better neighbour.
+POLISH = True
 #: Spaces this small are measured in full under an adaptive budget (see :func:`exhaustive_is_cheaper`).
 EXHAUSTIVE_MAX = 64
 
@@ -107,10 +112,11 @@ class Budget:
             out["adaptive"] = {
                 "time_cap_s": DEFAULT_TIME_CAP_S if self.max_time_s is None else self.max_time_s,
                 "improvement": IMPROVEMENT,
-                "patience": [PATIENCE_MIN, PATIENCE_BATCHES, PATIENCE_SHARE],
+                "patience": [PATIENCE_MIN, PATIENCE_BATCHES, PATIENCE_SHARE, PATIENCE_SPACE_SHARE],
                 "negligible_gain": NEGLIGIBLE_GAIN,
                 "min_evaluations": MIN_EVALUATIONS,
                 "exhaustive_max": EXHAUSTIVE_MAX,
+                "polish": POLISH,
             }
         return out
 
@@ -183,6 +189,18 @@ class SearchSpace:
 
     def index_of(self, point: Sequence[int]) -> int | None:
         return self._index.get(tuple(point))
+
+    def neighbours(self, index: int) -> list[int]:
+        """The candidates that differ from ``index`` in one parameter, by one step of its values."""
+        point = self.points[index]
+        out = []
+        for d, v in enumerate(point):
+            for step in (-1, 1):
+                if 0 <= v + step < len(self.values[d]):
+                    other = self._index.get((*point[:d], v + step, *point[d + 1 :]))
+                    if other is not None:
+                        out.append(other)
+        return out
 
     def is_numeric(self, dim: int) -> bool:
         return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values[dim])
@@ -273,6 +291,7 @@ class BatchSearch:
         self._last_improvement = 0
         self._finished = False
         self._attempt_over = False
+        self._polishing: list[int] = []
         self._start_attempt()
         for index, value in self.results.items():
             self._observe(index, value)
@@ -284,6 +303,7 @@ class BatchSearch:
         self._measured_in_attempt = 0
         self._best_value_attempt = math.inf
         self._last_improvement = 0
+        self._anchor: int | None = None
         self._attempt_over = False
         t = time.perf_counter()
         self.strategy.start(self.space, self.warm_start, self.seed + self.attempt, self.limit)
@@ -308,9 +328,10 @@ class BatchSearch:
     def stalled(self) -> bool:
         """The adaptive stop: no improvement by ``IMPROVEMENT`` over the last ``patience``
         evaluations (``max(PATIENCE_MIN, PATIENCE_BATCHES * batch, PATIENCE_SHARE * evaluations
-        until the last improvement)``), or the strategy expects less than ``NEGLIGIBLE_GAIN`` from
-        its next proposal and nothing improved over the last ``max(16, batch)`` evaluations; never
-        before ``MIN_EVALUATIONS`` evaluations in the attempt."""
+        until the last improvement, PATIENCE_SPACE_SHARE * space size)``), or the strategy expects
+        less than ``NEGLIGIBLE_GAIN`` from its next proposal and nothing improved over the last
+        ``max(16, batch)`` evaluations; never before ``MIN_EVALUATIONS`` evaluations in the attempt.
+        With ``POLISH``, a stalled search still measures the best candidate's neighbours first."""
         measured = self._measured_in_attempt
         if measured < MIN_EVALUATIONS or not math.isfinite(self._best_value_attempt):
             return False
@@ -322,21 +343,41 @@ class BatchSearch:
             PATIENCE_MIN,
             PATIENCE_BATCHES * self.batch_size,
             math.ceil(PATIENCE_SHARE * self._last_improvement),
+            math.ceil(PATIENCE_SPACE_SHARE * len(self.space)),
         )
         return since >= patience
 
-    def _attempt_spent(self) -> bool:
+    def _limit_reached(self) -> bool:
         if self._attempt_over or self.open_count <= 0 or self.counted >= self.limit:
             return True
-        if self.counted > 0 and self.elapsed_s >= self.time_limit_s:
+        return self.counted > 0 and self.elapsed_s >= self.time_limit_s
+
+    def _attempt_spent(self) -> bool:
+        self._polishing = []
+        if self._limit_reached():
             return True
-        return self.adaptive and self.stalled()
+        if not (self.adaptive and self.stalled()):
+            return False
+        best = self._anchor if POLISH else None
+        if best is not None:  # the best's untried neighbours first
+            fresh = [
+                i for i in self.space.neighbours(best) if i not in self.results and i not in self.pending
+            ]
+            self._polishing = fresh
+        return not self._polishing
+
+    def _polish_pending(self) -> bool:
+        """A stalled search waits for the best's neighbours still being measured: one may improve."""
+        best = self._anchor if POLISH and self.adaptive and not self._limit_reached() else None
+        return best is not None and any(i in self.pending for i in self.space.neighbours(best))
 
     def _advance(self) -> bool:
         """Whether new work may be handed out now (restarting an attempt if the budget says so)."""
         while not self._finished:
             if not self._attempt_spent():
                 return True
+            if self._polish_pending():
+                return False
             self._attempt_over = True
             if self.pending:
                 return False  # their results decide whether to restart
@@ -364,9 +405,12 @@ class BatchSearch:
             room = min(n - len(out), self.limit - self.counted, self.open_count)
             if self.counted == 0 and self.elapsed_s >= self.time_limit_s:
                 room = 1  # the time is up already: only the one candidate that always runs
-            t = time.perf_counter()
-            proposed = self.strategy.propose(room, self)
-            self.strategy_time_s += time.perf_counter() - t
+            if self._polishing:
+                proposed, self._polishing = self._polishing, []
+            else:
+                t = time.perf_counter()
+                proposed = self.strategy.propose(room, self)
+                self.strategy_time_s += time.perf_counter() - t
             fresh = []
             for index in proposed[:room]:
                 index = int(index)
@@ -419,6 +463,7 @@ class BatchSearch:
             self._best_value = value
         if value < self._best_value_attempt * (1 - IMPROVEMENT):
             self._last_improvement = self._measured_in_attempt
+            self._anchor = index  # the best by a margin: ties and noise do not move it
         self._best_value_attempt = min(self._best_value_attempt, value)
 
 

@@ -58,6 +58,8 @@ class BOSettings:
     refit_growth: int = 100
     refit_batch_share: float = 0.125
     xi: float = 0.0
+    max_in_flight_share: float = 0.1
+    design_tries: int = 50
 
     def initial_size(self, dimensions: int, max_evaluations: int, space_size: int = 0) -> int:
         wanted = max(self.initial_min, self.initial_per_dim * dimensions)
@@ -91,20 +93,40 @@ class BayesianOptimization(Strategy):
         n_initial = self.config.initial_size(len(space.names), limit, len(space))
         return not space.names or exhaustive_is_cheaper(len(space)) or len(space) - known <= n_initial
 
-    def _design(self, space: SearchSpace, warm_start: Sequence[int], seed: int) -> list[int]:
-        """Warm-start candidates, then a random order (its head is the initial design)."""
-        rest = np.random.default_rng(seed).permutation(len(space)).tolist()
+    def _design(self, warm_start: Sequence[int], seed: int) -> list[int]:
+        """Warm-start candidates, then a random order whose head is the initial design: with
+        ``design_tries`` > 1, the best spread (largest smallest distance) of that many random draws."""
+        rng = np.random.default_rng(seed)
+        rest = rng.permutation(len(self.space)).tolist()
+        if self.config.design_tries > 1 and self._scaled is not None and len(self.space) > self.n_initial:
+            best, spread = rest[: self.n_initial], -1.0
+            for _ in range(self.config.design_tries):
+                pick = rng.choice(len(self.space), self.n_initial, replace=False)
+                x = self._scaled[pick]
+                d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+                d[np.diag_indices(len(pick))] = np.inf
+                if d.min() > spread:
+                    best, spread = pick.tolist(), float(d.min())
+            rest = ordered(best, rest)
         return ordered(warm_start, rest)
 
     def start(self, space: SearchSpace, warm_start: Sequence[int], seed: int, limit: int) -> None:
         self.space = space
         self.rng = np.random.default_rng([seed, 1])
         self.n_initial = self.config.initial_size(len(space.names), limit, len(space))
-        self._order = self._design(space, warm_start, seed)
+        self._failed = self._without_model(space, limit)
+        self._scaled: np.ndarray | None = None
+        if space.names:
+            points = np.asarray(space.points, dtype=float).reshape(len(space), len(space.names))
+            self._points = points
+            self._scaled = points / np.array([max(1, len(v) - 1) for v in space.values], dtype=float)
+            self._numeric = np.array([space.is_numeric(d) for d in range(len(space.names))])
+        self._order = self._design(warm_start, seed)
         self._initial_len = max(len(warm_start), self.n_initial)
+        share = self.config.max_in_flight_share
+        self._max_in_flight = max(1, math.ceil(share * limit)) if share > 0 else None
         self._next = 0
         self._model: Any = None
-        self._failed = self._without_model(space, limit)
         self._fitted_on = (-1, -1)
         self._gain: float | None = None
         self._penalties: dict[int, np.ndarray] = {}
@@ -112,11 +134,6 @@ class BayesianOptimization(Strategy):
             # SMAC's import (seconds) runs while the initial design is compiled and timed; the first
             # fit waits for it, and fails inside propose()'s fallback if it failed
             self._model_module = import_in_background(f"{__package__}._smac_session")
-            points = np.asarray(space.points, dtype=float).reshape(len(space), len(space.names))
-            scale = np.array([max(1, len(v) - 1) for v in space.values], dtype=float)
-            self._numeric = np.array([space.is_numeric(d) for d in range(len(space.names))])
-            self._points = points
-            self._scaled = points / scale
 
     # -- proposals --------------------------------------------------------------------------
     def _next_in_order(self, state: BatchSearch) -> int | None:
@@ -128,13 +145,19 @@ class BayesianOptimization(Strategy):
         return None
 
     def propose(self, n: int, state: BatchSearch) -> list[int]:
+        # what the model steers (random fill while it cannot run yet, then its own proposals) is
+        # capped in flight, so that each proposal learns from most of the results before it
+        cap = n if self._max_in_flight is None else min(n, self._max_in_flight - len(state.pending))
         out: list[int] = []
         # warm start and initial design first; random candidates while the model cannot run yet
-        while len(out) < n and (self._failed or self._next < self._initial_len or not self._ready(state)):
+        while len(out) < n and (
+            self._failed or self._next < self._initial_len or (len(out) < cap and not self._ready(state))
+        ):
             index = self._next_in_order(state)
             if index is None:
                 return out
             out.append(index)
+        n = min(n, cap)
         if len(out) < n:
             try:
                 # the import's thread changes the warnings configuration until it ends: wait for it
