@@ -108,6 +108,22 @@ def test_ci_sized_replay_runs_the_real_strategies_through_the_batch_interface(pn
     assert "| pnpoly_RTX_3090 | bayesian | 16 | 2 |" in table
 
 
+def test_a_median_run_that_missed_the_budget_leaves_the_evaluations_target_undecided(pnpoly):
+    budget = replay.budget_evaluations(max(replay.BUDGETS), len(pnpoly.space))
+    job = replay.Job("p", "bayesian", 0, 16, noise=False)
+
+    def row(*evals):
+        outcomes = [replay.Outcome(job, {}, {0.05: e, 0.01: e}, budget, 0.0) for e in evals]
+        return replay.Row(pnpoly, "bayesian", 16, outcomes)
+
+    expected = pnpoly.random_expectation(0.05)  # 120 evaluations; the budget is 205
+    assert replay.evals_mark(row(10, 20, 30), 0.05) == " ✓"
+    assert replay.evals_mark(row(100, 110, 120), 0.05) == " ✗"  # reached, but later than a third
+    # the median run missed: its count (budget + 1) is only a bound, neither met nor failed
+    assert replay.evals_mark(row(10, None, None), 0.05) == " ?"
+    assert row(10, None, None).median_evals(0.05) == budget + 1 > expected / 3
+
+
 def test_synthetic_spaces_are_gpu_like_and_seeded():
     tiled = replay.synthetic("stencil", 2)
     assert tiled.space.names == ("block_x", "block_y", "tile_x", "tile_y", "memory", "unroll")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from typing import Any
 
 from ._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config
@@ -33,6 +34,15 @@ class EncodingError(ValueError):
 
 class DecodingError(ValueError):
     """Stored JSON does not describe a valid key or config."""
+
+
+_SHORT = reprlib.Repr()  # keyword arguments need Python 3.12
+_SHORT.maxstring = _SHORT.maxother = 80
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` cut to a readable length (a tensor in a key would print all its elements)."""
+    return _SHORT.repr(value)
 
 
 _TORCH_DTYPE = "torch.dtype"
@@ -62,7 +72,7 @@ def encode_value(value: Any) -> Any:
     item = getattr(value, "item", None)
     if callable(item) and type(value).__module__ == "numpy":
         return encode_value(item())
-    raise EncodingError(f"cannot store a value of type {type(value).__qualname__}: {value!r}")
+    raise EncodingError(f"cannot store a value of type {type(value).__qualname__}: {short_repr(value)}")
 
 
 def _dtype_name(value: Any) -> dict[str, str] | None:

@@ -16,6 +16,7 @@ from typing import Any
 from .. import _compat
 from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
+from ..codec import short_repr
 from ..measure import Benchmarker, KernelRecipe
 from ..measure.bench import QUANTILES
 from ..measure.launch import launch_kwargs
@@ -317,9 +318,9 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             warn_once(
                 DejavuStorageWarning,
                 self._name,
-                "%s: tuning key %r cannot be stored (%s); results for it stay in memory",
+                "%s: tuning key %s cannot be stored (%s); results for it stay in memory",
                 self._name,
-                key.values,
+                short_repr(key.values),
                 key.problem,
             )
         candidates_hash = self._configs_hash(candidates)
