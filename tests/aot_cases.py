@@ -1,9 +1,11 @@
 """A SPEC for the ``tune`` tests: an add kernel over six sizes whose best block depends on the size
-(a deterministic do_bench), and a case that kills its process while $TDL_TEST_CRASH_MARKER exists."""
+(a deterministic do_bench), a case that kills its process while $TDL_TEST_CRASH_MARKER exists, and
+a case list that Ray workers cannot load while that path with ``.hang`` or ``.fail`` appended exists."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +57,15 @@ def cases() -> list[tdl.TuneCase]:
 
 def cases_with_crash() -> list[tdl.TuneCase]:
     return [*cases()[:3], tdl.TuneCase("crash", crash), *cases()[3:]]
+
+
+def cases_workers_cannot_load() -> list[tdl.TuneCase]:
+    """The cases; in any process but $TDL_TEST_DRIVER_PID (the test's), loading them never ends
+    while the marker's ``.hang`` file exists, and raises while its ``.fail`` file exists."""
+    marker = os.environ.get("TDL_TEST_CRASH_MARKER", "")
+    if marker and str(os.getpid()) != os.environ.get("TDL_TEST_DRIVER_PID"):
+        if Path(marker + ".fail").exists():
+            raise RuntimeError("this SPEC cannot be loaded here")
+        while Path(marker + ".hang").exists():
+            time.sleep(0.2)
+    return cases()

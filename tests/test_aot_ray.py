@@ -4,6 +4,9 @@ file bytes and merged; a lost task is reported and a re-run completes it. Skippe
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +29,7 @@ def crash_marker(tmp_path_factory):
     marker = tmp_path_factory.mktemp("ray") / "crash"
     mp = pytest.MonkeyPatch()
     mp.setenv("TDL_TEST_CRASH_MARKER", str(marker))
+    mp.setenv("TDL_TEST_DRIVER_PID", str(os.getpid()))
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     yield marker
     ray.shutdown()
@@ -65,3 +69,48 @@ def test_a_cluster_without_gpus_is_an_error_not_a_hang(crash_marker, monkeypatch
     err = capsys.readouterr().err
     assert "no GPU" in err and "--num-gpus" in err
     assert not (tmp_path / "root").exists() or not any((tmp_path / "root").rglob("*.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trouble", ["hang", "fail"])
+def test_workers_that_cannot_start_are_dropped_and_the_run_ends(crash_marker, capsys, tmp_path, trouble):
+    # both workers (one per GPU) hang or fail while loading the SPEC: the run ends after the start
+    # timeout with every case lost and the reason, instead of waiting forever
+    blocker = Path(f"{crash_marker}.{trouble}")
+    blocker.touch()
+    before = set(Path(tempfile.gettempdir()).glob("tdl-ray-tune-*"))
+    root = tmp_path / "root"
+    argv = ["tune", f"{SPEC}:cases_workers_cannot_load", "--root", str(root), "--ray", "--json"]
+    try:
+        assert cli.main([*argv, "--ray-start-timeout", "8"]) == 1
+    finally:
+        blocker.unlink()
+    report = report_of(capsys.readouterr().out)
+    assert set(statuses(report).values()) == {"lost"}
+    assert all("no Ray worker could start" in c["error"] for c in report["cases"])
+    assert len(report["errors"]) == 2 and all("did not start" in e for e in report["errors"])
+    assert set(Path(tempfile.gettempdir()).glob("tdl-ray-tune-*")) <= before  # nothing left behind
+    if trouble == "hang":
+        assert all("not ready within 8 s" in e for e in report["errors"])
+    else:
+        assert all("cannot be loaded here" in e for e in report["errors"]), report["errors"]
+    # the dropped workers gave their GPUs back: the same run now tunes everything
+    assert cli.main(argv) == 0
+    assert set(statuses(report_of(capsys.readouterr().out)).values()) == {"tuned"}
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == list(SIZES)
+
+
+@pytest.mark.slow
+def test_workers_waiting_for_a_gpu_that_is_taken_do_not_hold_the_run(
+    crash_marker, monkeypatch, capsys, tmp_path
+):
+    # Ray counts 4 GPUs (say 2 are held by another job): 2 of the 4 workers can never be placed; the
+    # 2 that start take every batch, and the run ends without waiting for the other 2
+    real = ray.cluster_resources
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {**real(), "GPU": 4.0})
+    root = tmp_path / "root"
+    argv = ["tune", f"{SPEC}:cases", "--root", str(root), "--ray", "--json"]
+    assert cli.main(argv) == 0
+    report = report_of(capsys.readouterr().out)
+    assert set(statuses(report).values()) == {"tuned"} and not report["errors"]
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == list(SIZES)

@@ -21,6 +21,7 @@ import dataclasses
 import datetime as _dt
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -36,6 +37,7 @@ from ..tuner import misses as miss_log
 from . import dejavu_import, diff, heuristic
 from .aot import command as aot
 from .aot.case import SpecError
+from .aot.ray_backend import START_TIMEOUT_S
 
 PROG = "triton-dejavu-like"
 
@@ -635,6 +637,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         ray=args.ray is not None,
         ray_address=args.ray or None,
         batch_size=args.batch_size,
+        ray_start_timeout_s=args.ray_start_timeout,
         export=Path(args.export).expanduser() if args.export else None,
     )
     try:
@@ -657,6 +660,16 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:  # also NaN
+        raise argparse.ArgumentTypeError(f"not a number > 0: {text!r}")
     return value
 
 
@@ -919,6 +932,14 @@ def _add_tuning_commands(
         type=positive_int,
         default=1,
         help="cases handed to a Ray worker at a time (default 1)",
+    )
+    p.add_argument(
+        "--ray-start-timeout",
+        type=positive_float,
+        default=START_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"drop a Ray worker not started by then: no free GPU for it, or the SPEC fails there "
+        f"(default {START_TIMEOUT_S:g})",
     )
     p.add_argument(
         "--export", metavar="DIR", help="also write this SPEC's kernels' results to a storage root DIR"

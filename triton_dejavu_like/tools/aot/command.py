@@ -17,6 +17,7 @@ from ... import _env
 from ...store import inventory
 from . import pool
 from .case import load_cases
+from .ray_backend import START_TIMEOUT_S
 from .run import CaseResult, run_case
 
 
@@ -29,6 +30,7 @@ class TuneRequest:
     ray: bool = False
     ray_address: str | None = None
     batch_size: int = 1  # cases handed to a Ray worker at a time
+    ray_start_timeout_s: float = START_TIMEOUT_S  # a Ray worker not started by then is dropped
     export: Path | None = None
 
 
@@ -119,13 +121,14 @@ def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
         if request.ray:
             from .ray_backend import run_on_ray
 
-            results, problems = run_on_ray(
+            results, problems, errors = run_on_ray(
                 request.spec,
                 names,
                 request.root,
                 progress,
                 address=request.ray_address,
                 batch_size=request.batch_size,
+                start_timeout_s=request.ray_start_timeout_s,
             )
         elif request.gpus or request.workers:
             slots = pool.gpu_slots(request.gpus) if request.gpus else pool.cpu_slots(request.workers or 1)

@@ -8,6 +8,8 @@ results and the bytes of the cache files the batch used: the driver parses and v
 bytes like any file read from disk (nothing is unpickled from a store) and merges them into the
 target as each batch ends. An actor that dies (its process or node) loses its batch, reported
 "lost"; a new actor takes its place while batches remain, and the other batches' results are kept.
+An actor must answer ``ready()`` within a start timeout (placed on a GPU, the SPEC loaded) or it is
+dropped with an error; with no actor left, the batches not run are reported lost: the run ends.
 The SPEC (its file or module) must be importable where the actors run: the same path on every node,
 or shipped with Ray's ``runtime_env`` (``working_dir``, ``py_modules``).
 """
@@ -18,6 +20,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,29 +33,43 @@ from .case import load_cases
 from .pool import worker_pythonpath
 from .run import CaseResult, run_case
 
+#: Seconds a Ray worker may take to start (placed on a GPU, the SPEC loaded) before it is dropped.
+START_TIMEOUT_S = 300.0
+
 
 class RayUnavailable(RuntimeError):
     """Ray is not installed (the ``distributed`` extra), or the cluster cannot be reached."""
 
 
 class CaseRunner:
-    """A Ray actor's state: the SPEC's cases and a temporary storage root seeded with ``known``."""
+    """A Ray actor's state: the SPEC's cases and, from its first batch on, a temporary storage root
+    seeded with ``known`` (an actor dropped before it got work leaves no directory behind)."""
 
     def __init__(self, spec: str, known: dict[str, bytes]) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="tdl-ray-tune-"))
-        merging.seed(self.root, known)
         self.cases = {case.name: case for case in load_cases(spec)}
+        self.known: dict[str, bytes] | None = known
+        self.root: Path | None = None
         self.where = f"ray node {os.uname().nodename} pid {os.getpid()}"
+
+    def ready(self) -> str:
+        """Answers once the actor runs (placed on a GPU, the SPEC loaded): where it runs."""
+        return self.where
 
     def run(self, names: Sequence[str]) -> dict[str, Any]:
         """Tune ``names``; ``{"results": [CaseResult JSON], "files": {relative path: bytes}}``."""
-        results = [run_case_named(self.cases, name, self.root, self.where) for name in names]
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="tdl-ray-tune-"))
+            merging.seed(self.root, self.known or {})
+            self.known = None
+        root = self.root
+        results = [run_case_named(self.cases, name, root, self.where) for name in names]
         used = sorted({f for r in results for f in r.files})
-        files = {f: (self.root / f).read_bytes() for f in used if (self.root / f).is_file()}
+        files = {f: (root / f).read_bytes() for f in used if (root / f).is_file()}
         return {"results": [r.to_json() for r in results], "files": files}
 
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def run_case_named(cases: dict[str, Any], name: str, root: Path, worker: str) -> CaseResult:
@@ -80,9 +97,14 @@ def run_on_ray(
     *,
     address: str | None = None,
     batch_size: int = 1,
-) -> tuple[list[CaseResult], list[inventory.Problem]]:
+    start_timeout_s: float = START_TIMEOUT_S,
+) -> tuple[list[CaseResult], list[inventory.Problem], list[str]]:
     """Run the cases on Ray (connecting to ``address``, or the running/a new local cluster when
-    None; a program that called ``ray.init`` itself keeps its connection) and merge into ``target``."""
+    None; a program that called ``ray.init`` itself keeps its connection) and merge into ``target``.
+
+    Returns the results, the problems of the merged files, and errors: workers that did not start
+    within ``start_timeout_s`` (the cluster cannot place them, or the SPEC does not load there) are
+    dropped with an error, and if none is left the cases not run are reported lost."""
     try:
         import ray
     except ImportError as exc:
@@ -105,16 +127,61 @@ def run_on_ray(
     )
     known = ray.put(merging.read_tree(target))
     todo = deque(batches(names, batch_size))
-    idle = [actor.remote(spec, known) for _ in range(min(gpus, len(todo)))]
-    running: dict[Any, tuple[Any, list[str]]] = {}  # answer ref -> (actor, batch)
+    idle: list[Any] = []
+    # answer ref -> (actor, its batch; None while the actor starts: the ref is its ready() call)
+    running: dict[Any, tuple[Any, list[str] | None]] = {}
+    deadlines: dict[Any, float] = {}  # ready() ref -> when its actor counts as unable to start
     results: list[CaseResult] = []
     problems: list[inventory.Problem] = []
+    errors: list[str] = []
+
+    def start_one() -> None:
+        runner = actor.remote(spec, known)
+        ref = runner.ready.remote()
+        running[ref] = (runner, None)
+        deadlines[ref] = time.monotonic() + start_timeout_s
+
+    def not_started(ref: Any, why: str) -> None:
+        runner, _ = running.pop(ref)
+        del deadlines[ref]
+        ray.kill(runner)
+        errors.append(f"a Ray worker did not start: {why}")
+
+    for _ in range(min(gpus, len(todo))):
+        start_one()
     try:
-        while todo or running:
+        while todo or any(batch is not None for _, batch in running.values()):
             while todo and idle:
                 runner, batch = idle.pop(), todo.popleft()
                 running[runner.run.remote(batch)] = (runner, batch)
-            (ref,), _ = ray.wait(list(running), num_returns=1)
+            if not running:  # every worker failed to start: nothing will run what is left
+                why = f"not run: no Ray worker could start ({errors[-1] if errors else 'none was started'})"
+                got = [CaseResult(name, "lost", error=why, worker="ray") for b in todo for name in b]
+                todo.clear()
+                for result in got:
+                    on_result(result)
+                results += got
+                break
+            wait_s = min((d - time.monotonic() for d in deadlines.values()), default=None)
+            done, _ = ray.wait(
+                list(running), num_returns=1, timeout=None if wait_s is None else max(0.0, wait_s)
+            )
+            if not done:  # a starting worker is overdue: the cluster cannot place it, or it hangs
+                now = time.monotonic()
+                for ref in [r for r, d in deadlines.items() if d <= now]:
+                    not_started(ref, f"not ready within {start_timeout_s:g} s (no free GPU for it?)")
+                continue
+            (ref,) = done
+            if running[ref][1] is None:  # a worker finished starting, or failed to
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    # Ray's message ends with the exception the actor's __init__ raised
+                    not_started(ref, (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300])
+                else:
+                    del deadlines[ref]
+                    idle.append(running.pop(ref)[0])
+                continue
             runner, batch = running.pop(ref)
             try:
                 answer = ray.get(ref)
@@ -127,16 +194,22 @@ def run_on_ray(
             except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
                 why = f"Ray task lost: {type(exc).__name__}: {first}"
-                got = [CaseResult(name, "lost", error=why, worker="ray") for name in batch]
+                got = [CaseResult(name, "lost", error=why, worker="ray") for name in batch or ()]
                 ray.kill(runner)
                 if todo:  # its GPU is free again: a fresh worker takes the next batch
-                    idle.append(actor.remote(spec, known))
+                    start_one()
             for result in got:
                 on_result(result)
             results += got
     finally:
-        for runner in [*idle, *(r for r, _ in running.values())]:
+        # a worker still starting may never start (no GPU for it): only one that answered is closed
+        answered = (
+            set(ray.wait(list(deadlines), num_returns=len(deadlines), timeout=0)[0]) if deadlines else set()
+        )
+        started = [*idle, *(r for ref, (r, batch) in running.items() if batch is not None or ref in answered)]
+        for runner in started:
             with contextlib.suppress(ray.exceptions.RayError):  # a lost worker has nothing to clean
                 ray.get(runner.close.remote(), timeout=60)
+        for runner in [*idle, *(r for r, _ in running.values())]:
             ray.kill(runner)
-    return results, problems
+    return results, problems, errors
