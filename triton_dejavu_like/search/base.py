@@ -303,7 +303,8 @@ class BatchSearch:
         self._measured_in_attempt = 0
         self._best_value_attempt = math.inf
         self._last_improvement = 0
-        self._anchor: int | None = None
+        # with POLISH, the neighbours of the candidate that last improved the best by IMPROVEMENT
+        self._polish_around: list[int] = []
         self._attempt_over = False
         t = time.perf_counter()
         self.strategy.start(self.space, self.warm_start, self.seed + self.attempt, self.limit)
@@ -358,18 +359,15 @@ class BatchSearch:
             return True
         if not (self.adaptive and self.stalled()):
             return False
-        best = self._anchor if POLISH else None
-        if best is not None:  # the best's untried neighbours first
-            fresh = [
-                i for i in self.space.neighbours(best) if i not in self.results and i not in self.pending
-            ]
-            self._polishing = fresh
+        # the best's untried neighbours first
+        self._polishing = [i for i in self._polish_around if i not in self.results and i not in self.pending]
         return not self._polishing
 
     def _polish_pending(self) -> bool:
         """A stalled search waits for the best's neighbours still being measured: one may improve."""
-        best = self._anchor if POLISH and self.adaptive and not self._limit_reached() else None
-        return best is not None and any(i in self.pending for i in self.space.neighbours(best))
+        if not self.adaptive or self._limit_reached():
+            return False
+        return any(i in self.pending for i in self._polish_around)
 
     def _advance(self) -> bool:
         """Whether new work may be handed out now (restarting an attempt if the budget says so)."""
@@ -463,7 +461,8 @@ class BatchSearch:
             self._best_value = value
         if value < self._best_value_attempt * (1 - IMPROVEMENT):
             self._last_improvement = self._measured_in_attempt
-            self._anchor = index  # the best by a margin: ties and noise do not move it
+            if POLISH:  # the best by a margin: ties and noise do not move the polish
+                self._polish_around = self.space.neighbours(index)
         self._best_value_attempt = min(self._best_value_attempt, value)
 
 
