@@ -125,91 +125,136 @@ def run_on_ray(
     actor = ray.remote(num_gpus=1, max_restarts=0, max_task_retries=0)(CaseRunner).options(
         runtime_env={"env_vars": worker_env()}
     )
-    known = ray.put(merging.read_tree(target))
-    todo = deque(batches(names, batch_size))
-    idle: list[Any] = []
-    # answer ref -> (actor, its batch; None while the actor starts: the ref is its ready() call)
-    running: dict[Any, tuple[Any, list[str] | None]] = {}
-    deadlines: dict[Any, float] = {}  # ready() ref -> when its actor counts as unable to start
-    results: list[CaseResult] = []
-    problems: list[inventory.Problem] = []
-    errors: list[str] = []
-
-    def start_one() -> None:
-        runner = actor.remote(spec, known)
-        ref = runner.ready.remote()
-        running[ref] = (runner, None)
-        deadlines[ref] = time.monotonic() + start_timeout_s
-
-    def not_started(ref: Any, why: str) -> None:
-        runner, _ = running.pop(ref)
-        del deadlines[ref]
-        ray.kill(runner)
-        errors.append(f"a Ray worker did not start: {why}")
-
-    for _ in range(min(gpus, len(todo))):
-        start_one()
+    scheduler = _Scheduler(ray, actor, spec, target, on_result, start_timeout_s)
+    scheduler.todo.extend(batches(names, batch_size))
+    for _ in range(min(gpus, len(scheduler.todo))):
+        scheduler.start_one()
     try:
-        while todo or any(batch is not None for _, batch in running.values()):
-            while todo and idle:
-                runner, batch = idle.pop(), todo.popleft()
-                running[runner.run.remote(batch)] = (runner, batch)
-            if not running:  # every worker failed to start: nothing will run what is left
-                why = f"not run: no Ray worker could start ({errors[-1] if errors else 'none was started'})"
-                got = [CaseResult(name, "lost", error=why, worker="ray") for b in todo for name in b]
-                todo.clear()
-                for result in got:
-                    on_result(result)
-                results += got
-                break
-            wait_s = min((d - time.monotonic() for d in deadlines.values()), default=None)
-            done, _ = ray.wait(
-                list(running), num_returns=1, timeout=None if wait_s is None else max(0.0, wait_s)
+        scheduler.run()
+    finally:
+        scheduler.shut_down()
+    return scheduler.results, scheduler.problems, scheduler.errors
+
+
+class _Scheduler:
+    """One ``run_on_ray``: starts actors, hands each started one its next batch, merges answers.
+
+    ``running`` maps each awaited reference to its actor and batch; the batch is None while the
+    actor starts (the reference is its ``ready()`` call, due by ``deadlines[ref]``)."""
+
+    def __init__(
+        self,
+        ray: Any,
+        actor: Any,
+        spec: str,
+        target: Path,
+        on_result: Callable[[CaseResult], None],
+        start_timeout_s: float,
+    ) -> None:
+        self.ray, self.actor, self.spec, self.target = ray, actor, spec, target
+        self.on_result, self.start_timeout_s = on_result, start_timeout_s
+        self.known = ray.put(merging.read_tree(target))
+        self.todo: deque[list[str]] = deque()
+        self.idle: list[Any] = []
+        self.running: dict[Any, tuple[Any, list[str] | None]] = {}
+        self.deadlines: dict[Any, float] = {}
+        self.results: list[CaseResult] = []
+        self.problems: list[inventory.Problem] = []
+        self.errors: list[str] = []
+
+    def start_one(self) -> None:
+        runner = self.actor.remote(self.spec, self.known)
+        ref = runner.ready.remote()
+        self.running[ref] = (runner, None)
+        self.deadlines[ref] = time.monotonic() + self.start_timeout_s
+
+    def run(self) -> None:
+        while self.todo or any(batch is not None for _, batch in self.running.values()):
+            while self.todo and self.idle:
+                runner, batch = self.idle.pop(), self.todo.popleft()
+                self.running[runner.run.remote(batch)] = (runner, batch)
+            if not self.running:  # every worker failed to start: nothing will run what is left
+                last = self.errors[-1] if self.errors else "none was started"
+                self._lose([n for b in self.todo for n in b], f"not run: no Ray worker could start ({last})")
+                self.todo.clear()
+                return
+            wait_s = min((d - time.monotonic() for d in self.deadlines.values()), default=None)
+            done, _ = self.ray.wait(
+                list(self.running), num_returns=1, timeout=None if wait_s is None else max(0.0, wait_s)
             )
             if not done:  # a starting worker is overdue: the cluster cannot place it, or it hangs
                 now = time.monotonic()
-                for ref in [r for r, d in deadlines.items() if d <= now]:
-                    not_started(ref, f"not ready within {start_timeout_s:g} s (no free GPU for it?)")
+                for ref in [r for r, d in self.deadlines.items() if d <= now]:
+                    self._not_started(
+                        ref, f"not ready within {self.start_timeout_s:g} s (no free GPU for it?)"
+                    )
                 continue
             (ref,) = done
-            if running[ref][1] is None:  # a worker finished starting, or failed to
-                try:
-                    ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    # Ray's message ends with the exception the actor's __init__ raised
-                    not_started(ref, (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300])
-                else:
-                    del deadlines[ref]
-                    idle.append(running.pop(ref)[0])
-                continue
-            runner, batch = running.pop(ref)
-            try:
-                answer = ray.get(ref)
-                got = [CaseResult.from_json(r) for r in answer["results"]]
-                files = answer["files"]
-                if not all(isinstance(k, str) and isinstance(v, bytes) for k, v in files.items()):
-                    raise TypeError("the worker returned cache files that are not bytes")
-                problems += merging.merge_bytes(target, files, f"ray worker {ref.hex()[:12]}")
-                idle.append(runner)
-            except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                first = (str(exc).strip().splitlines() or [""])[0][:300]
-                why = f"Ray task lost: {type(exc).__name__}: {first}"
-                got = [CaseResult(name, "lost", error=why, worker="ray") for name in batch or ()]
-                ray.kill(runner)
-                if todo:  # its GPU is free again: a fresh worker takes the next batch
-                    start_one()
-            for result in got:
-                on_result(result)
-            results += got
-    finally:
-        # a worker still starting may never start (no GPU for it): only one that answered is closed
-        answered = (
-            set(ray.wait(list(deadlines), num_returns=len(deadlines), timeout=0)[0]) if deadlines else set()
-        )
-        started = [*idle, *(r for ref, (r, batch) in running.items() if batch is not None or ref in answered)]
-        for runner in started:
+            runner, batch = self.running.pop(ref)
+            if batch is None:
+                self._started(ref, runner)
+            else:
+                self._answered(ref, runner, batch)
+
+    def _started(self, ref: Any, runner: Any) -> None:
+        """A worker finished starting, or failed to."""
+        del self.deadlines[ref]
+        try:
+            self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            # Ray's message ends with the exception the actor's __init__ raised
+            self.ray.kill(runner)
+            self.errors.append(f"a Ray worker did not start: {_line(exc, -1, type(exc).__name__)}")
+        else:
+            self.idle.append(runner)
+
+    def _not_started(self, ref: Any, why: str) -> None:
+        runner, _ = self.running.pop(ref)
+        del self.deadlines[ref]
+        self.ray.kill(runner)
+        self.errors.append(f"a Ray worker did not start: {why}")
+
+    def _answered(self, ref: Any, runner: Any, batch: list[str]) -> None:
+        ray = self.ray
+        try:
+            answer = ray.get(ref)
+            got = [CaseResult.from_json(r) for r in answer["results"]]
+            files = answer["files"]
+            if not all(isinstance(k, str) and isinstance(v, bytes) for k, v in files.items()):
+                raise TypeError("the worker returned cache files that are not bytes")
+            self.problems += merging.merge_bytes(self.target, files, f"ray worker {ref.hex()[:12]}")
+            self.idle.append(runner)
+        except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            ray.kill(runner)
+            self._lose(batch, f"Ray task lost: {type(exc).__name__}: {_line(exc, 0, '')}")
+            if self.todo:  # its GPU is free again: a fresh worker takes the next batch
+                self.start_one()
+            return
+        self._report(got)
+
+    def _lose(self, names: Sequence[str], why: str) -> None:
+        self._report([CaseResult(name, "lost", error=why, worker="ray") for name in names])
+
+    def _report(self, got: list[CaseResult]) -> None:
+        for result in got:
+            self.on_result(result)
+        self.results += got
+
+    def shut_down(self) -> None:
+        """Close (remove its temporary root) and kill every actor; a worker still starting may never
+        start (no GPU for it), so only one that answered is asked to close."""
+        ray = self.ray
+        starting = list(self.deadlines)
+        answered = set(ray.wait(starting, num_returns=len(starting), timeout=0)[0]) if starting else set()
+        busy = [r for ref, (r, batch) in self.running.items() if batch is not None or ref in answered]
+        for runner in [*self.idle, *busy]:
             with contextlib.suppress(ray.exceptions.RayError):  # a lost worker has nothing to clean
                 ray.get(runner.close.remote(), timeout=60)
-        for runner in [*idle, *(r for r, _ in running.values())]:
+        for runner in [*self.idle, *(r for r, _ in self.running.values())]:
             ray.kill(runner)
-    return results, problems, errors
+
+
+def _line(exc: BaseException, which: int, empty: str) -> str:
+    """One line of an exception's message (Ray's span many; ``empty`` if it has none), cut to 300
+    characters."""
+    return (str(exc).strip().splitlines() or [empty])[which][:300]
