@@ -565,7 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = sorted(args.data.glob("*.json.gz"))
     names = [str(f) for f in files] + (list(SYNTHETIC) if args.synthetic else [])
     if args.only:
+        extra = [o for o in args.only if o.startswith("synthetic:") and o not in names]  # any seed
         names = [p for p in names if Path(p).name.removesuffix(".json.gz") in args.only or p in args.only]
+        names += extra
     elif not args.full:
         names = [p for p in names if Path(p).name.startswith(("pnpoly", "convolution_RTX"))]
     if not names:

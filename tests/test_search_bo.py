@@ -225,6 +225,24 @@ def test_initial_design_size_rule():
     assert settings.initial_size(dimensions=6, max_evaluations=32, space_size=648) == 8  # a 5% budget
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_initial_design_ignores_the_order_of_categorical_values(seed):
+    """A categorical parameter (strings) has no order: listing its values otherwise must not change
+    which candidates the spread-out initial design picks (its distance is the local penalty's)."""
+    layouts = [f"layout{i}" for i in range(12)]
+    rows = list(itertools.product(layouts, [1, 2, 4], [32, 64]))
+    names = ["layout", "warps", "block"]
+    designs = []
+    for listed in (layouts, layouts[::-1], layouts[1::2] + layouts[::2]):
+        space = SearchSpace.from_table(names, [listed, [1, 2, 4], [32, 64]], rows)
+        assert not space.is_numeric(0) and space.is_numeric(1)
+        strategy = make_strategy("bayesian")
+        strategy.start(space, [], seed, limit=len(space))
+        designs.append(strategy._order[: strategy.n_initial])
+    assert len(designs[0]) == 6
+    assert designs[0] == designs[1] == designs[2]
+
+
 def test_smac_writes_nothing_outside_a_removed_temp_dir(tmp_path, monkeypatch):
     cwd = tmp_path / "cwd"
     tmp = tmp_path / "tmp"

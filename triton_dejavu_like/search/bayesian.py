@@ -81,6 +81,14 @@ def _expected_improvement(best: float, mean: np.ndarray, var: np.ndarray) -> np.
     return np.where(sigma > 0, np.maximum(ei, 0.0), np.maximum(gap, 0.0))
 
 
+def _squared_distance(a: np.ndarray, b: np.ndarray, numeric: np.ndarray) -> np.ndarray:
+    """The squared distance between points ``a`` and ``b`` (broadcast over leading axes): the scaled
+    difference of each numeric parameter, 1 for each categorical parameter that differs."""
+    diff = np.abs(a - b)
+    diff = np.where(numeric, diff, diff > 0)
+    return np.einsum("...j,...j->...", diff, diff)
+
+
 @dataclass
 class BayesianOptimization(Strategy):
     """SMAC's random forest, expected improvement and local penalisation over the candidates."""
@@ -95,7 +103,8 @@ class BayesianOptimization(Strategy):
 
     def _design(self, warm_start: Sequence[int], seed: int) -> list[int]:
         """Warm-start candidates, then a random order whose head is the initial design: with
-        ``design_tries`` > 1, the best spread (largest smallest distance) of that many random draws."""
+        ``design_tries`` > 1, the best spread (largest smallest distance, the local penalty's metric)
+        of that many random draws."""
         rng = np.random.default_rng(seed)
         rest = rng.permutation(len(self.space)).tolist()
         if self.config.design_tries > 1 and self._scaled is not None and len(self.space) > self.n_initial:
@@ -103,7 +112,7 @@ class BayesianOptimization(Strategy):
             for _ in range(self.config.design_tries):
                 pick = rng.choice(len(self.space), self.n_initial, replace=False)
                 x = self._scaled[pick]
-                d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+                d = _squared_distance(x[:, None, :], x[None, :, :], self._numeric)
                 d[np.diag_indices(len(pick))] = np.inf
                 if d.min() > spread:
                     best, spread = pick.tolist(), float(d.min())
@@ -216,9 +225,8 @@ class BayesianOptimization(Strategy):
         parameters (categorical ones differ by 1 or 0); kept while ``index`` is pending."""
         cached = self._penalties.get(index)
         if cached is None:
-            diff = np.abs(self._scaled - self._scaled[index])
-            diff[:, ~self._numeric] = diff[:, ~self._numeric] > 0
-            cached = 1.0 - np.exp(-np.einsum("ij,ij->i", diff, diff) / self.config.penalty_length**2)
+            d2 = _squared_distance(self._scaled, self._scaled[index], self._numeric)
+            cached = 1.0 - np.exp(-d2 / self.config.penalty_length**2)
             self._penalties[index] = cached
         return cached
 
