@@ -229,6 +229,7 @@ def role_tune(spec: Json) -> Json:
         "best": config_dict(kernel.best_config),
         "best_ms": kernel.configs_timings[kernel.best_config][0],
         "top": [c for _, c in timed[:TOP]],
+        "stored_top": entry.get("top"),  # the finalists, with their careful-stage timings
         "max_error": problem.error(),
     }
 

@@ -124,7 +124,7 @@ def role(name: str, case_name: str, extra: dict) -> dict:
         ms = _first_call_ms(lambda: case.launch(case.kernel, inputs, **case.fixed_meta(config)))
         return {"ms": ms}
     if name == "careful":
-        policy = tdl.TimingPolicy(final_warmup_ms=25, final_ms=300)
+        policy = tdl.TimingPolicy(final_warmup_ms=25, final_ms=300, final_margin=0)  # every round
         bencher = tdl_bench.GpuBenchmarker(None, None, False, policy)
         calls = [lambda c=c: case.launch(case.kernel, inputs, **case.fixed_meta(c)) for c in case.configs]
         valid, medians = [], []

@@ -39,6 +39,38 @@ def quantiles_of(samples: Sequence[float], quantiles: Sequence[float]) -> list[f
     return out
 
 
+#: The careful stage checks whether the pick is settled after each of this many parts of its rounds.
+REFINE_STEPS = 4
+#: Two-sided normal quantile of that check's confidence (99%).
+REFINE_Z = 2.576
+
+
+def settled(samples: Sequence[Sequence[float]], margin: float, z: float = REFINE_Z) -> bool:
+    """Whether interleaved samples (one list per finalist, one sample per round) settle the pick.
+
+    The leader is the finalist with the best median. For every other finalist, the per-round
+    ratios of its time to the leader's (paired, so drift between rounds cancels) have a
+    distribution-free confidence interval for their median (order statistics ``n/2 -+ z sqrt(n)/2``):
+    settled when it lies above 1 (the other is slower) or within ``1 -+ margin`` (either pick is
+    within ``margin`` of the other).
+    """
+    medians = [quantiles_of(s, (0.5,))[0] for s in samples]
+    lead = samples[min(range(len(samples)), key=medians.__getitem__)]
+    for other in samples:
+        if other is lead:
+            continue
+        ratios = sorted(a / max(b, 1e-12) for a, b in zip(other, lead))
+        n = len(ratios)
+        if not n:
+            return False
+        half = z * math.sqrt(n) / 2
+        low = ratios[max(0, math.floor(n / 2 - half))]
+        high = ratios[min(n - 1, math.ceil(n / 2 + half))]
+        if not (low > 1.0 or (low > 1.0 - margin and high < 1.0 + margin)):
+            return False
+    return True
+
+
 def normalise(result: Any, n: int) -> list[float]:
     """A do_bench result as ``n`` floats: a single number is repeated, a sequence is taken as is."""
     if isinstance(result, (int, float)):
@@ -87,7 +119,11 @@ class TimingPolicy:
     """How the default GPU benchmarker spends its time (all durations in milliseconds).
 
     ``finalists`` candidates with the best screened median are re-measured; 0 times every
-    candidate in one stage with Triton's ``do_bench(warmup, rep)`` as upstream does.
+    candidate in one stage with Triton's ``do_bench(warmup, rep)`` as upstream does. The careful
+    stage runs up to ``final_ms`` of interleaved rounds per finalist, in quarters; after each
+    quarter it ends if the pick is settled (:func:`settled`): every other finalist slower than the
+    best one, or within ``final_margin`` of it, with 99% confidence. ``final_margin=0`` always runs
+    the full ``final_ms``.
     """
 
     screen_ms: float = 10.0
@@ -96,6 +132,7 @@ class TimingPolicy:
     final_warmup_ms: float = 10.0
     final_ms: float = 100.0
     final_max_runs: int = 1000
+    final_margin: float = 0.005
 
     def settings(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -217,7 +254,16 @@ class GpuBenchmarker(Benchmarker):
             for call in kernel_calls:
                 call()
         rounds = int(min(self.policy.final_max_runs, max(5, self.policy.final_ms / slowest)))
-        return [quantiles_of(samples, self.quantiles) for samples in self._timed(kernel_calls, rounds)]
+        margin = self.policy.final_margin
+        step = rounds if margin <= 0 else max(5, math.ceil(rounds / REFINE_STEPS))
+        samples: list[list[float]] = [[] for _ in kernel_calls]
+        while len(samples[0]) < rounds:
+            more = self._timed(kernel_calls, min(step, rounds - len(samples[0])))
+            for acc, new in zip(samples, more):
+                acc += new
+            if margin > 0 and settled(samples, margin):
+                break
+        return [quantiles_of(s, self.quantiles) for s in samples]
 
 
 def make_benchmarker(
