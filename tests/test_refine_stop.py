@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from triton_dejavu_like.measure.bench import REFINE_STEPS, GpuBenchmarker, TimingPolicy, settled
 
 
@@ -76,3 +78,9 @@ def test_no_margin_means_one_full_careful_stage():
     timer = StubTimer([0.21, 0.20, 0.30], noise=0.01, policy=policy)
     timer.refine_times()
     assert timer.requested == [int(policy.final_ms / 0.30)]
+
+
+def test_a_policy_that_cannot_work_is_refused_with_every_reason():
+    with pytest.raises(ValueError, match=r"finalists=-1 must be >= 0; final_margin=1\.5 must be in \[0, 1\)"):
+        TimingPolicy(final_margin=1.5, finalists=-1)
+    assert TimingPolicy(final_margin=0, finalists=0, final_ms=0).finalists == 0  # the limits themselves

@@ -134,6 +134,23 @@ class TimingPolicy:
     final_max_runs: int = 1000
     final_margin: float = 0.005
 
+    def __post_init__(self) -> None:
+        problems = [
+            f"{name}={getattr(self, name)!r} must be {what}"
+            for name, ok, what in (
+                ("screen_ms", self.screen_ms >= 0, ">= 0"),
+                ("screen_max_runs", self.screen_max_runs >= 1, ">= 1"),
+                ("finalists", self.finalists >= 0, ">= 0"),
+                ("final_warmup_ms", self.final_warmup_ms >= 0, ">= 0"),
+                ("final_ms", self.final_ms >= 0, ">= 0"),
+                ("final_max_runs", self.final_max_runs >= 1, ">= 1"),
+                ("final_margin", 0 <= self.final_margin < 1, "in [0, 1)"),
+            )
+            if not ok
+        ]
+        if problems:
+            raise ValueError(f"TimingPolicy: {'; '.join(problems)}")
+
     def settings(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
