@@ -10,15 +10,13 @@ from .base import (
     BatchSearch,
     Budget,
     BudgetExhausted,
-    SearchRun,
-    SearchSpace,
     Strategy,
-    drive,
-    drive_batched,
     exhaustive_is_cheaper,
 )
+from .drivers import SearchRun, drive, drive_batched
 from .exhaustive import Exhaustive
 from .random_search import RandomSearch
+from .space import SearchSpace
 
 BO_EXTRA_HINT = "pip install 'triton_dejavu_like[bo]'"
 

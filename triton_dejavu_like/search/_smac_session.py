@@ -16,7 +16,7 @@ import numpy as np
 from ConfigSpace import CategoricalHyperparameter, ConfigurationSpace, OrdinalHyperparameter
 from smac.model.random_forest import RandomForest
 
-from .base import SearchSpace
+from .space import SearchSpace
 
 __all__ = ["ForestModel"]
 

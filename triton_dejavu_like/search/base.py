@@ -5,26 +5,21 @@ A :class:`BatchSearch` hands out candidate indices (``ask(n)``) and takes back t
 compile workers busy. It is the one place where the budget is enforced: the share of the space, the
 wall time (checked before new work is handed out), the adaptive stop, and the restarts while nothing
 valid was found. Strategies only propose indices and learn from results (:class:`Strategy`); they
-never see configs, timers or storage.
-
-:class:`SearchRun` with :func:`drive` is the synchronous adapter (one measurement at a time through an
-objective function); :func:`drive_batched` runs a strategy with a number of measurements in flight
-(replays and tests).
+never see configs, timers or storage. The candidates and their grid are a
+:class:`~.space.SearchSpace`; :mod:`.drivers` runs a search against an objective function (the
+synchronous adapter, replays and tests).
 """
 
 from __future__ import annotations
 
 import math
-import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .._compat import CONFIG_FIELDS, Config
-
-Objective = Callable[[int], float]
+from .space import SearchSpace
 
 #: Default wall-time cap (s) of an adaptive search (``Budget(max_time_s=None)`` with a search strategy).
 DEFAULT_TIME_CAP_S = 180.0
@@ -119,101 +114,6 @@ class Budget:
                 "polish": POLISH,
             }
         return out
-
-
-def _sort_values(values: list[Any]) -> list[Any]:
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return sorted(values)
-    if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
-        return [None, *sorted(v for v in values if v is not None)]  # e.g. maxnreg: None, 128, 255
-    return values
-
-
-class SearchSpace:
-    """A list of candidates and the grid they lie on.
-
-    Each dimension is a Config field or meta-parameter whose value differs between candidates; its
-    values are sorted when they are numbers (so their order carries information for a model). A
-    point of the grid that is not a candidate is excluded (a condition, a pruning, the platform).
-    """
-
-    def __init__(
-        self,
-        candidates: Sequence[Any],
-        points: Sequence[tuple[Hashable, ...]],
-        names: Sequence[str],
-        values: Sequence[Sequence[Any]],
-    ) -> None:
-        if len(candidates) != len(points):
-            raise ValueError("one point per candidate")
-        self.candidates = list(candidates)
-        self.names = tuple(names)
-        self.values = tuple(tuple(v) for v in values)
-        self.points = [tuple(p) for p in points]
-        self._index = {p: i for i, p in enumerate(self.points)}
-
-    @classmethod
-    def from_configs(cls, configs: Sequence[Config]) -> SearchSpace:
-        rows = [_config_row(c) for c in configs]
-        names: list[str] = []
-        for row in rows:
-            names.extend(n for n in row if n not in names)
-        values: list[list[Any]] = []
-        kept: list[str] = []
-        for name in names:
-            seen: list[Any] = []
-            for row in rows:
-                v = row.get(name)
-                if v not in seen:
-                    seen.append(v)
-            if len(seen) > 1:
-                kept.append(name)
-                values.append(_sort_values(seen))
-        points = [tuple(vals.index(row.get(n)) for n, vals in zip(kept, values)) for row in rows]
-        return cls(configs, points, kept, values)
-
-    @classmethod
-    def from_table(
-        cls, names: Sequence[str], values: Sequence[Sequence[Any]], rows: Sequence[Sequence[Any]]
-    ) -> SearchSpace:
-        """A space given as rows of parameter values over a declared grid (replays, tests)."""
-        points = [tuple(vals.index(v) for vals, v in zip(values, row)) for row in rows]
-        return cls([tuple(r) for r in rows], points, names, values)
-
-    def __len__(self) -> int:
-        return len(self.candidates)
-
-    @property
-    def grid_size(self) -> int:
-        return math.prod(len(v) for v in self.values) if self.values else 1
-
-    def index_of(self, point: Sequence[int]) -> int | None:
-        return self._index.get(tuple(point))
-
-    def neighbours(self, index: int) -> list[int]:
-        """The candidates that differ from ``index`` in one parameter, by one step of its values."""
-        point = self.points[index]
-        out = []
-        for d, v in enumerate(point):
-            for step in (-1, 1):
-                if 0 <= v + step < len(self.values[d]):
-                    other = self._index.get((*point[:d], v + step, *point[d + 1 :]))
-                    if other is not None:
-                        out.append(other)
-        return out
-
-    def is_numeric(self, dim: int) -> bool:
-        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values[dim])
-
-    def value_of(self, index: int) -> dict[str, Any]:
-        return {n: self.values[d][self.points[index][d]] for d, n in enumerate(self.names)}
-
-
-def _config_row(config: Config) -> dict[str, Any]:
-    row: dict[str, Any] = {f"kwargs.{k}": v for k, v in config.kwargs.items()}
-    for name, default in CONFIG_FIELDS.items():
-        row[name] = getattr(config, name, default)
-    return row
 
 
 class Strategy(ABC):
@@ -464,94 +364,3 @@ class BatchSearch:
             if POLISH:  # the best by a margin: ties and noise do not move the polish
                 self._polish_around = self.space.neighbours(index)
         self._best_value_attempt = min(self._best_value_attempt, value)
-
-
-@dataclass
-class SearchRun:
-    """The synchronous adapter: one search whose candidates are measured through ``objective``.
-
-    :func:`drive` runs a strategy on it one measurement at a time (the tuner's current loop); the
-    budget is the :class:`BatchSearch`'s. ``evaluate`` measures one index directly (once)."""
-
-    space: SearchSpace
-    objective: Objective
-    budget: Budget = field(default_factory=Budget)
-    results: dict[int, float] = field(default_factory=dict)
-    order: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.limit = self.budget.max_evaluations(len(self.space))
-        self.search: BatchSearch | None = None
-
-    def measure(self, index: int) -> float:
-        value = float(self.objective(index))
-        if math.isnan(value):
-            value = math.inf
-        self.results[index] = value
-        self.order.append(index)
-        return value
-
-    def evaluate(self, index: int) -> float:
-        """The result of ``index``, measuring it if it was not (regardless of any strategy)."""
-        if not 0 <= index < len(self.space):
-            raise IndexError(f"candidate {index} out of range")
-        known = self.results.get(index)
-        return known if known is not None else self.measure(index)
-
-    @property
-    def found_valid(self) -> bool:
-        return any(math.isfinite(v) for v in self.results.values())
-
-    def best(self) -> int | None:
-        finite = [(v, i) for i, v in self.results.items() if math.isfinite(v)]
-        return min(finite)[1] if finite else None
-
-
-def drive(strategy: Strategy, run: SearchRun, warm_start: Sequence[int] = ()) -> SearchRun:
-    """Run a strategy on ``run`` one measurement at a time, within the run's budget."""
-    search = BatchSearch(strategy, run.space, run.budget, warm_start, known=run.results)
-    run.search = search
-    while True:
-        batch = search.ask(1)
-        if not batch:
-            break
-        index = batch[0]
-        try:
-            value = run.measure(index)
-        except BudgetExhausted:
-            break
-        search.tell(index, value)
-    return run
-
-
-def drive_batched(
-    strategy: Strategy,
-    space: SearchSpace,
-    budget: Budget,
-    evaluate: Objective,
-    batch_size: int = 16,
-    warm_start: Sequence[int] = (),
-    completion_seed: int | None = 0,
-) -> BatchSearch:
-    """Run a strategy with up to ``batch_size`` candidates in flight, as a compile pool would.
-
-    The search is asked to fill the free slots; one pending candidate completes at a time, chosen
-    at random (seeded by ``completion_seed``; None: the oldest first), so results arrive out of
-    order; then the free slot is refilled. ``evaluate`` raising :class:`BudgetExhausted` stops it.
-    """
-    search = BatchSearch(strategy, space, budget, warm_start)
-    rng = random.Random(completion_seed)
-    flight: list[int] = []
-    while True:
-        free = batch_size - len(flight)
-        if free > 0:
-            flight += search.ask(free)
-        if not flight:
-            break
-        index = flight.pop(0 if completion_seed is None else rng.randrange(len(flight)))
-        try:
-            value = evaluate(index)
-        except BudgetExhausted:
-            break
-        search.tell(index, value)
-    return search

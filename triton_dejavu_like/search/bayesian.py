@@ -22,8 +22,9 @@ import numpy as np
 
 from .._log import DejavuTuningWarning, warn_once
 from ._global_state import import_in_background, quiet_third_party
-from .base import BatchSearch, SearchSpace, Strategy, exhaustive_is_cheaper
+from .base import BatchSearch, Strategy, exhaustive_is_cheaper
 from .exhaustive import ordered
+from .space import SearchSpace
 
 log = logging.getLogger(__name__)
 

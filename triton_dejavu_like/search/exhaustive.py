@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import BatchSearch, SearchSpace, Strategy
+from .base import BatchSearch, Strategy
+from .space import SearchSpace
 
 
 def ordered(first: Sequence[int], rest: Sequence[int]) -> list[int]:
