@@ -84,3 +84,8 @@ def test_a_policy_that_cannot_work_is_refused_with_every_reason():
     with pytest.raises(ValueError, match=r"finalists=-1 must be >= 0; final_margin=1\.5 must be in \[0, 1\)"):
         TimingPolicy(final_margin=1.5, finalists=-1)
     assert TimingPolicy(final_margin=0, finalists=0, final_ms=0).finalists == 0  # the limits themselves
+
+
+def test_no_finalists_no_rounds():
+    timer = StubTimer([], noise=0.01, policy=TimingPolicy())
+    assert timer.refine([]) == [] and timer.requested == []

@@ -262,6 +262,8 @@ class GpuBenchmarker(Benchmarker):
         return quantiles_of(self._timed([kernel_call], runs)[0], quantiles)
 
     def refine(self, kernel_calls: Sequence[KernelCall]) -> list[list[float]]:
+        if not kernel_calls:
+            return []
         if self.use_cuda_graph or self.warmup is not None or self.rep is not None:
             return [self._upstream(call, self.quantiles) for call in kernel_calls]
         estimates = [self._estimate(call) for call in kernel_calls]
