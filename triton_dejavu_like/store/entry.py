@@ -75,9 +75,9 @@ class StoredEntry:
     def _parse(cls, kid: str, data: Any, parameters: Collection[str] | None) -> StoredEntry:
         if not isinstance(data, dict):
             raise InvalidEntry("an entry is not an object")
-        where = _non_finite_number(data)
-        if where is not None:  # kept as read and written back as JSON, which has no such numbers
-            raise InvalidEntry(f"a non-finite number at {where}")
+        for name, value in data.items():  # kept as read and written back as JSON, which has no such numbers
+            if _holds_non_finite(value):
+                raise InvalidEntry(f"a non-finite number in {name!s:.40}")
         key = decode_key(data.get("key"))
         if key_id(key) != kid:
             raise InvalidEntry("the entry's key does not match the name it is filed under")
@@ -191,22 +191,23 @@ def parse_timestamp(text: Any) -> _dt.datetime:
         raise InvalidEntry(f"tuned_at is outside the calendar in UTC: {text!r:.40}") from exc
 
 
-def _non_finite_number(data: Any) -> str | None:
-    """Where in ``data`` (parsed JSON) the first NaN or infinity is, as a path; None if nowhere.
+def _holds_non_finite(data: Any) -> bool:
+    """Whether ``data`` (parsed JSON) holds a NaN or an infinity anywhere.
 
     Such numbers arrive as the literals ``NaN`` and ``Infinity`` of a careless writer. Fields the
     entry does not interpret (``budget``, ``phases_s``, fields of newer versions) are kept as read,
     and a document holding one of these numbers cannot be written back."""
-    stack: list[tuple[str, Any]] = [("the entry", data)]
+    stack = [data]
     while stack:
-        where, value = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            return where
-        if isinstance(value, dict):
-            stack.extend((f"{where}.{name!s:.40}", item) for name, item in value.items())
+        value = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.values())
         elif isinstance(value, list):
-            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
-    return None
+            stack.extend(value)
+    return False
 
 
 def _finite_number(value: Any, what: str) -> float:
