@@ -8,7 +8,12 @@ The examples' own spaces are small (attention 4 configs, RMSNorm 8), so each cas
   605 kept (at most 512 fp32 scores per thread);
 - ``rmsnorm`` (examples/rmsnorm.py, 8192 x 4096 fp16): BLOCK_N {256..16384}, PROGRAMS {0 (one
   program per row), 1, 2, 4, 8 x SMs (persistent, with the counter-zeroing pre-hook)}, num_warps
-  {1..32}, num_stages {1,2,3}: 630 configs.
+  {1..32}, num_stages {1,2,3}: 630 configs;
+- ``matmul`` and ``matmul_skinny`` (examples/matmul.py, fp16, 4096x4096x4096 and 512x4096x1024): the
+  space of ``benchmarks/large_space.py``, BLOCK_M x BLOCK_N {32..256}^2 (no 256x256), BLOCK_K
+  {32,64,128}, GROUP_M {1,8}, num_warps {4,8} (8 only on tiles of at least 64x64), num_stages
+  {2..5}: 768 grid points, 648 kept. The skinny shape's space has a second basin (small tiles) that
+  the search can settle in.
 
 Every config is compiled first, in ``--jobs`` worker processes sharing one fresh Triton cache (the
 compile time recorded per config is its worker's ``JITFunction.warmup`` wall time, after one untimed
@@ -23,7 +28,8 @@ exceeds the GPU's resources when loaded (shared memory, registers) ``"InvalidCon
 fails at run time ``"RuntimeFailedConfig"``. Grid points removed by a condition are absent, as
 Kernel Tuner leaves out configs that fail its restrictions.
 
-    python benchmarks/measure_space.py --case attention rmsnorm --out-dir benchmarks/data/search-spaces
+    python benchmarks/measure_space.py --case attention rmsnorm matmul matmul_skinny \
+        --out-dir benchmarks/data/search-spaces
     python benchmarks/measure_space.py --tiny --out-dir /tmp      # interpreter, CPU tensors, seconds
 """
 
@@ -51,7 +57,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
-CASE_NAMES = ("attention", "rmsnorm")
+CASE_NAMES = ("attention", "rmsnorm", "matmul", "matmul_skinny")
+#: (M, N, K) per matmul case; the interpreter (--tiny) uses a small shape with ragged edges
+MATMUL_SHAPES = {"matmul": (4096, 4096, 4096), "matmul_skinny": (512, 4096, 1024)}
 Json = dict[str, Any]
 
 
@@ -79,13 +87,14 @@ class Case:
         return [p for p in grid if self.keep(p)]
 
 
-def _examples() -> tuple[Any, Any, Any]:
+def _examples() -> tuple[Any, Any, Any, Any]:
     sys.path.insert(0, str(EXAMPLES))
     import _common  # first: picks the GPU or the interpreter
     import attention
+    import matmul
     import rmsnorm
 
-    return _common, attention, rmsnorm
+    return _common, attention, rmsnorm, matmul
 
 
 def scores_fit(point: dict[str, Any]) -> bool:
@@ -94,8 +103,15 @@ def scores_fit(point: dict[str, Any]) -> bool:
     return point["BLOCK_M"] * point["BLOCK_N"] <= 512 * 32 * point["num_warps"]
 
 
+def matmul_tile_fits(point: dict[str, Any]) -> bool:
+    """large_space.py's conditions: no 256x256 fp32 accumulator (does not fit the register file), and
+    8 warps only on tiles of at least 64x64."""
+    tile = point["BLOCK_M"] * point["BLOCK_N"]
+    return tile < 256 * 256 and (point["num_warps"] == 4 or tile >= 64 * 64)
+
+
 def build_case(name: str, tiny: bool) -> Case:
-    common, attention, rmsnorm = _examples()
+    common, attention, rmsnorm, matmul = _examples()
     import torch
     import triton
 
@@ -186,6 +202,44 @@ def build_case(name: str, tiny: bool) -> Case:
             {**shape, "dtype": str(dtype).removeprefix("torch."), "sms": sms},
             gpu,
         )
+    if name in MATMUL_SHAPES:
+        M, N, K = (40, 32, 24) if tiny else MATMUL_SHAPES[name]
+        a = torch.randn((M, K), device=device, dtype=dtype, generator=gen)
+        b = torch.randn((K, N), device=device, dtype=dtype, generator=gen)
+        c = torch.empty((M, N), device=device, dtype=dtype)
+        if tiny:
+            params = {"BLOCK_M": [16, 32], "BLOCK_N": [16, 24], "BLOCK_K": [16], "GROUP_M": [1, 2],
+                      "num_warps": [4], "num_stages": [2]}  # fmt: skip
+        else:
+            params = {
+                "BLOCK_M": [32, 64, 128, 256],
+                "BLOCK_N": [32, 64, 128, 256],
+                "BLOCK_K": [32, 64, 128],
+                "GROUP_M": [1, 8],
+                "num_warps": [4, 8],
+                "num_stages": [2, 3, 4, 5],
+            }
+
+        def launch_matmul(meta: dict[str, Any], warmup: bool = False) -> None:
+            grid = (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+            strides = (*a.stride(), *b.stride(), *c.stride())
+            args = (a, b, c, M, N, K, *strides)
+            if warmup:
+                matmul.matmul_kernel.fn.warmup(*args, grid=grid, **meta)
+            else:
+                matmul.matmul_kernel.fn[grid](*args, **meta)
+
+        return Case(
+            name,
+            "matmul_kernel",
+            matmul.matmul_kernel.fn,
+            params,
+            matmul_tile_fits,
+            launch_matmul,
+            lambda p: None,
+            {"M": M, "N": N, "K": K, "dtype": str(dtype).removeprefix("torch.")},
+            gpu,
+        )
     raise ValueError(name)
 
 
@@ -199,7 +253,9 @@ _worker_case: Case | None = None
 SPARE: dict[str, dict[str, Any]] = {
     "attention": {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 6},
     "rmsnorm": {"BLOCK_N": 128, "PROGRAMS": 0, "num_warps": 4, "num_stages": 1},
+    "matmul": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 4, "num_stages": 1},
 }
+SPARE["matmul_skinny"] = SPARE["matmul"]
 
 
 def _worker_init(name: str, tiny: bool) -> None:
@@ -397,8 +453,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Triton cache: {os.environ['TRITON_CACHE_DIR']} "
         "(set TRITON_CACHE_DIR to choose one; it must start empty)"
     )
+    cache_root = os.environ["TRITON_CACHE_DIR"]
     for name in args.case:
         started = time.perf_counter()
+        # one empty cache per case: cases over one kernel (matmul, matmul_skinny) build the same
+        # binaries, and the second would otherwise record cache hits as its compile times
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(cache_root, name)
         case = build_case(name, args.tiny)
         doc = measure(case, args.jobs, args.repeats, args.tiny)
         device = re.sub(r"[^A-Za-z0-9]+", "_", doc["device_name"]).strip("_")
