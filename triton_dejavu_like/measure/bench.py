@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,22 @@ def quantiles_of(samples: Sequence[float], quantiles: Sequence[float]) -> list[f
         hi = min(lo + 1, n - 1)
         out.append(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
     return out
+
+
+def round_orders(n_calls: int, rounds: int, rng: random.Random) -> list[list[int]]:
+    """The order of the calls in each interleaved round: every call once per round, shuffled.
+
+    A fixed order lets a launch's position in the round bias its time: on an H100, four configs of a
+    13 us matmul timed in a fixed order came out 4-7% apart by position (the same four in reverse
+    order reversed the verdict), where shuffled rounds, one config at a time and CUDA graphs agreed
+    within 1-2% (``benchmarks/README.md``, 2026-11-25). Shuffled, the position adds noise to every
+    finalist alike instead of a bias to some."""
+    orders = []
+    for _ in range(rounds):
+        order = list(range(n_calls))
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
 
 
 #: The careful stage checks whether the pick is settled after each of this many parts of its rounds.
@@ -152,7 +169,9 @@ class TimingPolicy:
             raise ValueError(f"TimingPolicy: {'; '.join(problems)}")
 
     def settings(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields, and how the careful stage orders its rounds (results timed with a fixed order
+        were biased by position, so they are not restored as if measured this way)."""
+        return {**dataclasses.asdict(self), "round_order": "shuffled"}
 
 
 class Benchmarker:
@@ -205,6 +224,7 @@ class GpuBenchmarker(Benchmarker):
         self.warmup, self.rep, self.use_cuda_graph, self.policy = warmup, rep, use_cuda_graph, policy
         self.finalists = policy.finalists
         self._flush_buffer: Any = None
+        self._order_rng = random.Random(0)  # the rounds' orders: shuffled, the same in every process
 
     def _upstream(self, kernel_call: KernelCall, quantiles: Sequence[float]) -> list[float]:
         if self.use_cuda_graph:
@@ -227,7 +247,8 @@ class GpuBenchmarker(Benchmarker):
         self._flush_buffer.zero_()
 
     def _timed(self, calls: Sequence[KernelCall], rounds: int) -> list[list[float]]:
-        """``rounds`` L2-flushed launches of each call, interleaved; per-launch ms for each call."""
+        """``rounds`` L2-flushed launches of each call, interleaved in a shuffled order per round
+        (:func:`round_orders`); per-launch ms for each call, by round."""
         import torch
 
         events = [
@@ -237,12 +258,12 @@ class GpuBenchmarker(Benchmarker):
             ]
             for _ in calls
         ]
-        for r in range(rounds):
-            for c, call in enumerate(calls):
+        for r, order in enumerate(round_orders(len(calls), rounds, self._order_rng)):
+            for c in order:
                 self._flush()
                 start, end = events[c][r]
                 start.record()
-                call()
+                calls[c]()
                 end.record()
         torch.cuda.synchronize()
         return [[s.elapsed_time(e) for s, e in per_call] for per_call in events]
