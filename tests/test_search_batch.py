@@ -163,11 +163,13 @@ def test_adaptive_budget_stops_when_nothing_improves_and_explicit_share_does_not
     flat = lambda i: 1.0  # noqa: E731 - nothing ever improves after the first result
     search = drive_batched(make_strategy("random"), space, Budget(), flat, batch_size=1)
     stalled = 1 + base.PATIENCE_MIN  # the first result, then patience
-    untried = [i for i in space.neighbours(search.order[0]) if i not in search.order[:stalled]]
-    assert search.order[stalled:] == untried  # then the best's untried neighbours, and no more
+    top = search.order[: base.POLISH_TOP]  # the best few: equal times, so the earliest results
+    around = dict.fromkeys(n for i in top for n in space.neighbours(i))
+    untried = [i for i in around if i not in search.order[:stalled]]
+    assert search.order[stalled:] == untried  # then their untried neighbours, and no more
     batched = drive_batched(make_strategy("random"), space, Budget(), flat, batch_size=32)
     stalled = 1 + base.PATIENCE_BATCHES * 32 + 31  # patience, plus those in flight
-    assert stalled <= len(batched.results) <= stalled + 4
+    assert stalled <= len(batched.results) <= stalled + 4 * base.POLISH_TOP  # and the best few's neighbours
     assert set(space.neighbours(batched.order[0])) <= set(batched.results)
     improving = drive_batched(make_strategy("random"), space, Budget(), lambda i: 1000.0 - i, batch_size=1)
     assert len(improving.results) > base.PATIENCE_MIN
@@ -179,7 +181,7 @@ def test_adaptive_budget_stops_when_nothing_improves_and_explicit_share_does_not
     wide = drive_batched(make_strategy("random"), large, Budget(), flat, batch_size=1)
     stalled = 1 + math.ceil(base.PATIENCE_SPACE_SHARE * len(large))
     assert stalled > 1 + base.PATIENCE_MIN
-    assert stalled <= len(wide.results) <= stalled + 4  # and the first result's untried neighbours
+    assert stalled <= len(wide.results) <= stalled + 4 * base.POLISH_TOP  # and the best few's neighbours
 
 
 @pytest.mark.parametrize("batch", [1, 16])
@@ -197,6 +199,37 @@ def test_a_stalled_search_tries_the_best_candidates_neighbours_and_goes_on_if_on
     assert search.best() == target  # random search alone would find it with a chance of about 1 in 10
     assert set(space.neighbours(target)) <= set(search.results)  # polished around the new best too
     assert len(search.results) < len(space) // 2
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+def test_the_polish_also_tries_the_neighbours_of_the_runner_up(batch):
+    space = grid_space((30, 30))
+    arrived: list[int] = []
+
+    def objective(i):
+        arrived.append(i)
+        if len(arrived) == 1:
+            return 0.90  # the best, isolated
+        if len(arrived) == 2:
+            return 0.92  # within 5% of it: not an improvement, but one of the best few
+        return 0.80 if i == space.neighbours(arrived[1])[0] else 1.0
+
+    search = drive_batched(make_strategy("random"), space, Budget(seed=3), objective, batch)
+    assert search.best() == space.neighbours(arrived[1])[0]
+    assert len(search.results) < len(space) // 2
+
+
+def test_the_polish_of_a_plateau_ends():
+    """Each result a hair faster than the one before: the best few change at every result and never
+    by 1%, so the polish would follow them across the space without its cap."""
+    space = grid_space((40, 40))
+    count = iter(range(10**6))
+    search = drive_batched(
+        make_strategy("random"), space, Budget(seed=0), lambda i: 1.0 - 1e-6 * next(count), batch_size=1
+    )
+    patience = max(base.PATIENCE_MIN, math.ceil(base.PATIENCE_SPACE_SHARE * len(space)))
+    assert len(search.results) <= 1 + base.POLISH_MAX_PATIENCES * patience + 1
+    assert len(search.results) > 1 + patience  # the polish ran
 
 
 def test_small_spaces_are_measured_in_full_under_an_adaptive_budget():

@@ -12,6 +12,7 @@ synchronous adapter, replays and tests).
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from abc import ABC, abstractmethod
@@ -37,9 +38,15 @@ PATIENCE_SPACE_SHARE = 0.02
 NEGLIGIBLE_GAIN = 1e-3
 #: Adaptive stop: never before this many evaluations.
 MIN_EVALUATIONS = 32
-#: Adaptive stop: the best candidate's neighbours (one parameter one step away) are measured before
-#: a stall ends the search, so that a search never stops next to an untried better neighbour.
+#: Adaptive stop: before a stall ends the search, the untried neighbours (one parameter one step
+#: away) of the best ``POLISH_TOP`` results within ``POLISH_WITHIN`` of the best are measured, so that
+#: a search does not stop next to an untried better neighbour of one of its best few candidates.
 POLISH = True
+POLISH_TOP = 3
+POLISH_WITHIN = 0.05
+#: ... for at most this many patiences since the last improvement (polishing follows the best few
+#: as they change, which on a plateau of equal times could otherwise walk on for long).
+POLISH_MAX_PATIENCES = 2
 #: Spaces this small are measured in full under an adaptive budget (see :func:`exhaustive_is_cheaper`).
 EXHAUSTIVE_MAX = 64
 
@@ -111,7 +118,7 @@ class Budget:
                 "negligible_gain": NEGLIGIBLE_GAIN,
                 "min_evaluations": MIN_EVALUATIONS,
                 "exhaustive_max": EXHAUSTIVE_MAX,
-                "polish": POLISH,
+                "polish": [POLISH_TOP, POLISH_WITHIN, POLISH_MAX_PATIENCES] if POLISH else False,
             }
         return out
 
@@ -203,7 +210,7 @@ class BatchSearch:
         self._measured_in_attempt = 0
         self._best_value_attempt = math.inf
         self._last_improvement = 0
-        # with POLISH, the neighbours of the candidate that last improved the best by IMPROVEMENT
+        # with POLISH, once stalled: the neighbours of the best few results
         self._polish_around: list[int] = []
         self._attempt_over = False
         t = time.perf_counter()
@@ -232,7 +239,8 @@ class BatchSearch:
         until the last improvement, PATIENCE_SPACE_SHARE * space size)``), or the strategy expects
         less than ``NEGLIGIBLE_GAIN`` from its next proposal and nothing improved over the last
         ``max(16, batch)`` evaluations; never before ``MIN_EVALUATIONS`` evaluations in the attempt.
-        With ``POLISH``, a stalled search still measures the best candidate's neighbours first."""
+        With ``POLISH``, a stalled search still measures the best few candidates' neighbours first
+        (:meth:`_polish_candidates`)."""
         measured = self._measured_in_attempt
         if measured < MIN_EVALUATIONS or not math.isfinite(self._best_value_attempt):
             return False
@@ -240,13 +248,31 @@ class BatchSearch:
         gain = self.strategy.expected_gain()
         if gain is not None and gain < NEGLIGIBLE_GAIN and since >= max(16, self.batch_size):
             return True
-        patience = max(
+        return since >= self._patience()
+
+    def _patience(self) -> int:
+        return max(
             PATIENCE_MIN,
             PATIENCE_BATCHES * self.batch_size,
             math.ceil(PATIENCE_SHARE * self._last_improvement),
             math.ceil(PATIENCE_SPACE_SHARE * len(self.space)),
         )
-        return since >= patience
+
+    def _polish_candidates(self) -> list[int]:
+        """The untried neighbours of the ``POLISH_TOP`` best results within ``POLISH_WITHIN`` of the
+        best (ties: the earlier result), none once ``POLISH_MAX_PATIENCES`` patiences passed since the
+        last improvement. Recomputed at every stall, so a neighbour that joins the best few is
+        polished in turn (a local search among the best few, until their neighbourhoods are measured)."""
+        since = self._measured_in_attempt - self._last_improvement
+        if not POLISH or since >= POLISH_MAX_PATIENCES * self._patience():
+            return []
+        finite = [(v, i) for i, v in self.results.items() if math.isfinite(v)]
+        top = heapq.nsmallest(POLISH_TOP, finite, key=lambda item: item[0])
+        around = [
+            n for v, i in top if v <= self._best_value * (1 + POLISH_WITHIN) for n in self.space.neighbours(i)
+        ]
+        self._polish_around = list(dict.fromkeys(around))
+        return [i for i in self._polish_around if i not in self.results and i not in self.pending]
 
     def _limit_reached(self) -> bool:
         if self._attempt_over or self.open_count <= 0 or self.counted >= self.limit:
@@ -259,12 +285,11 @@ class BatchSearch:
             return True
         if not (self.adaptive and self.stalled()):
             return False
-        # the best's untried neighbours first
-        self._polishing = [i for i in self._polish_around if i not in self.results and i not in self.pending]
+        self._polishing = self._polish_candidates()  # the best few's untried neighbours first
         return not self._polishing
 
     def _polish_pending(self) -> bool:
-        """A stalled search waits for the best's neighbours still being measured: one may improve."""
+        """A stalled search waits for the best few's neighbours still being measured: one may improve."""
         if not self.adaptive or self._limit_reached():
             return False
         return any(i in self.pending for i in self._polish_around)
@@ -361,6 +386,4 @@ class BatchSearch:
             self._best_value = value
         if value < self._best_value_attempt * (1 - IMPROVEMENT):
             self._last_improvement = self._measured_in_attempt
-            if POLISH:  # the best by a margin: ties and noise do not move the polish
-                self._polish_around = self.space.neighbours(index)
         self._best_value_attempt = min(self._best_value_attempt, value)
