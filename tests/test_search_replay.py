@@ -147,3 +147,30 @@ def test_readme_section_is_replaced_and_other_sections_are_kept(tmp_path):
     fresh = tmp_path / "fresh.md"
     replay.write_section("## Search replay\n\nfirst", fresh)
     assert fresh.read_text().startswith("# Benchmarks\n\n## Search replay\n\nfirst")
+
+
+def _load_adaptive_replay():
+    path = BENCHMARK.with_name("adaptive_replay.py")
+    spec = importlib.util.spec_from_file_location("adaptive_replay", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_adaptive_replay_stops_by_the_rule_it_is_given():
+    adaptive = _load_adaptive_replay()
+    from triton_dejavu_like.search import base
+
+    shipped = {name: getattr(base, name) for name in ("PATIENCE_MIN", "PATIENCE_BATCHES")}
+    try:
+        space = "synthetic:stencil:2"
+        _, _, evaluations, fraction = adaptive.one_run((space, 0, {}, 1, "random"))
+        assert base.MIN_EVALUATIONS <= evaluations < 4096 and 0 < fraction <= 1
+        longer = {"PATIENCE_MIN": 4 * base.PATIENCE_MIN}
+        _, _, patient, _ = adaptive.one_run((space, 0, longer, 1, "random"))
+        assert patient > evaluations  # the same proposals until the first stall, which comes later
+    finally:
+        for name, value in shipped.items():  # one_run sets them in this process
+            setattr(base, name, value)
+    with pytest.raises(Exception, match="no constant"):
+        adaptive.parse_override("NO_SUCH_SETTING=3")
