@@ -85,17 +85,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         key = _names(arg_names, "key", key) or []
         reset_to_zero = _names(arg_names, "reset_to_zero", reset_to_zero)
         restore_value = _names(arg_names, "restore_value", restore_value)
-        if configs and config_space is not None:
-            raise ValueError("give either configs or config_space, not both")
-        if config_space is not None and not isinstance(config_space, ConfigSpace):
-            raise TypeError(f"config_space must be a ConfigSpace, got {type(config_space).__name__}")
-        _check_config_parameters(
-            _compat.python_function(fn).__name__,
-            arg_names,
-            [config_space.kwargs_with_lists]
-            if config_space is not None
-            else [c.kwargs for c in configs or ()],
-        )
+        _check_configs(fn, arg_names, configs, config_space)
         if settings is None:
             settings = TunerSettings.from_arguments(
                 {"warmup": warmup, "rep": rep, "use_cuda_graph": use_cuda_graph, "do_bench": do_bench}
@@ -118,11 +108,15 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         )
         _compat.disable_upstream_disk_cache(self)
         if config_space is not None:
-            self._configs_list = None  # listed on the machine that runs it, at first use
+            self._configs_list = None  # upstream's __init__ set its default config list: listed at first use
         if not pre_hook and (self.reset_to_zero or self.restore_value):
             self.pre_hook = self._default_pre_hook
         if not post_hook and self.restore_value:
             self.post_hook = self._default_post_hook
+        self._init_state(arg_names, key, settings)
+
+    def _init_state(self, arg_names: list[str], key: list[str], settings: TunerSettings) -> None:
+        """Upstream's result attributes, the hot path's table and the helpers a miss uses."""
         self.restore_copies: dict[str, Any] = {}
         self.bench_time = 0.0
         self.configs_timings: dict[Config, list[float]] = {}
@@ -431,6 +425,21 @@ def _names(arg_names: list[str], what: str, names: Sequence[str] | str | None) -
             f"Valid argument names are: {', '.join(arg_names)}."
         )
     return names
+
+
+def _check_configs(
+    fn: Any, arg_names: list[str], configs: Sequence[Config] | None, config_space: ConfigSpace | None
+) -> None:
+    """A config list or a ``ConfigSpace`` (not both), whose parameters are not kernel arguments."""
+    if configs and config_space is not None:
+        raise ValueError("give either configs or config_space, not both")
+    if config_space is not None and not isinstance(config_space, ConfigSpace):
+        raise TypeError(f"config_space must be a ConfigSpace, got {type(config_space).__name__}")
+    _check_config_parameters(
+        _compat.python_function(fn).__name__,
+        arg_names,
+        [config_space.kwargs_with_lists] if config_space is not None else [c.kwargs for c in configs or ()],
+    )
 
 
 def _check_config_parameters(kernel: str, arg_names: list[str], parameters: list[Iterable[str]]) -> None:
