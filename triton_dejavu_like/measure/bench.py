@@ -44,7 +44,7 @@ def round_orders(n_calls: int, rounds: int, rng: random.Random) -> list[list[int
     """The order of the calls in each interleaved round: every call once per round, shuffled.
 
     A fixed order lets a launch's position in the round bias its time: on an H100, four configs of a
-    13 us matmul timed in a fixed order came out 4-7% apart by position (the same four in reverse
+    13 us matmul timed in a fixed order came out 3-4% apart by position (the same four in reverse
     order reversed the verdict), where shuffled rounds, one config at a time and CUDA graphs agreed
     within 1-2% (``benchmarks/README.md``, 2026-11-25). Shuffled, the position adds noise to every
     finalist alike instead of a bias to some."""
