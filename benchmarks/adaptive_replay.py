@@ -62,8 +62,7 @@ def one_run(job: tuple[str, int, dict[str, Any], int, str]) -> tuple[str, int, i
     rng = random.Random(seed)
 
     def objective(index: int) -> float:
-        mean = space.mean_ms[index]
-        return rng.choice(space.repeats_ms[index]) if math.isfinite(mean) else mean
+        return space.measured(index, rng)
 
     search = drive_batched(
         make_strategy(strategy), space.space, Budget(seed=seed), objective, batch, (), seed

@@ -73,6 +73,12 @@ class ReplaySpace:
     def best_ms(self) -> float:
         return min(self.mean_ms)
 
+    def measured(self, index: int, rng: random.Random, noise: bool = True) -> float:
+        """What measuring candidate ``index`` answers: one of its measured repeats drawn with ``rng``
+        (``noise=False``: their mean); ``inf`` for an invalid config."""
+        mean = self.mean_ms[index]
+        return rng.choice(self.repeats_ms[index]) if noise and math.isfinite(mean) else mean
+
     def within(self, margin: float) -> list[int]:
         limit = self.best_ms * (1 + margin)
         return [i for i, t in enumerate(self.mean_ms) if t <= limit]
@@ -288,8 +294,7 @@ def replay(job: Job) -> Outcome:
     rng = random.Random(job.seed)
 
     def objective(index: int) -> float:
-        mean = replay_space.mean_ms[index]
-        return rng.choice(replay_space.repeats_ms[index]) if job.noise and math.isfinite(mean) else mean
+        return replay_space.measured(index, rng, job.noise)
 
     strategy = make_strategy(job.strategy)  # imports SMAC once per process
     budget = Budget(max_share=job.share, seed=job.seed)
