@@ -4,9 +4,11 @@ Triton's Python front end holds the GIL, so compile threads scale about 5x on 16
 scale with the cores. A worker compiles a candidate for the call being tuned (with stand-ins for the
 arguments: tensors of the same dtype and alignment, every other value as it is) into Triton's
 on-disk cache and rules out a candidate that cannot run (too much shared memory) with its reason and
-no GPU time. When the tuner then launches the candidate, Triton finds the binary on disk: a compile
-in the parent costs a cache read, and loading it there rules out the rare candidate that needs more
-registers or threads than the device has, still before any launch.
+no GPU time; such a compile stops once its shared memory is known, before machine code is generated
+(:func:`~triton_dejavu_like._compat.stop_compiles_over_shared_memory`). When the tuner then
+launches the candidate, Triton finds the binary on disk: a compile in the parent costs a cache
+read, and loading it there rules out the rare candidate that needs more registers or threads than
+the device has, still before any launch.
 
 Workers are started once per process, the first time a tuning run can use them, and reused by every
 later tuning run of every kernel; they exit with the process. Two ways to start them
@@ -160,12 +162,14 @@ def _init_worker(env: dict[str, str], device: int) -> None:
     import torch
 
     torch.cuda.set_device(device)
+    _compat.stop_compiles_over_shared_memory(_compat.DriverAnswers.of_current_device())
 
 
 def _init_forked(answers: _compat.DriverAnswers) -> None:
     global _answers
     _answers = answers
     _compat.detach_driver(answers)
+    _compat.stop_compiles_over_shared_memory(answers)
     _lower_priority()
 
 
