@@ -63,32 +63,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     def event_pair() -> tuple[torch.cuda.Event, torch.cuda.Event]:
         return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
+    def flushed_launch(call: Callable[[], None]) -> tuple[torch.cuda.Event, torch.cuda.Event]:
+        """One launch after an L2 flush, between two events (read after a synchronize)."""
+        flush.zero_()
+        start, end = event_pair()
+        start.record()
+        call()
+        end.record()
+        return start, end
+
+    def median_ms(pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]]) -> float:
+        return statistics.median(s.elapsed_time(e) for s, e in pairs)
+
     def fixed_order(order: list[int]) -> list[float]:
         events: list[list[tuple[torch.cuda.Event, torch.cuda.Event]]] = [[] for _ in calls]
         for _ in range(args.rounds):
             for i in order:
-                flush.zero_()
-                start, end = event_pair()
-                start.record()
-                calls[i]()
-                end.record()
-                events[i].append((start, end))
+                events[i].append(flushed_launch(calls[i]))
         torch.cuda.synchronize()
-        return [statistics.median(s.elapsed_time(e) for s, e in per) for per in events]
+        return [median_ms(per) for per in events]
 
     def one_at_a_time() -> list[float]:
         out = []
         for call in calls:
-            pairs = []
-            for _ in range(args.rounds):
-                flush.zero_()
-                start, end = event_pair()
-                start.record()
-                call()
-                end.record()
-                pairs.append((start, end))
+            pairs = [flushed_launch(call) for _ in range(args.rounds)]
             torch.cuda.synchronize()
-            out.append(statistics.median(s.elapsed_time(e) for s, e in pairs))
+            out.append(median_ms(pairs))
         return out
 
     def cuda_graph(launches: int = 200) -> list[float]:
