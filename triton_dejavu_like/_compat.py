@@ -366,7 +366,7 @@ def shared_memory_shortfall(kernel: Any, answers: DriverAnswers) -> str | None:
 
 
 def stop_compiles_over_shared_memory(answers: DriverAnswers) -> bool:
-    """In a forked compile worker: a compile whose kernel needs more shared memory than the device
+    """In a compile worker process: a compile whose kernel needs more shared memory than the device
     has stops right after the stage that allocates it, with the error loading it would raise
     (``OutOfResources``), instead of going on to machine code only to be refused at load. On an
     H100, the matmul configs over the limit took 1.2 s each to compile, twice the others, most of it

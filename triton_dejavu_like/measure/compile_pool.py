@@ -162,7 +162,12 @@ def _init_worker(env: dict[str, str], device: int) -> None:
     import torch
 
     torch.cuda.set_device(device)
-    _compat.stop_compiles_over_shared_memory(_compat.DriverAnswers.of_current_device())
+    try:
+        answers = _compat.DriverAnswers.of_current_device()
+    except Exception as exc:  # no early check then: loading each binary still rules it out
+        log.debug("compile worker: device properties unknown: %s", exc)
+    else:
+        _compat.stop_compiles_over_shared_memory(answers)
 
 
 def _init_forked(answers: _compat.DriverAnswers) -> None:
