@@ -355,14 +355,20 @@ def warm_compiler(target: Any | None = None) -> None:
         log.debug("warming Triton's compiler state failed: %s", exc)
 
 
+def _shared_memory_error(required: Any, limit: Any) -> Exception | None:
+    """The error ``CompiledKernel`` raises when it loads a kernel needing ``required`` bytes of shared
+    memory on a device with ``limit`` (either unknown: None)."""
+    if isinstance(required, int) and isinstance(limit, int) and required > limit:
+        return _runtime_errors.OutOfResources(required, limit, "shared memory")
+    return None
+
+
 def shared_memory_shortfall(kernel: Any, answers: DriverAnswers) -> str | None:
     """Why ``kernel`` cannot be loaded for lack of shared memory (Triton's own message), or None: the
     check ``CompiledKernel`` makes when it loads, made without a GPU."""
     required = getattr(getattr(kernel, "metadata", None), "shared", None)
-    limit = answers.properties.get("max_shared_mem")
-    if isinstance(required, int) and isinstance(limit, int) and required > limit:
-        return str(_runtime_errors.OutOfResources(required, limit, "shared memory"))
-    return None
+    error = _shared_memory_error(required, answers.properties.get("max_shared_mem"))
+    return None if error is None else str(error)
 
 
 def stop_compiles_over_shared_memory(answers: DriverAnswers) -> bool:
@@ -398,9 +404,9 @@ def stop_compiles_over_shared_memory(answers: DriverAnswers) -> bool:
 
         def checked(src: Any, metadata: dict[str, Any]) -> Any:
             module = make_llir(src, metadata)
-            required = metadata.get("shared")
-            if isinstance(required, int) and required > limit:
-                raise _runtime_errors.OutOfResources(required, limit, "shared memory")
+            error = _shared_memory_error(metadata.get("shared"), limit)
+            if error is not None:
+                raise error
             return module
 
         stages["llir"] = checked  # same key: the stage keeps its place in the order
