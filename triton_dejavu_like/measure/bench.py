@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _compat
+from .gate import CAPACITY as GATE_CAPACITY
+from .gate import StreamGate, chunked, make_gate
 
 #: Upstream's quantiles: median, 20th and 80th percentile.
 QUANTILES: tuple[float, float, float] = (0.5, 0.2, 0.8)
@@ -55,6 +57,10 @@ def round_orders(n_calls: int, rounds: int, rng: random.Random) -> list[list[int
         orders.append(order)
     return orders
 
+
+#: Timed launches per gated chunk (a careful round of more finalists is one chunk).
+CHUNK_LAUNCHES = 8
+_UNSET = object()
 
 #: The careful stage checks whether the pick is settled after each of this many parts of its rounds.
 REFINE_STEPS = 4
@@ -216,7 +222,12 @@ class GpuBenchmarker(Benchmarker):
     With ``policy.finalists > 0`` a call is the short screen and :meth:`refine` the careful stage;
     the careful stage uses Triton's ``do_bench(warmup, rep)`` (or ``do_bench_cudagraph``) when the
     user set ``warmup``/``rep``/``use_cuda_graph``, keeping upstream's meaning of those arguments.
+    Its own timings are enqueued behind stream gates (:mod:`.gate`), so that a stall of the host
+    thread is not timed; ``gated = False`` times without them (for comparison).
     """
+
+    #: Enqueue timed launches behind stream gates (made at the first timing; none where unavailable).
+    gated: bool = True
 
     def __init__(
         self, warmup: float | None, rep: float | None, use_cuda_graph: bool, policy: TimingPolicy
@@ -225,6 +236,7 @@ class GpuBenchmarker(Benchmarker):
         self.finalists = policy.finalists
         self._flush_buffer: Any = None
         self._order_rng = random.Random(0)  # the rounds' orders: shuffled, the same in every process
+        self._stream_gate: Any = _UNSET
 
     def _upstream(self, kernel_call: KernelCall, quantiles: Sequence[float]) -> list[float]:
         if self.use_cuda_graph:
@@ -248,7 +260,8 @@ class GpuBenchmarker(Benchmarker):
 
     def _timed(self, calls: Sequence[KernelCall], rounds: int) -> list[list[float]]:
         """``rounds`` L2-flushed launches of each call, interleaved in a shuffled order per round
-        (:func:`round_orders`); per-launch ms for each call, by round."""
+        (:func:`round_orders`), enqueued in gated chunks (:mod:`.gate`) of about
+        :data:`CHUNK_LAUNCHES` launches; per-launch ms for each call, by round."""
         import torch
 
         events = [
@@ -258,15 +271,34 @@ class GpuBenchmarker(Benchmarker):
             ]
             for _ in calls
         ]
-        for r, order in enumerate(round_orders(len(calls), rounds, self._order_rng)):
-            for c in order:
-                self._flush()
-                start, end = events[c][r]
-                start.record()
-                calls[c]()
-                end.record()
+        orders = round_orders(len(calls), rounds, self._order_rng)
+        per_piece = max(1, CHUNK_LAUNCHES // len(calls), math.ceil(rounds / GATE_CAPACITY))
+        pieces = list(chunked(rounds, per_piece))
+
+        def enqueue(piece: int) -> None:
+            for r in pieces[piece]:
+                for c in orders[r]:
+                    self._flush()
+                    start, end = events[c][r]
+                    start.record()
+                    calls[c]()
+                    end.record()
+
+        gate = self._gate()
+        if gate is None:
+            for piece in range(len(pieces)):
+                enqueue(piece)
+        else:
+            gate.chunks(enqueue, len(pieces))
         torch.cuda.synchronize()
         return [[s.elapsed_time(e) for s, e in per_call] for per_call in events]
+
+    def _gate(self) -> StreamGate | None:
+        if not self.gated:
+            return None
+        if self._stream_gate is _UNSET:
+            self._stream_gate = make_gate()
+        return self._stream_gate
 
     def _estimate(self, call: KernelCall) -> float:
         import torch

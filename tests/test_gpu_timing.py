@@ -1,0 +1,88 @@
+"""GPU timing that a busy host thread cannot distort.
+
+A second Python thread spinning in the tuning process (the tuner's own pipeline threads, or a
+serving engine's) makes the launching thread stall between recording a start event and launching the
+kernel; without the stream gates (``measure/gate.py``) the GPU idles inside the timed interval and
+two kernels whose times differ by 2x measure alike. Run in a fresh process without the interpreter:
+
+    python -m pytest -m gpu tests/test_gpu_timing.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys, threading
+    import torch, triton
+    import triton.language as tl
+    from triton_dejavu_like.measure.bench import GpuBenchmarker, TimingPolicy
+
+
+    @triton.jit
+    def chain(x_ptr, LOOPS: tl.constexpr):  # one block, a dependent chain of LOOPS multiply-adds
+        offs = tl.arange(0, 128)
+        acc = tl.load(x_ptr + offs)
+        for _ in range(LOOPS):
+            acc = acc * 1.0001 + 0.5
+        tl.store(x_ptr + offs, acc)
+
+
+    x = torch.zeros(128, device="cuda")
+    short = lambda: chain[(1,)](x, LOOPS=20000)
+    long = lambda: chain[(1,)](x, LOOPS=40000)
+    short(), long()
+    torch.cuda.synchronize()
+    stop = threading.Event()
+
+    def spin():
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    threading.Thread(target=spin, daemon=True).start()
+    GpuBenchmarker.gated = sys.argv[1] == "1"
+    bench = GpuBenchmarker(None, None, False, TimingPolicy(final_ms=10.0, final_margin=0.0))
+    careful = [q[0] for q in bench.refine([short, long])]
+    screen = [bench(short)[0], bench(long)[0]]
+    stop.set()
+    print(json.dumps({"careful": careful[1] / careful[0], "screen": screen[1] / screen[0],
+                      "short_ms": careful[0]}))
+    """
+)
+
+
+def timing_ratios(gated: bool, where: Path) -> dict[str, float]:
+    script = where / "busy_thread_timing.py"  # @triton.jit needs its source in a file
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run(
+        [sys.executable, str(script), "1" if gated else "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.gpu
+def test_a_busy_python_thread_does_not_change_what_is_measured(tmp_path):
+    ratios = timing_ratios(True, tmp_path)
+    print(ratios)
+    # the long kernel runs twice as many dependent steps: measured so, with or without the thread
+    assert 1.8 < ratios["careful"] < 2.2, ratios
+    assert 1.8 < ratios["screen"] < 2.2, ratios

@@ -1,0 +1,105 @@
+"""Gates on the GPU stream, so that a stalled host thread is never timed as kernel time.
+
+CUDA events time what the GPU does between them. When the GPU has run out of queued work and the
+thread that launches stalls between recording the start event and launching the kernel (another
+Python thread holds the GIL, the CPUs are oversubscribed), the GPU idles inside the timed interval
+and the stall is measured as kernel time. On an H100 a second Python thread spinning in the tuning
+process made the six best configs of a 13 us matmul measure the same (every ratio 1.000 +- 0.002,
+against 0.98-1.05 without it; ``benchmarks/careful_agreement.py``).
+
+A :class:`StreamGate` closes the stream with a one-thread kernel that spins on a flag in pinned
+host memory; the timed launches are enqueued behind it and the flag is set once they are all in, so
+the GPU runs them back to back whatever the host did meanwhile. :meth:`StreamGate.chunks` pipelines
+this: while the GPU runs one chunk, the host enqueues the next behind the next gate, so nothing waits
+when the host keeps up. A gate opens by itself after about ``max_spins`` reads of its flag (about a
+second), so an exception, a host that never sets the flag or a launch queue that fills up cannot hang
+the GPU: the chunk is then timed without the gate's protection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+import triton
+import triton.language as tl
+
+log = logging.getLogger(__name__)
+
+#: Flags per gate buffer: one per chunk of a timing call (a call uses at most a few hundred).
+CAPACITY = 4096
+#: Reads of a flag before a gate opens by itself (a read of host memory takes about a microsecond).
+MAX_SPINS = 1 << 20
+
+
+@triton.jit(do_not_specialize=["index"])  # one binary for every flag
+def _hold(flags, index, max_spins):
+    """Spin until ``flags[index]`` is set, or for ``max_spins`` reads of it."""
+    spins = 0
+    while (tl.load(flags + index, volatile=True) == 0) & (spins < max_spins):
+        spins += 1
+
+
+class StreamGate:
+    """Flags in pinned host memory and the kernel that waits on one of them (current device)."""
+
+    def __init__(self, capacity: int = CAPACITY, max_spins: int = MAX_SPINS) -> None:
+        import torch
+
+        self._flags = torch.zeros(capacity, dtype=torch.int32, pin_memory=True)
+        self._view = self._flags.numpy()
+        self._max_spins = max_spins
+        self._used = 0
+
+    def _close(self) -> int:
+        if self._used >= len(self._view):
+            raise RuntimeError("StreamGate: out of flags")
+        index = self._used
+        self._used += 1
+        self._launch(index)
+        return index
+
+    def _launch(self, index: int) -> None:
+        _hold[(1,)](self._flags, index, self._max_spins, num_warps=1)
+
+    def _open(self, index: int) -> None:
+        self._view[index] = 1
+
+    def chunks(self, enqueue: Callable[[int], None], n_chunks: int) -> None:
+        """``enqueue(i)`` for every chunk ``i``, each behind a gate opened once the chunk is in.
+
+        Returns once everything is enqueued (not run: synchronise before reading the events); every
+        gate is open when it returns or raises. The flags are reused by the next call, so the caller
+        synchronises between calls."""
+        self._view[: self._used] = 0
+        self._used = 0
+        previous: int | None = None
+        try:
+            for i in range(n_chunks):
+                gate = self._close()
+                if previous is not None:
+                    self._open(previous)  # its chunk and the gate behind it are in: let it run
+                previous = gate
+                enqueue(i)
+        finally:
+            self._view[: self._used] = 1
+
+
+def make_gate() -> StreamGate | None:
+    """A gate for the current device, or None where one cannot be made (then timing goes ungated)."""
+    try:
+        import torch
+
+        gate = StreamGate()
+        gate.chunks(lambda i: None, 1)  # compiles and loads the kernel now, not inside a timing
+        torch.cuda.synchronize()
+        return gate
+    except Exception as exc:  # no pinned memory, a backend that cannot read it: timing still works
+        log.debug("timing without a stream gate: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+def chunked(total: int, size: int) -> Iterator[range]:
+    """``range(total)`` in consecutive pieces of at most ``size``."""
+    for start in range(0, total, size):
+        yield range(start, min(total, start + size))
