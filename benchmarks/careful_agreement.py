@@ -14,6 +14,8 @@ these conditions:
 - ``realloc``: quiet, but every repeat times a new set of inputs (the earlier ones stay allocated,
   so the new ones sit elsewhere in memory): does the spread between processes come from where the
   inputs lie?
+- ``reflush``: quiet, but every repeat flushes the L2 with a new buffer (the earlier ones stay
+  allocated);
 
 The timing goes through the package's stream gates (``measure/gate.py``); a condition whose name
 ends in ``-ungated`` times without them (as before 2026-11-25, fourth session).
@@ -104,12 +106,14 @@ def child(condition: str, pad_mb: float, repeats: int, load: int) -> dict:
 
         threading.Thread(target=spin, daemon=True).start()
     try:
-        bench = GpuBenchmarker(None, None, False, TimingPolicy(final_margin=0.0))
+        benches = [GpuBenchmarker(None, None, False, TimingPolicy(final_margin=0.0))]
         runs = []
         for repeat in range(repeats):
             if condition.startswith("realloc") and repeat:
                 calls = fresh_calls()
-            runs.append([q[0] for q in bench.refine(calls)])
+            if condition.startswith("reflush") and repeat:  # earlier flush buffers stay allocated
+                benches.append(GpuBenchmarker(None, None, False, TimingPolicy(final_margin=0.0)))
+            runs.append([q[0] for q in benches[-1].refine(calls)])
         seen = clocks()
     finally:
         stop.set()
