@@ -17,6 +17,8 @@ from triton_dejavu_like.measure.gate import StreamGate, chunked
 class RecordingGate(StreamGate):
     def __init__(self, capacity: int = 16) -> None:  # no pinned memory, no kernel
         self._view = np.zeros(capacity, dtype=np.int32)
+        self._spins_view = np.zeros(capacity, dtype=np.int32)
+        self._max_spins = 100
         self._used = 0
         self.log: list[tuple[str, int]] = []
 
@@ -63,10 +65,46 @@ def test_running_out_of_flags_leaves_no_gate_closed():
     assert gate._view.tolist() == [1, 1]
 
 
-def test_without_a_gpu_timing_goes_ungated(caplog):
+def test_a_gate_that_opened_by_itself_is_reported_for_the_last_call_only():
+    gate = RecordingGate()
+    gate.chunks(lambda i: None, 3)
+    assert not gate.timed_out()
+    gate._spins_view[1] = gate._max_spins  # what the kernel writes when it gives up waiting
+    assert gate.timed_out()
+    gate.chunks(lambda i: None, 2)  # the next call starts with fresh counts
+    assert not gate.timed_out()
+
+
+@pytest.fixture
+def gates_available(monkeypatch):
+    monkeypatch.setattr(gate_module, "_unavailable", None)
+
+
+def test_without_a_gpu_timing_goes_ungated_and_stops_trying(gates_available, monkeypatch, caplog):
+    made = []
+    real = gate_module.StreamGate
+
+    def counting(*args, **kwargs):
+        made.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gate_module, "StreamGate", counting)
     with caplog.at_level("DEBUG", logger=gate_module.__name__):
+        assert gate_module.make_gate() is None  # no pinned memory without a GPU
         assert gate_module.make_gate() is None
-    assert "timing without a stream gate" in caplog.text
+    assert len(made) == 1  # the second call does not try again
+    assert caplog.text.count("timing without stream gates") == 1
+
+
+def test_a_gate_that_does_not_see_its_flag_is_not_used(gates_available, monkeypatch):
+    class Deaf(RecordingGate):
+        def _launch(self, index: int) -> None:
+            self._spins_view[index] = self._max_spins  # spun until it gave up
+
+    monkeypatch.setattr(gate_module, "StreamGate", Deaf)
+    monkeypatch.setattr("torch.cuda.synchronize", lambda *a, **k: None)
+    assert gate_module.make_gate() is None
+    assert "did not see its flag" in gate_module._unavailable
 
 
 def test_chunked_covers_every_round_once_in_order():

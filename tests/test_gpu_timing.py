@@ -3,7 +3,9 @@
 A second Python thread spinning in the tuning process (the tuner's own pipeline threads, or a
 serving engine's) makes the launching thread stall between recording a start event and launching the
 kernel; without the stream gates (``measure/gate.py``) the GPU idles inside the timed interval and
-two kernels whose times differ by 2x measure alike. Run in a fresh process without the interpreter:
+two kernels whose times differ by 2x measure alike. A timed call that synchronises (a hook reading
+a tensor) would wait at every gate until it opens by itself; the first such wait turns the gates
+off. Run in a fresh process without the interpreter:
 
     python -m pytest -m gpu tests/test_gpu_timing.py
 """
@@ -23,9 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = textwrap.dedent(
     """
-    import json, sys, threading
+    import json, sys, threading, time
     import torch, triton
     import triton.language as tl
+    from triton_dejavu_like.measure import gate
     from triton_dejavu_like.measure.bench import GpuBenchmarker, TimingPolicy
 
 
@@ -43,6 +46,20 @@ SCRIPT = textwrap.dedent(
     long = lambda: chain[(1,)](x, LOOPS=40000)
     short(), long()
     torch.cuda.synchronize()
+    mode = sys.argv[1]
+    GpuBenchmarker.gated = mode != "ungated"
+    bench = GpuBenchmarker(None, None, False, TimingPolicy(final_ms=10.0, final_margin=0.0))
+    if mode == "sync":  # a timed call that waits for the GPU, as a hook reading a tensor does
+
+        def synced():
+            x.sum().item()
+            short()
+
+        start = time.perf_counter()
+        careful = [q[0] for q in bench.refine([synced, long])]
+        print(json.dumps({"elapsed_s": time.perf_counter() - start,
+                          "given_up": gate._unavailable is not None, "long_ms": careful[1]}))
+        sys.exit(0)
     stop = threading.Event()
 
     def spin():
@@ -51,8 +68,6 @@ SCRIPT = textwrap.dedent(
             n += 1
 
     threading.Thread(target=spin, daemon=True).start()
-    GpuBenchmarker.gated = sys.argv[1] == "1"
-    bench = GpuBenchmarker(None, None, False, TimingPolicy(final_ms=10.0, final_margin=0.0))
     careful = [q[0] for q in bench.refine([short, long])]
     screen = [bench(short)[0], bench(long)[0]]
     stop.set()
@@ -62,13 +77,15 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def timing_ratios(gated: bool, where: Path) -> dict[str, float]:
+def timing_ratios(mode: str, where: Path) -> dict[str, float]:
+    """Run the script in a fresh process: ``gated`` / ``ungated`` time two kernels under a busy
+    thread, ``sync`` times a call that synchronises."""
     script = where / "busy_thread_timing.py"  # @triton.jit needs its source in a file
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run(
-        [sys.executable, str(script), "1" if gated else "0"],
+        [sys.executable, str(script), mode],
         env=env,
         capture_output=True,
         text=True,
@@ -81,8 +98,19 @@ def timing_ratios(gated: bool, where: Path) -> dict[str, float]:
 
 @pytest.mark.gpu
 def test_a_busy_python_thread_does_not_change_what_is_measured(tmp_path):
-    ratios = timing_ratios(True, tmp_path)
+    ratios = timing_ratios("gated", tmp_path)
     print(ratios)
     # the long kernel runs twice as many dependent steps: measured so, with or without the thread
     assert 1.8 < ratios["careful"] < 2.2, ratios
     assert 1.8 < ratios["screen"] < 2.2, ratios
+
+
+@pytest.mark.gpu
+def test_a_timed_call_that_synchronises_does_not_stall_the_timing(tmp_path):
+    # the call waits for the GPU, which waits at the gate in front of it until the gate gives up:
+    # once, then the process times without gates (each further chunk would cost a gate's timeout)
+    out = timing_ratios("sync", tmp_path)
+    print(out)
+    assert out["given_up"], out
+    assert out["elapsed_s"] < 20, out
+    assert 0.05 < out["long_ms"] < 0.2, out  # timed ungated from then on, and still right

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import _compat
 from .gate import CAPACITY as GATE_CAPACITY
-from .gate import StreamGate, chunked, make_gate
+from .gate import StreamGate, chunked, give_up, make_gate
 
 #: Upstream's quantiles: median, 20th and 80th percentile.
 QUANTILES: tuple[float, float, float] = (0.5, 0.2, 0.8)
@@ -291,6 +291,9 @@ class GpuBenchmarker(Benchmarker):
         else:
             gate.chunks(enqueue, len(pieces))
         torch.cuda.synchronize()
+        if gate is not None and gate.timed_out():
+            give_up("a gate opened by itself before its chunk was enqueued")
+            self._stream_gate = None
         return [[s.elapsed_time(e) for s, e in per_call] for per_call in events]
 
     def _gate(self) -> StreamGate | None:

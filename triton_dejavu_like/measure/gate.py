@@ -4,16 +4,18 @@ CUDA events time what the GPU does between them. When the GPU has run out of que
 thread that launches stalls between recording the start event and launching the kernel (another
 Python thread holds the GIL, the CPUs are oversubscribed), the GPU idles inside the timed interval
 and the stall is measured as kernel time. On an H100 a second Python thread spinning in the tuning
-process made the six best configs of a 13 us matmul measure the same (every ratio 1.000 +- 0.002,
+process made the six best configs of a 13 us matmul measure the same (every ratio 1.000 +- 0.006,
 against 0.98-1.05 without it; ``benchmarks/careful_agreement.py``).
 
 A :class:`StreamGate` closes the stream with a one-thread kernel that spins on a flag in pinned
 host memory; the timed launches are enqueued behind it and the flag is set once they are all in, so
 the GPU runs them back to back whatever the host did meanwhile. :meth:`StreamGate.chunks` pipelines
 this: while the GPU runs one chunk, the host enqueues the next behind the next gate, so nothing waits
-when the host keeps up. A gate opens by itself after about ``max_spins`` reads of its flag (about a
-second), so an exception, a host that never sets the flag or a launch queue that fills up cannot hang
-the GPU: the chunk is then timed without the gate's protection.
+when the host keeps up. A gate opens by itself after ``max_spins`` reads of its flag (each a read
+of host memory across the bus), so an exception, a host that never sets the flag, a launch that
+synchronises or a launch queue that fills up cannot hang the GPU; the gate records that it timed
+out, and a process whose gate timed out times without gates from then on (:func:`give_up`), as it
+did before they existed.
 """
 
 from __future__ import annotations
@@ -28,16 +30,18 @@ log = logging.getLogger(__name__)
 
 #: Flags per gate buffer: one per chunk of a timing call (a call uses at most a few hundred).
 CAPACITY = 4096
-#: Reads of a flag before a gate opens by itself (a read of host memory takes about a microsecond).
+#: Reads of a flag before a gate opens by itself (each a read of host memory across the bus).
 MAX_SPINS = 1 << 20
 
 
 @triton.jit(do_not_specialize=["index"])  # one binary for every flag
-def _hold(flags, index, max_spins):
-    """Spin until ``flags[index]`` is set, or for ``max_spins`` reads of it."""
+def _hold(flags, spins_out, index, max_spins):
+    """Spin until ``flags[index]`` is set, or for ``max_spins`` reads of it; the reads go to
+    ``spins_out[index]``."""
     spins = 0
     while (tl.load(flags + index, volatile=True) == 0) & (spins < max_spins):
         spins += 1
+    tl.store(spins_out + index, spins)
 
 
 class StreamGate:
@@ -47,7 +51,9 @@ class StreamGate:
         import torch
 
         self._flags = torch.zeros(capacity, dtype=torch.int32, pin_memory=True)
+        self._spins = torch.zeros(capacity, dtype=torch.int32, pin_memory=True)
         self._view = self._flags.numpy()
+        self._spins_view = self._spins.numpy()
         self._max_spins = max_spins
         self._used = 0
 
@@ -60,7 +66,7 @@ class StreamGate:
         return index
 
     def _launch(self, index: int) -> None:
-        _hold[(1,)](self._flags, index, self._max_spins, num_warps=1)
+        _hold[(1,)](self._flags, self._spins, index, self._max_spins, num_warps=1)
 
     def _open(self, index: int) -> None:
         self._view[index] = 1
@@ -72,6 +78,7 @@ class StreamGate:
         gate is open when it returns or raises. The flags are reused by the next call, so the caller
         synchronises between calls."""
         self._view[: self._used] = 0
+        self._spins_view[: self._used] = 0
         self._used = 0
         previous: int | None = None
         try:
@@ -84,18 +91,41 @@ class StreamGate:
         finally:
             self._view[: self._used] = 1
 
+    def timed_out(self) -> bool:
+        """Whether a gate of the last :meth:`chunks` opened by itself (read after synchronising): the
+        host took longer than the gate waits to enqueue a chunk (a launch that synchronises, e.g. a
+        hook reading a tensor, waits for the gate in front of it), or the GPU does not see the flag."""
+        return bool((self._spins_view[: self._used] >= self._max_spins).any())
+
+
+#: Why gates are not used in this process (None: they are): set when one could not be made or timed out.
+_unavailable: str | None = None
+
+
+def give_up(reason: str) -> None:
+    """No more gates in this process: a gate that opens by itself costs its whole wait per chunk."""
+    global _unavailable
+    if _unavailable is None:
+        _unavailable = reason
+        log.debug("timing without stream gates from now on: %s", reason)
+
 
 def make_gate() -> StreamGate | None:
-    """A gate for the current device, or None where one cannot be made (then timing goes ungated)."""
+    """A working gate for the current device, or None where gates cannot be used (then timing goes
+    ungated, as it did before gates existed)."""
+    if _unavailable is not None:
+        return None
     try:
         import torch
 
         gate = StreamGate()
         gate.chunks(lambda i: None, 1)  # compiles and loads the kernel now, not inside a timing
         torch.cuda.synchronize()
+        if gate.timed_out():
+            raise RuntimeError("the gate kernel did not see its flag being set")
         return gate
     except Exception as exc:  # no pinned memory, a backend that cannot read it: timing still works
-        log.debug("timing without a stream gate: %s: %s", type(exc).__name__, exc)
+        give_up(f"{type(exc).__name__}: {exc}")
         return None
 
 
