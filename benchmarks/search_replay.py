@@ -457,6 +457,85 @@ def build_rows(spaces: list[ReplaySpace], outcomes: list[Outcome], paths: dict[s
     return [Row(by_path[p], strategy, batch, groups[(p, strategy, batch)]) for p, strategy, batch in keys]
 
 
+def compare_table(spaces: list[ReplaySpace], base: list[Outcome], new: list[Outcome]) -> str:
+    """Two saved runs, seed by seed (runs matched by space file name, strategy, batch and seed):
+    mean fraction of the optimum at each budget, before -> after, with the mean paired difference
+    and its standard error, and random search's expectation; median evaluations to 5%, before ->
+    after (x random's expectation). Then per strategy and batch, the mean over the spaces (the
+    standard error from each seed's difference averaged over the spaces)."""
+    by_name = {s.name: s for s in spaces}
+
+    def keyed(outcomes: list[Outcome]) -> dict[tuple[str, str, int], dict[int, Outcome]]:
+        out: dict[tuple[str, str, int], dict[int, Outcome]] = {}
+        for o in outcomes:
+            name = Path(o.job.path).name.removesuffix(".json.gz")
+            out.setdefault((name, o.job.strategy, o.job.batch), {})[o.job.seed] = o
+        return out
+
+    def cells(
+        fractions: dict[float, list[tuple[float, float]]], random: list[float], evals: str
+    ) -> list[str]:
+        out = []
+        for b, r in zip(BUDGETS, random):
+            x, y = zip(*fractions[b])
+            diff = [v - u for u, v in fractions[b]]
+            error = statistics.stdev(diff) / math.sqrt(len(diff)) if len(diff) > 1 else math.nan
+            out.append(
+                f"{statistics.fmean(x):.3f} -> {statistics.fmean(y):.3f} "
+                f"({statistics.fmean(diff):+.3f} ± {error:.3f}), {r:.3f}"
+            )
+        return [*out, evals]
+
+    before, after = keyed(base), keyed(new)
+    header = ["space", "strategy", "batch", "seeds"]
+    header += [f"@{b:.0%}: before -> after (difference ± s.e.), random" for b in BUDGETS]
+    header += ["evals to 5%: before -> after (x random exp.)"]
+    lines = []
+    # (strategy, batch) -> seed -> budget -> [(before, after) per space]; and the evaluation ratios
+    pooled: dict[tuple[str, int], dict[int, dict[float, list[tuple[float, ...]]]]] = {}
+    pooled_ratios: dict[tuple[str, int], list[list[float]]] = {}
+    pooled_random: dict[tuple[str, int], list[list[float]]] = {}
+    for key in sorted(k for k in after if k in before and k[0] in by_name):
+        space, seeds = by_name[key[0]], sorted(set(before[key]) & set(after[key]))
+        fractions = {
+            b: [(before[key][k].fraction[b], after[key][k].fraction[b]) for k in seeds] for b in BUDGETS
+        }
+        cap = budget_evaluations(max(BUDGETS), len(space.space)) + 1
+        medians = [
+            statistics.median(
+                cap if r[k].evaluations[0.05] is None else r[k].evaluations[0.05] for k in seeds
+            )
+            for r in (before[key], after[key])
+        ]
+        ratios = [m / space.random_expectation(0.05) for m in medians]
+        random = [space.random_fraction(b) for b in BUDGETS]
+        evals = f"{medians[0]:.1f} -> {medians[1]:.1f} ({ratios[0]:.3f} -> {ratios[1]:.3f})"
+        lines.append([*map(str, key), str(len(seeds)), *cells(fractions, random, evals)])
+        group = (key[1], key[2])
+        for k, seed in enumerate(seeds):
+            for b in BUDGETS:
+                pooled.setdefault(group, {}).setdefault(seed, {}).setdefault(b, []).append(fractions[b][k])
+        pooled_ratios.setdefault(group, []).append(ratios)
+        pooled_random.setdefault(group, []).append(random)
+    for (strategy, batch), per_seed in sorted(pooled.items()):
+        n = len(pooled_ratios[(strategy, batch)])
+        complete = [v for v in per_seed.values() if len(v[BUDGETS[0]]) == n]  # seeds run on every space
+        fractions = {b: [tuple(statistics.fmean(c) for c in zip(*v[b])) for v in complete] for b in BUDGETS}
+        random = [statistics.fmean(c) for c in zip(*pooled_random[(strategy, batch)])]
+        ratios = [statistics.fmean(c) for c in zip(*pooled_ratios[(strategy, batch)])]
+        evals = f"mean x random exp. {ratios[0]:.3f} -> {ratios[1]:.3f}"
+        lines.append(
+            [
+                f"mean of {n} spaces",
+                strategy,
+                str(batch),
+                str(len(complete)),
+                *cells(fractions, random, evals),
+            ]
+        )
+    return markdown_table(header, lines, 3)
+
+
 def warm_pairs(spaces: list[ReplaySpace]) -> list[tuple[ReplaySpace, ReplaySpace]]:
     """(source, target) pairs: the same kernel measured on another GPU, sharing some parameters."""
     pairs = []
@@ -565,6 +644,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="write the tables into benchmarks/README.md")
     parser.add_argument("--save", type=Path, help="write the raw results (JSON) here")
     parser.add_argument("--render", type=Path, help="render saved results (--save) instead of running")
+    parser.add_argument(
+        "--compare", type=Path, help="with --render: compare with these saved results, seed by seed"
+    )
     args = parser.parse_args(argv)
     args.seeds = args.seeds or (20 if args.full else 3)
     files = sorted(args.data.glob("*.json.gz"))
@@ -580,6 +662,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     spaces = [_loaded(p) for p in names]
     paths = {s.name: p for s, p in zip(spaces, names)}
+    if args.compare:
+        if not args.render:
+            parser.error("--compare needs --render")
+        print(compare_table(spaces, load_outcomes(args.compare)[0], load_outcomes(args.render)[0]))
+        return 0
     if args.render:
         outcomes, run = load_outcomes(args.render)
     else:

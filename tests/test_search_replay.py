@@ -149,16 +149,15 @@ def test_readme_section_is_replaced_and_other_sections_are_kept(tmp_path):
     assert fresh.read_text().startswith("# Benchmarks\n\n## Search replay\n\nfirst")
 
 
-def _load_adaptive_replay():
-    path = BENCHMARK.with_name("adaptive_replay.py")
-    spec = importlib.util.spec_from_file_location("adaptive_replay", path)
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARK.with_name(f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_adaptive_replay_stops_by_the_rule_it_is_given():
-    adaptive = _load_adaptive_replay()
+    adaptive = _load_script("adaptive_replay")
     from triton_dejavu_like.search import base
 
     shipped = {name: getattr(base, name) for name in ("PATIENCE_MIN", "PATIENCE_BATCHES")}
@@ -174,3 +173,52 @@ def test_adaptive_replay_stops_by_the_rule_it_is_given():
             setattr(base, name, value)
     with pytest.raises(Exception, match="no constant"):
         adaptive.parse_override("NO_SUCH_SETTING=3")
+
+
+@needs_data
+def test_training_sub_spaces_fix_their_parameters_and_partition_the_space(tmp_path, pnpoly):
+    sub_spaces = _load_script("sub_spaces")
+    assert sub_spaces.main(["--out", str(tmp_path)]) == 0
+    files = sorted(tmp_path.glob("pnpoly_between_method*.json.gz"))
+    assert [f.name for f in files] == [f"pnpoly_between_method{v}.json.gz" for v in range(4)]
+    parts = [replay.load(f) for f in files]
+    # one parameter fewer to search; together the four hold every measured config, each once
+    assert all(p.space.names == tuple(n for n in pnpoly.space.names if n != "between_method") for p in parts)
+    assert sum(len(p.space) for p in parts) == len(pnpoly.space)
+    assert sorted(t for p in parts for t in p.mean_ms) == sorted(pnpoly.mean_ms)
+    assert all(all(rec["between_method"] == v for rec in p.records) for v, p in enumerate(parts))
+    assert len(list(tmp_path.glob("*.json.gz"))) == 15
+
+
+@needs_data
+def test_two_saved_runs_are_compared_seed_by_seed(tmp_path, pnpoly):
+    def outcomes(fractions: list[float], evals: list[int | None]) -> list:
+        job = replay.Job(str(DATA / "pnpoly_RTX_3090.json.gz"), "bayesian", 0, 16, True)
+        return [
+            replay.Outcome(
+                replay.Job(job.path, job.strategy, seed, job.batch, job.noise),
+                {b: f for b in replay.BUDGETS},
+                {m: e for m in replay.MARGINS},
+                100,
+                0.0,
+            )
+            for seed, (f, e) in enumerate(zip(fractions, evals))
+        ]
+
+    before = outcomes([0.8, 0.9, 0.7], [40, 60, None])
+    after = outcomes([0.9, 0.95, 0.85], [20, 30, 10])
+    for name, run in (("before", before), ("after", after)):
+        replay.save_outcomes(run, {}, tmp_path / f"{name}.json")
+    table = replay.compare_table(
+        [pnpoly],
+        replay.load_outcomes(tmp_path / "before.json")[0],
+        replay.load_outcomes(tmp_path / "after.json")[0],
+    )
+    row = next(line for line in table.splitlines() if line.startswith("| pnpoly_RTX_3090"))
+    # the mean paired gain is 0.1 with a standard error of 0.05/sqrt(3); random's exact expectation
+    assert f"0.800 -> 0.900 (+0.100 ± {0.05 / math.sqrt(3):.3f}), {pnpoly.random_fraction(0.02):.3f}" in row
+    # a run that missed within the budget counts as the budget + 1 (the median here is 60)
+    expected = pnpoly.random_expectation(0.05)
+    assert f"60.0 -> 20.0 ({60 / expected:.3f} -> {20 / expected:.3f})" in row
+    pooled = next(line for line in table.splitlines() if line.startswith("| mean of 1 spaces"))
+    assert pooled.split("|")[5] == row.split("|")[5]  # one space: its mean is the space's
