@@ -188,6 +188,9 @@ def test_training_sub_spaces_fix_their_parameters_and_partition_the_space(tmp_pa
     assert sorted(t for p in parts for t in p.mean_ms) == sorted(pnpoly.mean_ms)
     assert all(all(rec["between_method"] == v for rec in p.records) for v, p in enumerate(parts))
     assert len(list(tmp_path.glob("*.json.gz"))) == 15
+    assert sub_spaces.main(["--out", str(tmp_path / "small"), "--small"]) == 0
+    small = [replay.load(f) for f in sorted((tmp_path / "small").glob("*.json.gz"))]
+    assert len(small) == 16 and all(len(s.space.names) == 4 and 400 < len(s.space) < 800 for s in small)
 
 
 @needs_data
