@@ -13,7 +13,9 @@ The examples' own spaces are small (attention 4 configs, RMSNorm 8), so each cas
   space of ``benchmarks/large_space.py``, BLOCK_M x BLOCK_N {32..256}^2 (no 256x256), BLOCK_K
   {32,64,128}, GROUP_M {1,8}, num_warps {4,8} (8 only on tiles of at least 64x64), num_stages
   {2..5}: 768 grid points, 648 kept. The skinny shape's space has a second basin (small tiles) that
-  the search can settle in.
+  the search can settle in;
+- ``attention_d128`` (2 x 16 heads, 4096 tokens, head_dim 128, not causal) and ``rmsnorm_tall``
+  (65536 x 1024): the attention and RMSNorm grids on other problems.
 
 Every config is compiled first, in ``--jobs`` worker processes sharing one fresh Triton cache (the
 compile time recorded per config is its worker's ``JITFunction.warmup`` wall time, after one untimed
@@ -57,9 +59,15 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
-CASE_NAMES = ("attention", "rmsnorm", "matmul", "matmul_skinny")
 #: (M, N, K) per matmul case; the interpreter (--tiny) uses a small shape with ragged edges
 MATMUL_SHAPES = {"matmul": (4096, 4096, 4096), "matmul_skinny": (512, 4096, 1024)}
+#: Other problems for the attention and RMSNorm kernels (the plain case names use the examples'
+#: "full" size): the same grid of parameters, another space of times
+ATTENTION_SHAPES = {
+    "attention_d128": {"batch": 2, "heads": 16, "seq": 4096, "head_dim": 128, "causal": False},
+}
+RMSNORM_SHAPES = {"rmsnorm_tall": {"rows": 65536, "cols": 1024}}
+CASE_NAMES = ("attention", "rmsnorm", *MATMUL_SHAPES, *ATTENTION_SHAPES, *RMSNORM_SHAPES)
 Json = dict[str, Any]
 
 
@@ -118,8 +126,8 @@ def build_case(name: str, tiny: bool) -> Case:
     gpu = common.ON_GPU
     device, dtype = ("cuda", torch.float16) if gpu else ("cpu", torch.float32)
     gen = torch.Generator(device=device).manual_seed(0)
-    if name == "attention":
-        shape = attention.SIZES["tiny" if tiny else "full"]
+    if name == "attention" or name in ATTENTION_SHAPES:
+        shape = attention.SIZES["tiny"] if tiny else ATTENTION_SHAPES.get(name, attention.SIZES["full"])
         dims = (shape["batch"], shape["heads"], shape["seq"], shape["head_dim"])
         q, k, v = (torch.randn(dims, device=device, dtype=dtype, generator=gen) for _ in range(3))
         o = torch.empty_like(q)
@@ -151,7 +159,7 @@ def build_case(name: str, tiny: bool) -> Case:
                 attention.attention_kernel.fn[grid](*args, **kw)
 
         return Case(
-            "attention",
+            name,
             "attention_kernel",
             attention.attention_kernel.fn,
             params,
@@ -161,8 +169,8 @@ def build_case(name: str, tiny: bool) -> Case:
             {**shape, "dtype": str(dtype).removeprefix("torch.")},
             gpu,
         )
-    if name == "rmsnorm":
-        shape = rmsnorm.SIZES["tiny" if tiny else "full"]
+    if name == "rmsnorm" or name in RMSNORM_SHAPES:
+        shape = rmsnorm.SIZES["tiny"] if tiny else RMSNORM_SHAPES.get(name, rmsnorm.SIZES["full"])
         x = torch.randn((shape["rows"], shape["cols"]), device=device, dtype=dtype, generator=gen)
         w = torch.rand((shape["cols"],), device=device, dtype=dtype, generator=gen) + 0.5
         y = torch.empty_like(x)
@@ -192,7 +200,7 @@ def build_case(name: str, tiny: bool) -> Case:
                 ticket.zero_()  # what the persistent configs' pre_hook does
 
         return Case(
-            "rmsnorm",
+            name,
             "rmsnorm_kernel",
             rmsnorm.rmsnorm_kernel.fn,
             params,
@@ -255,7 +263,9 @@ SPARE: dict[str, dict[str, Any]] = {
     "rmsnorm": {"BLOCK_N": 128, "PROGRAMS": 0, "num_warps": 4, "num_stages": 1},
     "matmul": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 4, "num_stages": 1},
 }
-SPARE["matmul_skinny"] = SPARE["matmul"]
+SPARE.update({name: SPARE["matmul"] for name in MATMUL_SHAPES})
+SPARE.update({name: SPARE["attention"] for name in ATTENTION_SHAPES})
+SPARE.update({name: SPARE["rmsnorm"] for name in RMSNORM_SHAPES})
 
 
 def _worker_init(name: str, tiny: bool) -> None:
