@@ -21,6 +21,7 @@ both spaces have; source configs with no counterpart are skipped.
 
     python benchmarks/search_replay.py            # CI-sized: 3 seeds, small caps, two spaces
     python benchmarks/search_replay.py --full     # every file, 20 seeds; writes benchmarks/README.md
+    python benchmarks/search_replay.py --full --render after.json --compare before.json  # seed by seed
 """
 
 from __future__ import annotations
@@ -472,9 +473,7 @@ def compare_table(spaces: list[ReplaySpace], base: list[Outcome], new: list[Outc
             out.setdefault((name, o.job.strategy, o.job.batch), {})[o.job.seed] = o
         return out
 
-    def cells(
-        fractions: dict[float, list[tuple[float, float]]], random: list[float], evals: str
-    ) -> list[str]:
+    def cells(fractions: dict[float, list[tuple[float, ...]]], random: list[float], evals: str) -> list[str]:
         out = []
         for b, r in zip(BUDGETS, random):
             x, y = zip(*fractions[b])
