@@ -145,25 +145,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = 0
     for run in args.runs:
         shape, strategy, seed = run.split(":")
-        with tempfile.TemporaryDirectory(prefix="timeline-") as work:  # a cold Triton cache per run
-            env = dict(
-                os.environ, TRITON_CACHE_DIR=f"{work}/triton-cache", TRITON_DEJAVU_STORAGE=f"{work}/st"
-            )
-            env["TRITON_DEJAVU_PROGRESS"] = "0"
-            if args.tiny:
-                env["TRITON_INTERPRET"] = "1"
-            done = subprocess.run(
-                [sys.executable, __file__, "--role", shape, strategy, seed, "1" if args.tiny else "0"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=args.timeout,
-                check=False,
-            )
-        lines = [line[7:] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-        print(lines[0] if lines else f"{run}: failed\n{done.stderr[-2000:]}", flush=True)
-        failed += not lines
+        role = ["--role", shape, strategy, seed, "1" if args.tiny else "0"]
+        failed += not print_fresh_result(__file__, role, run, timeout=args.timeout, interpret=args.tiny)
     return 1 if failed else 0
+
+
+def print_fresh_result(script: str, role: list[str], label: str, *, timeout: float, interpret: bool) -> bool:
+    """Run ``script role`` in a fresh process with an empty Triton cache and storage and print the
+    line it marked ``RESULT`` (or ``label`` and the end of its stderr); whether it gave one."""
+    with tempfile.TemporaryDirectory(prefix="timeline-") as work:
+        env = dict(os.environ, TRITON_CACHE_DIR=f"{work}/triton-cache")
+        env.update(TRITON_DEJAVU_STORAGE=f"{work}/st", TRITON_DEJAVU_PROGRESS="0")
+        env.pop("TRITON_INTERPRET", None)
+        if interpret:
+            env["TRITON_INTERPRET"] = "1"
+        done = subprocess.run(
+            [sys.executable, script, *role],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    lines = [line[7:] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    print(lines[0] if lines else f"{label}: failed\n{done.stderr[-2000:]}", flush=True)
+    return bool(lines)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ SCRIPT = textwrap.dedent(
 
     import triton_dejavu_like as tdl
     from triton_dejavu_like import _compat
+    from triton_dejavu_like.measure import gate
     from triton_dejavu_like.measure.compile_pool import CallSpec, CannotCompileHere, CompilePool, _token_of
 
 
@@ -55,6 +56,7 @@ SCRIPT = textwrap.dedent(
         tensor = ("tensor", ("float16", True))
         call = CallSpec(token, (tensor, tensor, tensor), ())
         verdicts = [pool.submit(call, config).result(timeout=300) for config in configs]
+        gate_compiled = pool.submit_job(gate.compile_kernel).result(timeout=300)
         later = _token_of(make_kernel().kernel_recipe().fn)  # registered after the fork
         lost = CallSpec(later, call.args, ())
         try:
@@ -67,6 +69,7 @@ SCRIPT = textwrap.dedent(
         pool.shutdown(wait=True)
         print(json.dumps({
             "verdicts": verdicts,
+            "gate_compiled": gate_compiled,
             "handed_back": handed_back,
             "inherited": inherited,
             "worker_pids": sorted(pids),
@@ -98,9 +101,12 @@ def test_forked_workers_compile_for_the_gpu_and_rule_out_what_cannot_run(tmp_pat
     assert result["left"] == []  # no worker outlives the pool
     # the parent will read the one that fits from disk; the one over the limit stopped before
     # machine code (its compile left IR up to the stage that allocates shared memory, no PTX)
-    stages = [{p.suffix for p in d.iterdir()} for d in cache.iterdir() if d.is_dir()]
-    assert sum(".cubin" in s for s in stages) == 1
-    assert sum(".ttgir" in s and ".ptx" not in s for s in stages) == 1
+    stages = [{p.name for p in d.iterdir()} for d in cache.iterdir() if d.is_dir()]
+    assert sum("tile_product.cubin" in s for s in stages) == 1
+    assert sum("tile_product.ttgir" in s and "tile_product.ptx" not in s for s in stages) == 1
+    # the stream gate's kernel, compiled ahead by a worker: the first timing loads it from disk
+    assert result["gate_compiled"] is None
+    assert sum("_hold.cubin" in s for s in stages) == 1
 
 
 def test_compile_start_is_fork_by_default_and_a_typo_is_reported_once(monkeypatch):

@@ -7,10 +7,15 @@ chunk and the gate behind it are enqueued, and every gate is open when the call 
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
+
 import numpy as np
 import pytest
 
+from triton_dejavu_like.measure import bench as bench_module
 from triton_dejavu_like.measure import gate as gate_module
+from triton_dejavu_like.measure.bench import GpuBenchmarker, TimingPolicy
 from triton_dejavu_like.measure.gate import StreamGate, chunked
 
 
@@ -111,3 +116,32 @@ def test_chunked_covers_every_round_once_in_order():
     pieces = list(chunked(10, 4))
     assert [list(p) for p in pieces] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert list(chunked(0, 4)) == []
+
+
+def gpu_benchmarker(finalists: int = 3) -> GpuBenchmarker:
+    return GpuBenchmarker(None, None, False, TimingPolicy(finalists=finalists))
+
+
+def test_the_gate_kernel_is_compiled_ahead_and_the_first_timing_waits_for_it(gates_available, monkeypatch):
+    monkeypatch.setattr(gate_module, "_made", False)
+    benchmarker = gpu_benchmarker()
+    compiling: Future[None] = Future()
+    jobs = []
+    benchmarker.compile_ahead(lambda job: jobs.append(job) or compiling)
+    assert jobs == [gate_module.compile_kernel]
+    made = []
+    monkeypatch.setattr(bench_module, "make_gate", lambda: made.append(compiling.done()))
+    threading.Timer(0.2, compiling.set_result, [None]).start()
+    benchmarker._gate()
+    benchmarker._gate()
+    assert made == [True]  # once, after the compile ahead finished (not compiled twice at once)
+
+
+@pytest.mark.parametrize("case", ["ungated", "single stage", "gates unavailable", "gate made already"])
+def test_nothing_is_compiled_ahead_where_no_gate_will_be_made(case, gates_available, monkeypatch):
+    monkeypatch.setattr(gate_module, "_made", case == "gate made already")
+    if case == "gates unavailable":
+        monkeypatch.setattr(gate_module, "_unavailable", "no pinned memory")
+    benchmarker = gpu_benchmarker(finalists=0 if case == "single stage" else 3)
+    benchmarker.gated = case != "ungated"
+    benchmarker.compile_ahead(lambda job: pytest.fail(f"{case}: compiled {job.__name__} ahead"))

@@ -114,3 +114,91 @@ def test_a_timed_call_that_synchronises_does_not_stall_the_timing(tmp_path):
     assert out["given_up"], out
     assert out["elapsed_s"] < 20, out
     assert 0.05 < out["long_ms"] < 0.2, out  # timed ungated from then on, and still right
+
+
+AHEAD = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+    import torch
+    from triton_dejavu_like.measure import gate
+    from triton_dejavu_like.measure.compile_pool import CompilePool
+
+
+    def files():
+        root = Path(os.environ["TRITON_CACHE_DIR"])
+        return {str(p): (p.stat().st_ino, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+    if __name__ == "__main__":
+        torch.zeros(1, device="cuda")  # CUDA is up before the workers start, as in a tuning run
+        pool = CompilePool(2, torch.cuda.current_device(), sys.argv[1])
+        pool.start()
+        verdict = pool.submit_job(gate.compile_kernel).result(timeout=300)
+        pool.shutdown(wait=True)
+        before = files()
+        made = gate.make_gate() is not None
+        print(json.dumps({"verdict": verdict, "made": made, "gate_files": sum("_hold" in p for p in before),
+                          "written_here": sorted(set(files().items()) - set(before.items()))}))
+    """
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("start", ["fork", "forkserver"])
+def test_the_gate_kernel_a_compile_worker_compiled_is_loaded_not_compiled_again(tmp_path, start):
+    # with an empty Triton cache, compiling the gate kernel inside the first timing took about a
+    # second of a tuning run; a worker compiles it beside the candidates, for the launch's signature
+    script = tmp_path / "ahead.py"
+    script.write_text(AHEAD)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    proc = subprocess.run(
+        [sys.executable, str(script), start], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["verdict"] is None and out["made"], out
+    assert out["gate_files"] > 0, out  # the worker wrote it to the cache
+    assert out["written_here"] == [], out  # the gate made here found it there
+
+
+FIRST_KERNELS = textwrap.dedent(
+    """
+    import json
+    import torch, triton
+    import triton.language as tl
+    from triton_dejavu_like.measure import gate
+    from triton_dejavu_like.measure.bench import GpuBenchmarker, TimingPolicy
+
+
+    @triton.jit
+    def clear(x_ptr):
+        tl.store(x_ptr + tl.arange(0, 128), tl.zeros((128,), tl.float32))
+
+
+    if __name__ == "__main__":
+        x = torch.empty(128, device="cuda")  # no kernel of torch's has run in this process yet
+        call = lambda: clear[(1,)](x)
+        bench = GpuBenchmarker(None, None, False, TimingPolicy(final_margin=0.0))
+        bench(call)
+        bench.refine([call, call])
+        print(json.dumps({"unavailable": gate._unavailable}))
+    """
+)
+
+
+@pytest.mark.gpu
+def test_the_first_timing_of_a_process_keeps_its_gates(tmp_path):
+    # the L2 flush is a torch kernel; its first launch, behind a closed gate, loaded it lazily and
+    # waited for the GPU, which waited at the gate: the gate timed out and the whole process (every
+    # cold tuning run) timed without gates
+    script = tmp_path / "first_kernels.py"
+    script.write_text(FIRST_KERNELS)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "CUDA_MODULE_LOADING")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["unavailable"] is None, out

@@ -46,3 +46,20 @@ def test_failed_compilations_are_ruled_out_with_one_line_reasons(threads):
     assert kernel.compiled == [16, 32]
     assert list(failures) == [configs[1]]
     assert failures[configs[1]].startswith("CompilationError") and "\n" not in failures[configs[1]]
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_compiles_ahead_start_first_and_their_failure_rules_out_nothing(threads):
+    if threads > 1 and not _compat.HAS_ASYNC_COMPILE:
+        pytest.skip("this Triton compiles serially")
+    kernel = CompileOnlyKernel()
+    started = []
+
+    def ahead(submit):
+        assert submit(lambda: started.append(list(kernel.compiled))) is None  # done with the batch
+        assert submit(lambda: 1 / 0) is None  # the code that needs it compiles it itself later
+
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32)]
+    assert precompile(context(kernel), configs, threads=threads, ahead=ahead) == {}
+    assert started == [[]]  # before any candidate
+    assert kernel.compiled == [16, 32]

@@ -256,6 +256,18 @@ def l2_flush_buffer() -> Any:
     return driver.active.get_empty_cache_for_benchmark()
 
 
+def build_launcher(kernel: Any) -> None:
+    """Build the host-side launcher of a compiled kernel, as its first launch would, without the GPU.
+
+    Up to 3.6 (at least) a launcher is a C module made for the kernel's signature and built with
+    the C compiler into Triton's cache (a few tenths of a second when the cache is empty; then the
+    process that launches finds it there); 3.9's launcher is generic and builds nothing. Raises
+    what the driver raises where no driver is present."""
+    from triton.runtime.driver import driver
+
+    driver.active.launcher_cls(kernel.src, kernel.metadata)
+
+
 def load_compiled(kernel: Any) -> None:
     """Load a compiled kernel onto the current device, as its first launch would: raises
     ``OutOfResources`` when it needs more shared memory, threads or registers than the device has."""

@@ -15,18 +15,25 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
 from .. import _compat
 from .gate import CAPACITY as GATE_CAPACITY
-from .gate import StreamGate, chunked, give_up, make_gate
+from .gate import StreamGate, chunked, compile_kernel, give_up, make_gate, needs_compile
 
 #: Upstream's quantiles: median, 20th and 80th percentile.
 QUANTILES: tuple[float, float, float] = (0.5, 0.2, 0.8)
 
 KernelCall = Callable[[], Any]
 DoBench = Callable[..., Any]
+#: Starts a compile job (a function that compiles without launching) beside the candidates' compiles;
+#: returns its future, or None when the job is done when the candidates' compiles are.
+SubmitCompile = Callable[[Callable[[], Any]], "Future[None] | None"]
+
+#: How long the first timing waits for a kernel of ours compiled ahead (then it compiles it itself).
+AHEAD_WAIT_S = 60.0
 
 
 def quantiles_of(samples: Sequence[float], quantiles: Sequence[float]) -> list[float]:
@@ -195,6 +202,10 @@ class Benchmarker:
         """Careful timings at :attr:`quantiles` for the finalists, in the order given."""
         return [self(call, self.quantiles) for call in kernel_calls]
 
+    def compile_ahead(self, submit: SubmitCompile) -> None:
+        """Hand ``submit`` what this benchmarker's first timing would otherwise compile in this process
+        (called once the candidates' compiles start, so that the two overlap)."""
+
 
 class UserBenchmarker(Benchmarker):
     """The user's ``do_bench(kernel_call, quantiles=...)``, for every candidate."""
@@ -237,6 +248,7 @@ class GpuBenchmarker(Benchmarker):
         self._flush_buffer: Any = None
         self._order_rng = random.Random(0)  # the rounds' orders: shuffled, the same in every process
         self._stream_gate: Any = _UNSET
+        self._gate_compiling: Future[None] | None = None
 
     def _upstream(self, kernel_call: KernelCall, quantiles: Sequence[float]) -> list[float]:
         if self.use_cuda_graph:
@@ -254,9 +266,17 @@ class GpuBenchmarker(Benchmarker):
         return normalise(result, len(quantiles))
 
     def _flush(self) -> None:
+        self._flush_buffer.zero_()
+
+    def _ready_to_gate(self) -> None:
+        """Run once, ungated, what the timed launches run besides the candidate (the flush). With
+        CUDA's lazy module loading (the default), the first launch of a kernel in a process loads it,
+        and loading waits for the GPU, which waits at the gate for the host: the gate opens only by
+        itself, after about 1.4 s on an H200, and the process then times without gates. The candidate
+        itself ran once before (:meth:`_estimate`, :meth:`refine`'s warm-up)."""
         if self._flush_buffer is None:
             self._flush_buffer = _compat.l2_flush_buffer()
-        self._flush_buffer.zero_()
+            self._flush()
 
     def _timed(self, calls: Sequence[KernelCall], rounds: int) -> list[list[float]]:
         """``rounds`` L2-flushed launches of each call, interleaved in a shuffled order per round
@@ -284,6 +304,7 @@ class GpuBenchmarker(Benchmarker):
                     calls[c]()
                     end.record()
 
+        self._ready_to_gate()
         gate = self._gate()
         if gate is None:
             for piece in range(len(pieces)):
@@ -296,10 +317,18 @@ class GpuBenchmarker(Benchmarker):
             self._stream_gate = None
         return [[s.elapsed_time(e) for s, e in per_call] for per_call in events]
 
+    def compile_ahead(self, submit: SubmitCompile) -> None:
+        """The stream gate's kernel (about a second on an H100 with an empty Triton cache)."""
+        if self.gated and self.finalists and self._stream_gate is _UNSET and needs_compile():
+            self._gate_compiling = submit(compile_kernel)
+
     def _gate(self) -> StreamGate | None:
         if not self.gated:
             return None
         if self._stream_gate is _UNSET:
+            if self._gate_compiling is not None:  # its failure is make_gate's to find and report
+                wait([self._gate_compiling], timeout=AHEAD_WAIT_S)
+                self._gate_compiling = None
             self._stream_gate = make_gate()
         return self._stream_gate
 

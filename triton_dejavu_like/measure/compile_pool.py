@@ -44,7 +44,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,7 +204,10 @@ def _compile(call: CallSpec, encoded: dict[str, Any], device: int) -> str | None
     try:
         kernel = fn.run(*args, grid=(1,), warmup=True, **meta, **config.all_kwargs())
         if _answers is not None:
-            return _compat.shared_memory_shortfall(kernel, _answers)
+            shortfall = _compat.shared_memory_shortfall(kernel, _answers)
+            if shortfall is None:
+                _build_launcher(kernel)
+            return shortfall
         _compat.load_compiled(kernel)
     except Exception as exc:
         reason = one_line_reason(exc)
@@ -212,6 +215,28 @@ def _compile(call: CallSpec, encoded: dict[str, Any], device: int) -> str | None
             raise CannotCompileHere(reason) from None
         return reason
     return None
+
+
+def _build_launcher(kernel: Any) -> None:
+    """In a forked worker: build the kernel's launcher into Triton's cache, so that its first launch
+    in the tuning process does not (a fork-server worker builds it by loading the kernel). Best
+    effort: the launch builds it where this could not."""
+    try:
+        _compat.build_launcher(kernel)
+    except Exception as exc:
+        log.debug("compile worker: launcher not built ahead: %s", one_line_reason(exc))
+
+
+def _run_ahead(job: Callable[[], Any]) -> None:
+    """A compile job of the tuning process's own (:meth:`CompilePool.submit_job`): compile, and make
+    the kernel ready to launch as far as a worker can."""
+    kernel = job()
+    if kernel is None:
+        return
+    if _answers is not None:
+        _build_launcher(kernel)
+    else:
+        _compat.load_compiled(kernel)
 
 
 # --- the parent's side ---------------------------------------------------------------------------------
@@ -303,6 +328,16 @@ class CompilePool:
         except EncodingError as exc:
             raise Unsupported(str(exc)) from exc
         return self._executor.submit(_compile, call, encoded, self.device)
+
+    def submit_job(self, job: Callable[[], Any]) -> cf.Future[None] | None:
+        """Run ``job`` (a module-level function, which a fork-server worker imports; it may return
+        the kernel it compiled, whose launcher the worker then builds) in a worker; None where the
+        pool was shut down meanwhile."""
+        try:
+            return self._executor.submit(_run_ahead, job)
+        except RuntimeError as exc:
+            log.debug("compile pool: %s not started: %s", job.__qualname__, exc)
+            return None
 
     def restart(self) -> None:
         """Retire this pool (a worker died, or forked workers do not know a kernel): the next

@@ -50,7 +50,7 @@ class InProcessEvaluator(Evaluator):
     def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
         if self.ctx.interpreted:
             return {}
-        return precompile(self.ctx, configs)
+        return precompile(self.ctx, configs, ahead=self.ctx.benchmarker.compile_ahead)
 
     def measure(self, config: Config) -> list[float]:
         benchmarker = self.ctx.benchmarker

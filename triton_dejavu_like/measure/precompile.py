@@ -13,23 +13,28 @@ timing, so compile errors rule candidates out early).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import _compat, _env
 from .._compat import Config
+from .bench import SubmitCompile
 from .launch import LaunchContext, one_line_reason
 
 log = logging.getLogger(__name__)
 
 
 def precompile(
-    ctx: LaunchContext, configs: Sequence[Config], threads: int | None = None
+    ctx: LaunchContext,
+    configs: Sequence[Config],
+    threads: int | None = None,
+    ahead: Callable[[SubmitCompile], None] | None = None,
 ) -> dict[Config, str]:
     """Compile ``configs`` for the call in ``ctx``; return the candidates that failed, with reasons.
 
     Nothing is launched and no hook runs. A failure here is final for the candidate (the same
-    compilation would fail again when it is timed).
+    compilation would fail again when it is timed). ``ahead`` (the benchmarker's
+    :meth:`~.bench.Benchmarker.compile_ahead`) adds compiles of its own, started first.
     """
     if not configs:
         return {}
@@ -46,8 +51,17 @@ def precompile(
             return False
         return True
 
+    def run_here(job: Callable[[], object]) -> None:
+        """A compile of ``ahead``'s, handed over like a candidate's in async mode."""
+        try:
+            job()
+        except Exception as exc:  # the code that needs it compiles it again and reports
+            log.debug("%s: compiling %s ahead failed: %s", ctx.kernel_name, job.__qualname__, exc)
+
     workers = _env.compile_threads() if threads is None else threads
     if workers <= 1 or not _compat.HAS_ASYNC_COMPILE:
+        if ahead is not None:
+            ahead(run_here)
         for config in configs:
             warm(config)
         return failures
@@ -56,6 +70,8 @@ def precompile(
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdl-compile")
     with pool, _compat.async_compile_mode(pool) as mode:
         futures = getattr(mode, "raw_futures", [])
+        if ahead is not None:
+            ahead(run_here)
         for config in configs:
             before = len(futures)
             if warm(config) and len(futures) > before:

@@ -146,6 +146,7 @@ class TuningRun:
         streamed = None if isolated else compile_in_processes(self.recipe, ctx, candidates)
         if streamed is not None:
             streamed[0].start()  # the workers start while the strategy (SMAC's import) is set up
+            self.benchmarker.compile_ahead(streamed[0].submit_job)
         with open_evaluator(self.recipe, ctx) as evaluator:
             search = BatchSearch(make_strategy(self.strategy), space, self.budget, warm_start)
             bar = progress_bar(search.limit, f"tuning {name}")
