@@ -203,18 +203,25 @@ def _compile(call: CallSpec, encoded: dict[str, Any], device: int) -> str | None
     meta = {k: _stand_in(spec, where) for k, spec in call.meta}
     try:
         kernel = fn.run(*args, grid=(1,), warmup=True, **meta, **config.all_kwargs())
-        if _answers is not None:
-            shortfall = _compat.shared_memory_shortfall(kernel, _answers)
-            if shortfall is None:
-                _build_launcher(kernel)
-            return shortfall
-        _compat.load_compiled(kernel)
+        return _make_ready(kernel)
     except Exception as exc:
         reason = one_line_reason(exc)
         if _answers is not None and "forked subprocess" in reason:  # something asked CUDA after all
             raise CannotCompileHere(reason) from None
         return reason
-    return None
+
+
+def _make_ready(kernel: Any) -> str | None:
+    """Make a compiled kernel as ready to launch as this worker can; why it cannot run on the device
+    (shared memory, one line), or None. A fork-server worker loads it (raising what loading raises);
+    a forked worker checks its shared memory and builds its launcher."""
+    if _answers is None:
+        _compat.load_compiled(kernel)
+        return None
+    shortfall = _compat.shared_memory_shortfall(kernel, _answers)
+    if shortfall is None:
+        _build_launcher(kernel)
+    return shortfall
 
 
 def _build_launcher(kernel: Any) -> None:
@@ -231,12 +238,8 @@ def _run_ahead(job: Callable[[], Any]) -> None:
     """A compile job of the tuning process's own (:meth:`CompilePool.submit_job`): compile, and make
     the kernel ready to launch as far as a worker can."""
     kernel = job()
-    if kernel is None:
-        return
-    if _answers is not None:
-        _build_launcher(kernel)
-    else:
-        _compat.load_compiled(kernel)
+    if kernel is not None:
+        _make_ready(kernel)
 
 
 # --- the parent's side ---------------------------------------------------------------------------------
