@@ -10,17 +10,21 @@ time / that config's mean time). Results are drawn from the measured repeats (no
 candidates of a batch complete in a seeded random order (``drive_batched``).
 
 ``--set NAME=VALUE`` overrides a constant of ``triton_dejavu_like.search.base`` for the run
-(``PATIENCE_MIN``, ``POLISH_TOP``, ``NEGLIGIBLE_GAIN``, ...), so that a stop rule can be compared
-with the shipped one on the same seeds:
+(``PATIENCE_MIN``, ``POLISH_TOP``, ``NEGLIGIBLE_GAIN``, ...), and ``--bo NAME=VALUE`` a field of
+Bayesian optimisation's ``BOSettings`` (``refit_batch_share``, ``n_trees``, ...), so that a setting
+can be compared with the shipped one on the same seeds. The last column is the strategy's own time
+(fits and proposals) per evaluation, on this machine:
 
     python benchmarks/adaptive_replay.py --seeds 10
     python benchmarks/adaptive_replay.py --spaces matmul_NVIDIA_H100_80GB_HBM3 --set PATIENCE_MIN=24
+    python benchmarks/adaptive_replay.py --bo refit_batch_share=0.25
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import math
 import random
 import statistics
@@ -36,6 +40,7 @@ sys.path.insert(0, str(HERE))
 import search_replay  # noqa: E402
 
 from triton_dejavu_like.search import Budget, base, drive_batched, make_strategy  # noqa: E402
+from triton_dejavu_like.search.bayesian import BOSettings  # noqa: E402
 
 #: The finalists of the careful stage: the quality is that of the best of these (by mean time).
 FINALISTS = 5
@@ -53,30 +58,42 @@ DEFAULT_SPACES = (
 )
 
 
-def one_run(job: tuple[str, int, dict[str, Any], int, str]) -> tuple[str, int, int, float]:
-    """One search under ``Budget()``: (space, seed, evaluations, fraction of the optimum)."""
-    path, seed, overrides, batch, strategy = job
-    for name, value in overrides.items():
-        setattr(base, name, value)
+Job = tuple[str, int, dict[str, Any], dict[str, Any], int, str]
+
+
+def one_run(job: Job) -> tuple[str, int, int, float, float]:
+    """One search under ``Budget()``: (space, seed, evaluations, fraction of the optimum, the
+    strategy's own seconds)."""
+    path, seed, overrides, bo, batch, name = job
+    for constant, value in overrides.items():
+        setattr(base, constant, value)
     space = search_replay._loaded(path)
     rng = random.Random(seed)
 
     def objective(index: int) -> float:
         return space.measured(index, rng)
 
-    search = drive_batched(
-        make_strategy(strategy), space.space, Budget(seed=seed), objective, batch, (), seed
-    )
+    strategy = make_strategy(name)
+    if bo and hasattr(strategy, "config"):
+        strategy.config = dataclasses.replace(strategy.config, **bo)
+    search = drive_batched(strategy, space.space, Budget(seed=seed), objective, batch, (), seed)
     measured = sorted((v, i) for i, v in search.results.items() if math.isfinite(v))
     finalists = [i for _, i in measured[:FINALISTS]]
     fraction = space.best_ms / min(space.mean_ms[i] for i in finalists) if finalists else 0.0
-    return path, seed, len(search.order), fraction
+    return path, seed, len(search.order), fraction, search.strategy_time_s
 
 
 def parse_override(text: str) -> tuple[str, Any]:
     name, _, value = text.partition("=")
     if not hasattr(base, name):
         raise argparse.ArgumentTypeError(f"search/base.py has no constant {name!r}")
+    return name, ast.literal_eval(value)
+
+
+def parse_bo(text: str) -> tuple[str, Any]:
+    name, _, value = text.partition("=")
+    if name not in {f.name for f in dataclasses.fields(BOSettings)}:
+        raise argparse.ArgumentTypeError(f"BOSettings has no field {name!r}")
     return name, ast.literal_eval(value)
 
 
@@ -91,29 +108,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--strategy", default="bayesian", choices=("bayesian", "random"))
     parser.add_argument("--set", dest="overrides", type=parse_override, action="append", default=[])
+    parser.add_argument("--bo", type=parse_bo, action="append", default=[])
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
-    overrides = dict(args.overrides)
+    overrides, bo = dict(args.overrides), dict(args.bo)
+    if bo and args.strategy != "bayesian":
+        parser.error("--bo sets Bayesian optimisation's settings; random search has none")
     paths = [
         s if s.startswith("synthetic:") else str(search_replay.DATA_DIR / f"{s}.json.gz") for s in args.spaces
     ]
-    jobs = [(p, seed, overrides, args.batch, args.strategy) for p in paths for seed in range(args.seeds)]
+    jobs = [(p, seed, overrides, bo, args.batch, args.strategy) for p in paths for seed in range(args.seeds)]
     with ProcessPoolExecutor(args.workers) as pool:
         outcomes = list(pool.map(one_run, jobs))
     print(
         f"{args.strategy}, batch {args.batch}, {args.seeds} seeds, Budget() (adaptive stop)"
         + (f", overrides {overrides}" if overrides else "")
+        + (f", BOSettings {bo}" if bo else "")
     )
-    print("| space | evaluations (mean) | fraction of optimum (mean) | worst seed |")
-    print("| --- | ---: | ---: | ---: |")
-    evaluations, fractions = [], []
+    print("| space | evaluations (mean) | fraction of optimum (mean) | worst seed | strategy ms/evaluation |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    evaluations, fractions, costs = [], [], []
     for name, path in zip(args.spaces, paths):
         rows = [o for o in outcomes if o[0] == path]
         e, f = statistics.fmean(r[2] for r in rows), statistics.fmean(r[3] for r in rows)
+        cost = 1000 * sum(r[4] for r in rows) / sum(r[2] for r in rows)
         evaluations.append(e)
         fractions.append(f)
-        print(f"| {name} | {e:.1f} | {f:.4f} | {min(r[3] for r in rows):.3f} |")
-    print(f"| mean | {statistics.fmean(evaluations):.1f} | {statistics.fmean(fractions):.4f} | |")
+        costs.append(cost)
+        print(f"| {name} | {e:.1f} | {f:.4f} | {min(r[3] for r in rows):.3f} | {cost:.1f} |")
+    print(
+        f"| mean | {statistics.fmean(evaluations):.1f} | {statistics.fmean(fractions):.4f} | "
+        f"| {statistics.fmean(costs):.1f} |"
+    )
     return 0
 
 

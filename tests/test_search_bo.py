@@ -105,6 +105,26 @@ def test_failures_are_left_out_of_the_regression_and_feed_the_failure_model(monk
         assert y == [float(math.isinf(run.results[i])) for i in indices]
 
 
+def test_one_fit_serves_a_quarter_of_a_batch_of_results(monkeypatch):
+    # on a GPU the fit runs where candidates are timed: with 16 in flight the model is refit once
+    # four more results are in, not at every proposal
+    sizes: list[int] = []
+    real_fit = _smac_session.ForestModel.fit
+
+    def recording_fit(self, indices, y):
+        sizes.append(len(indices))
+        return real_fit(self, indices, y)
+
+    monkeypatch.setattr(_smac_session.ForestModel, "fit", recording_fit)
+    space = grid_space((10, 10, 10))
+    objective = Counting(space, bowl((7, 2, 5)))
+    search = drive_batched(make_strategy("bayesian"), space, Budget(max_share=0.1, seed=3), objective, 16)
+    assert len(search.results) == 100
+    assert len(sizes) >= 10  # the model steered most of the search
+    assert all(later - earlier >= 4 for earlier, later in itertools.pairwise(sizes))
+    assert sizes[-1] >= 90  # and kept learning until near the end
+
+
 def test_time_budget_stops_the_search(monkeypatch):
     now = [0.0]
     monkeypatch.setattr(base.time, "monotonic", lambda: now[0])

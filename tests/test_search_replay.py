@@ -163,16 +163,19 @@ def test_adaptive_replay_stops_by_the_rule_it_is_given():
     shipped = {name: getattr(base, name) for name in ("PATIENCE_MIN", "PATIENCE_BATCHES")}
     try:
         space = "synthetic:stencil:2"
-        _, _, evaluations, fraction = adaptive.one_run((space, 0, {}, 1, "random"))
-        assert base.MIN_EVALUATIONS <= evaluations < 4096 and 0 < fraction <= 1
+        _, _, evaluations, fraction, seconds = adaptive.one_run((space, 0, {}, {}, 1, "random"))
+        assert base.MIN_EVALUATIONS <= evaluations < 4096 and 0 < fraction <= 1 and seconds >= 0
         longer = {"PATIENCE_MIN": 4 * base.PATIENCE_MIN}
-        _, _, patient, _ = adaptive.one_run((space, 0, longer, 1, "random"))
+        _, _, patient, _, _ = adaptive.one_run((space, 0, longer, {}, 1, "random"))
         assert patient > evaluations  # the same proposals until the first stall, which comes later
     finally:
         for name, value in shipped.items():  # one_run sets them in this process
             setattr(base, name, value)
     with pytest.raises(Exception, match="no constant"):
         adaptive.parse_override("NO_SUCH_SETTING=3")
+    assert adaptive.parse_bo("refit_batch_share=0.5") == ("refit_batch_share", 0.5)
+    with pytest.raises(Exception, match="no field"):
+        adaptive.parse_bo("PATIENCE_MIN=3")  # a stop-rule constant, not a setting of the model
 
 
 @needs_data
