@@ -3,11 +3,14 @@ worker processes forked from this one, which never use CUDA; the verdicts are th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -138,3 +141,54 @@ def test_compile_processes_values(monkeypatch, raw, mode):
 
     monkeypatch.setenv(_env.COMPILE_PROCESSES, raw)
     assert _env.compile_processes() == mode
+
+
+LEFT_BEHIND = textwrap.dedent(
+    """
+    import json, os, sys
+    from triton.backends.compiler import GPUTarget
+
+    from triton_dejavu_like import _compat
+    from triton_dejavu_like.measure.compile_pool import CompilePool
+
+    if __name__ == "__main__":
+        answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
+        pool = CompilePool(2, 0, "fork", answers)
+        pool.start()
+        pids = sorted({pool._executor.submit(os.getpid).result(timeout=60) for _ in range(8)})
+        print(json.dumps(pids), flush=True)
+        os._exit(0)  # killed, or left without shutting anything down
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_of_a_process_that_died_exit_and_release_its_stdout(tmp_path):
+    # a serving engine reads a worker process's stdout until it ends: workers that outlived their
+    # parent held it open, and the reader waited forever
+    script = tmp_path / "left_behind.py"
+    script.write_text(LEFT_BEHIND)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton-cache"), TRITON_DEJAVU_STORAGE=str(tmp_path))
+    process = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    workers = json.loads(process.stdout.readline())
+    try:
+        assert process.wait(timeout=60) == 0
+        assert len(workers) == 2 and process.pid not in workers
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in workers)
+        assert process.stdout.read() == ""  # the end of the output, not a wait for it
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
