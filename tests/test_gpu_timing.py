@@ -120,9 +120,16 @@ AHEAD = textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
-    import torch
-    from triton_dejavu_like.measure import gate
+    import torch, triton
+    import triton.language as tl
+    from triton_dejavu_like.measure import LaunchContext, gate
     from triton_dejavu_like.measure.compile_pool import CompilePool
+    from triton_dejavu_like.measure.precompile import precompile
+
+
+    @triton.jit
+    def clear(x_ptr, BLOCK: tl.constexpr):
+        tl.store(x_ptr + tl.arange(0, BLOCK), tl.zeros((BLOCK,), tl.float32))
 
 
     def files():
@@ -131,13 +138,23 @@ AHEAD = textwrap.dedent(
 
 
     if __name__ == "__main__":
-        torch.zeros(1, device="cuda")  # CUDA is up before the workers start, as in a tuning run
-        pool = CompilePool(2, torch.cuda.current_device(), sys.argv[1])
-        pool.start()
-        verdict = pool.submit_job(gate.compile_kernel).result(timeout=300)
-        pool.shutdown(wait=True)
+        x = torch.zeros(128, device="cuda")  # CUDA is up before the workers start, as in a tuning run
+        if sys.argv[1] == "threads":  # fewer candidates than compile workers pay for
+            call = {"grid": (1,), "warmup": False}
+            ctx = LaunchContext(clear, (x,), call, {"x_ptr": x}, None, None, None, "clear")
+            ahead = lambda submit: submit(gate.compile_kernel)
+            failures = precompile(ctx, [triton.Config({"BLOCK": 128})], threads=2, ahead=ahead)
+            verdict = str(failures) if failures else None
+        else:
+            pool = CompilePool(2, torch.cuda.current_device(), sys.argv[1])
+            pool.start()
+            verdict = pool.submit_job(gate.compile_kernel).result(timeout=300)
+            pool.shutdown(wait=True)
         before = files()
         made = gate.make_gate() is not None
+        if sys.argv[1] == "threads":
+            clear[(1,)](x, BLOCK=128)
+            torch.cuda.synchronize()
         print(json.dumps({"verdict": verdict, "made": made, "gate_files": sum("_hold" in p for p in before),
                           "written_here": sorted(set(files().items()) - set(before.items()))}))
     """
@@ -145,10 +162,12 @@ AHEAD = textwrap.dedent(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("start", ["fork", "forkserver"])
+@pytest.mark.parametrize("start", ["fork", "forkserver", "threads"])
 def test_the_gate_kernel_a_compile_worker_compiled_is_loaded_not_compiled_again(tmp_path, start):
     # with an empty Triton cache, compiling the gate kernel inside the first timing took about a
-    # second of a tuning run; a worker compiles it beside the candidates, for the launch's signature
+    # second of a tuning run; a worker compiles it beside the candidates, for the launch's signature,
+    # and builds its launcher (with compile threads: the thread that compiled it, and the first
+    # candidate's launcher too)
     script = tmp_path / "ahead.py"
     script.write_text(AHEAD)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import triton
 
@@ -63,3 +66,65 @@ def test_compiles_ahead_start_first_and_their_failure_rules_out_nothing(threads)
     assert precompile(context(kernel), configs, threads=threads, ahead=ahead) == {}
     assert started == [[]]  # before any candidate
     assert kernel.compiled == [16, 32]
+
+
+class FakeAsyncMode:
+    """Triton's AsyncCompileMode as far as precompile sees it: ``warmup=True`` launches submit their
+    compile to ``executor``, appending the future to ``raw_futures``; leaving waits for them."""
+
+    active: FakeAsyncMode | None = None
+
+    def __init__(self, executor) -> None:
+        self.executor = executor
+        self.raw_futures: list = []
+
+    def __enter__(self):
+        FakeAsyncMode.active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        FakeAsyncMode.active = None
+        for future in self.raw_futures:
+            future.exception()
+
+
+class HandedOverKernel:
+    """Each compile runs in the executor (after a pause, so that it is still running when handed
+    over); a BLOCK of 0 fails there, as a compile error in the MLIR passes would."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(self, *args, grid, warmup, **kwargs):
+        assert warmup, "precompile must not launch"
+        block = kwargs.get("BLOCK")
+
+        def compile_it() -> str:
+            time.sleep(0.2)
+            if block == 0:
+                raise triton.compiler.errors.CompilationError("src", None, "BLOCK must be positive")
+            return f"{self.name}{block if block is not None else ''}"
+
+        FakeAsyncMode.active.raw_futures.append(FakeAsyncMode.active.executor.submit(compile_it))
+
+
+def test_launchers_are_built_beside_the_compiles_once_per_kernel(monkeypatch):
+    # up to Triton 3.6 a launcher is a C module built at a kernel's first launch (tenths of a
+    # second with an empty cache), which fell into the first timing of a candidate and of the gate
+    built: list[tuple[str, str]] = []
+    monkeypatch.setattr(_compat, "HAS_ASYNC_COMPILE", True)
+    monkeypatch.setattr(_compat, "async_compile_mode", FakeAsyncMode)
+    monkeypatch.setattr(
+        _compat, "build_launcher", lambda kernel: built.append((kernel, threading.current_thread().name))
+    )
+    gate_kernel = HandedOverKernel("gate")
+
+    def ahead(submit):
+        submit(lambda: gate_kernel.run(grid=(1,), warmup=True))
+
+    configs = [triton.Config({"BLOCK": b}) for b in (0, 16, 32)]
+    failures = precompile(context(HandedOverKernel("k")), configs, threads=4, ahead=ahead)
+    assert list(failures) == [configs[0]]
+    kernels = sorted(kernel for kernel, _ in built)
+    assert kernels[0] == "gate" and kernels[1:] in (["k16"], ["k32"])  # one per kernel, none failed
+    assert all(thread.startswith("tdl-compile") for _, thread in built)  # not the timing thread

@@ -56,7 +56,7 @@ from .._log import log
 from ..codec import EncodingError, decode_config, encode_config
 from .isolation.settings import FORKSERVER_PRELOAD, IsolationError
 from .isolation.transfer import KernelRef
-from .launch import LaunchContext, one_line_reason
+from .launch import LaunchContext, one_line_reason, prepare_launcher
 from .recipe import KernelRecipe
 
 #: How one argument travels to a compile worker: a tensor stand-in (dtype name, 16-byte aligned?)
@@ -244,18 +244,8 @@ def _make_ready(kernel: Any) -> str | None:
         return None
     shortfall = _compat.shared_memory_shortfall(kernel, _answers)
     if shortfall is None:
-        _build_launcher(kernel)
+        prepare_launcher(kernel)  # (a fork-server worker builds it by loading the kernel)
     return shortfall
-
-
-def _build_launcher(kernel: Any) -> None:
-    """In a forked worker: build the kernel's launcher into Triton's cache, so that its first launch
-    in the tuning process does not (a fork-server worker builds it by loading the kernel). Best
-    effort: the launch builds it where this could not."""
-    try:
-        _compat.build_launcher(kernel)
-    except Exception as exc:
-        log.debug("compile worker: launcher not built ahead: %s", one_line_reason(exc))
 
 
 def _run_ahead(job: Callable[[], Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 from .. import _compat
 from .._compat import Config
 from .bench import Benchmarker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,6 +62,17 @@ def one_line_reason(exc: BaseException) -> str:
     """``Type: first non-empty line of the message`` (compile errors span many lines), capped."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return (f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__)[:500]
+
+
+def prepare_launcher(kernel: Any) -> None:
+    """Build a compiled kernel's host-side launcher into Triton's cache before its first launch
+    (up to Triton 3.6 a C module per kernel signature, made with the C compiler: a few tenths of a
+    second with an empty cache), where the compiles run, so that the process timing candidates
+    finds it there. Best effort: the first launch builds it where this could not."""
+    try:
+        _compat.build_launcher(kernel)
+    except Exception as exc:
+        log.debug("launcher not built ahead: %s", one_line_reason(exc))
 
 
 def make_kernel_call(ctx: LaunchContext, config: Config) -> Callable[[], None]:

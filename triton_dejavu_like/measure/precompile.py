@@ -13,13 +13,14 @@ timing, so compile errors rule candidates out early).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import _compat, _env
 from .._compat import Config
 from .bench import SubmitCompile
-from .launch import LaunchContext, one_line_reason
+from .launch import LaunchContext, one_line_reason, prepare_launcher
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +73,16 @@ def precompile(
         futures = getattr(mode, "raw_futures", [])
         if ahead is not None:
             ahead(run_here)
+        # a kernel's launcher is built by the thread that compiled it, beside the other compiles,
+        # not at its first launch in the timing loop: for the kernels compiled ahead, and for the
+        # first candidate compiled (the others have its signature: their first launch finds it)
+        for future in futures:
+            future.add_done_callback(_launcher_ready)
+        first = _FirstLauncher()
         for config in configs:
             before = len(futures)
             if warm(config) and len(futures) > before:
+                futures[-1].add_done_callback(first)
                 submitted[config] = futures[-1]
     for config, future in submitted.items():
         exc = future.exception()
@@ -88,3 +96,26 @@ def precompile(
         len(failures),
     )
     return failures
+
+
+def _launcher_ready(future: Future) -> None:
+    """The launcher of a compile that succeeded, built in the thread that compiled it."""
+    if not future.cancelled() and future.exception() is None:
+        prepare_launcher(future.result())
+
+
+class _FirstLauncher:
+    """A done-callback that builds the launcher of the first of its compiles to succeed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken = False
+
+    def __call__(self, future: Future) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        with self._lock:
+            if self._taken:
+                return
+            self._taken = True
+        prepare_launcher(future.result())
