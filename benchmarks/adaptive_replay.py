@@ -83,18 +83,20 @@ def one_run(job: Job) -> tuple[str, int, int, float, float]:
     return path, seed, len(search.order), fraction, search.strategy_time_s
 
 
-def parse_override(text: str) -> tuple[str, Any]:
+def _assignment(text: str, known: Sequence[str], owner: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` as (name, Python literal), where NAME is one of ``known``."""
     name, _, value = text.partition("=")
-    if not hasattr(base, name):
-        raise argparse.ArgumentTypeError(f"search/base.py has no constant {name!r}")
+    if name not in known:
+        raise argparse.ArgumentTypeError(f"{owner} {name!r}")
     return name, ast.literal_eval(value)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    return _assignment(text, dir(base), "search/base.py has no constant")
 
 
 def parse_bo(text: str) -> tuple[str, Any]:
-    name, _, value = text.partition("=")
-    if name not in {f.name for f in dataclasses.fields(BOSettings)}:
-        raise argparse.ArgumentTypeError(f"BOSettings has no field {name!r}")
-    return name, ast.literal_eval(value)
+    return _assignment(text, [f.name for f in dataclasses.fields(BOSettings)], "BOSettings has no field")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,7 +43,6 @@ import multiprocessing
 import os
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,7 +54,7 @@ from .._compat import Config
 from .._log import log
 from ..codec import EncodingError, decode_config, encode_config
 from .isolation.settings import FORKSERVER_PRELOAD, IsolationError
-from .isolation.transfer import KernelRef
+from .isolation.transfer import KernelRef, exit_with_parent
 from .launch import LaunchContext, one_line_reason, prepare_launcher
 from .recipe import KernelRecipe
 
@@ -156,29 +155,8 @@ def _lower_priority() -> None:
         log.debug("compile worker: could not lower its priority: %s", exc)
 
 
-#: A worker checks this often whether the process that started it is still there.
-PARENT_CHECK_S = 0.25
-
-
-def _exit_with_parent() -> None:
-    """Exit this worker soon after the process that started it is gone. A tuning process that is
-    killed, or leaves with ``os._exit``, shuts nothing down: its workers would live on, holding
-    what they inherited (its stdout pipe among them, so that whoever reads it never sees the end).
-    Their task queue cannot tell (every worker holds its writing end too), and
-    ``PR_SET_PDEATHSIG`` follows the thread that forked a worker, which may be any thread that
-    tunes. So a thread watches for the worker being handed to another parent."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_CHECK_S)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="compile-worker-parent", daemon=True).start()
-
-
 def _init_worker(env: dict[str, str], device: int) -> None:
-    _exit_with_parent()  # the fork server, which ends with the tuning process
+    exit_with_parent()  # the fork server, which ends with the tuning process
     os.environ.clear()  # the fork server keeps the environment it was started with
     os.environ.update(env)
     _lower_priority()
@@ -195,7 +173,7 @@ def _init_worker(env: dict[str, str], device: int) -> None:
 
 def _init_forked(answers: _compat.DriverAnswers) -> None:
     global _answers
-    _exit_with_parent()
+    exit_with_parent()
     _answers = answers
     _compat.detach_driver(answers)
     _compat.stop_compiles_over_shared_memory(answers)

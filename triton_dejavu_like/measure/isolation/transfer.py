@@ -1,5 +1,6 @@
 """What crosses between the parent and a worker: argument copies, launch grids, exceptions, the
-kernel's address, and the CUDA state helpers both sides use."""
+kernel's address, the CUDA state helpers both sides use, and how a worker ends with its parent
+(isolation and compile workers)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
+import os
 import pickle
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -146,13 +150,37 @@ def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 def die_with_parent() -> None:
-    """On Linux, have the kernel SIGKILL this worker when the process that started it dies."""
+    """On Linux, have the kernel SIGKILL this worker when the thread that started it ends
+    (``PR_SET_PDEATHSIG`` follows the forking thread): for an isolation worker, the tuning run's
+    thread, which outlives it, or the single-threaded fork server, which ends with its process."""
     if not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+#: :func:`exit_with_parent`'s worker checks this often whether its parent is still there.
+PARENT_CHECK_S = 0.25
+
+
+def exit_with_parent() -> None:
+    """Exit this worker soon after the process that started it is gone, for workers that outlive
+    the thread that forked them (compile workers: any thread that tunes may start the pool, so
+    :func:`die_with_parent` could kill them while their process lives on). A process that is killed,
+    or leaves with ``os._exit``, shuts nothing down: its workers would live on, holding what they
+    inherited (its stdout pipe among them, so that whoever reads it never sees the end), and a task
+    queue cannot tell (every worker holds its writing end too). So a thread watches for the worker
+    being handed to another parent."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="worker-parent-watch", daemon=True).start()
 
 
 def pack_exception(exc: Exception) -> tuple[bytes | None, str]:
