@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,29 +156,3 @@ def export(report: TuneReport, root: Path, out: Path) -> None:
     merged = inventory.merge_into(out, files)
     report.exported = merged.written
     report.problems += problems + merged.problems
-
-
-def summary(report: TuneReport) -> str:
-    from ..cli import table
-
-    rows = [
-        [r.name, r.status, f"{r.seconds:.2f} s", _tuned_text(r.tuned) if r.status == "tuned" else "-"]
-        for r in report.results
-    ]
-    counts = ", ".join(
-        f"{report.count(s)} {s}" for s in ("tuned", "stored", "failed", "lost") if report.count(s)
-    )
-    lines = [table(["CASE", "STATUS", "TIME", "TUNED (KERNEL: KEYS)"], rows), ""]
-    lines.append(f"{len(report.results)} case(s) in {report.seconds:.1f} s: {counts}")
-    lines += [f"  {r.name}: {r.status}: {r.error}" for r in report.results if r.error]
-    if report.exported:
-        lines.append(f"exported {len(report.exported)} cache file(s)")
-    return "\n".join(lines)
-
-
-def _tuned_text(tuned: Sequence[str]) -> str:
-    per_kernel: dict[str, int] = {}
-    for item in tuned:
-        kernel = item.split(" ", 1)[0]
-        per_kernel[kernel] = per_kernel.get(kernel, 0) + 1
-    return ", ".join(f"{k}: {n}" for k, n in per_kernel.items())

@@ -1,0 +1,82 @@
+"""``python -m triton_dejavu_like`` (also ``triton-dejavu-like``): inspect and manage stored results.
+
+Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu``, ``misses``, ``tune``
+(ahead-of-time tuning, :mod:`.aot`), ``heuristic`` (:mod:`.heuristic`), ``diff`` (:mod:`.diff`). Every
+store command takes ``--root`` (default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or
+the user cache directory) and ``--json`` for scripts. ``list`` and ``show`` read every root given
+(``--root`` repeated or an ``os.pathsep`` list: the first is the written one, the others are layers)
+and say which layer each file came from; the other commands use the first root. Exit status: 0 on
+success, 1 when an input cannot be read or nothing matches, 2 for bad arguments; ``diff`` exits 0
+when the winners agree, 1 when they differ and 2 when a source cannot be read; every command
+that removes or replaces stored data (``prune``, ``merge``, ``export``, ``import-dejavu --overwrite``)
+lists what it removes or replaces and takes ``--dry-run``. Every value read from a file is printed
+through :func:`printable`, so a stored name cannot send terminal control sequences. Output cut short
+by a closed pipe (``list | head -1``) ends quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from ... import __version__, _env
+from . import managing, reading, tuning
+from .output import PROG, CliError, CommandParser, UsageError, printable
+
+__all__ = ["build_parser", "main", "printable"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = CommandParser(add_help=False)
+    common.add_argument(
+        "--root",
+        action="append",
+        help=f"storage root (default: ${_env.STORAGE} or the user cache directory); list and show take "
+        f"several (repeated or '{os.pathsep}'-separated: the first is written, the others are layers)",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    selection = CommandParser(add_help=False)
+    for name in ("kernel", "tag", "triton", "toolchain", "gpu"):
+        selection.add_argument(f"--{name}", help=f"only results whose {name} is this")
+
+    description = "Inspect and manage tuning results stored by triton_dejavu_like."
+    parser = CommandParser(prog=PROG, description=description)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for commands in (reading, managing, tuning):
+        commands.add_commands(sub, common, selection)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
+    logger = logging.getLogger("triton_dejavu_like")
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+    try:
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:
+        # The recipe of Python's signal docs (note on SIGPIPE): whoever read our output is gone
+        # (``list | head -1``); point stdout at devnull so that the interpreter's final flush is
+        # quiet, and exit 1 as Python does on EPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except UsageError as exc:
+        print(f"{PROG} {args.command}: error: {printable(exc, newlines=True)}", file=sys.stderr)
+        return 2
+    except (CliError, OSError) as exc:
+        print(f"{PROG} {args.command}: error: {printable(exc, newlines=True)}", file=sys.stderr)
+        return 1
+    finally:
+        logger.removeHandler(handler)

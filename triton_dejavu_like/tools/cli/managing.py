@@ -1,0 +1,272 @@
+"""``merge``, ``prune`` and ``export``: commands that write, replace or remove stored results (each
+lists what it replaces or removes, and takes ``--dry-run``)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ... import _compat
+from ...codec import describe_config
+from ...store import StoredEntry, inventory, parse_timestamp
+from ...store.entry import InvalidEntry
+from .output import (
+    CliError,
+    UsageError,
+    emit,
+    left_out,
+    left_out_text,
+    problems_payload,
+    replaced_lines,
+    report_problems,
+    times_text,
+)
+from .roots import existing_root, selected, written_root
+
+
+def side_text(entry: StoredEntry, origin: str) -> str:
+    times = times_text(entry.timings_ms)
+    return f"{describe_config(entry.config)}  {times}  {entry.data['tuned_at']}  from {origin}"
+
+
+def side_payload(entry: StoredEntry, origin: str) -> dict[str, Any]:
+    return {
+        "config": describe_config(entry.config),
+        "timings_ms": list(entry.timings_ms),
+        "tuned_at": entry.data["tuned_at"],
+        "from": origin,
+    }
+
+
+def conflict_payload(c: inventory.Conflict) -> dict[str, Any]:
+    return {
+        "id": c.identity_id,
+        "kernel": c.kernel,
+        "key": c.key,
+        "kept": side_payload(c.kept, c.kept_from),
+        "dropped": side_payload(c.dropped, c.dropped_from),
+    }
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    root = written_root(args)
+    files, problems = inventory.read_sources(Path(s).expanduser() for s in args.sources)
+    if problems and not args.skip_invalid:
+        report_problems(problems)
+        raise CliError(
+            f"{len(problems)} input(s) cannot be read; nothing was merged (--skip-invalid merges the rest)"
+        )
+    if not files:
+        raise CliError("the sources hold no cache files")
+    report = inventory.merge_into(root, files, prefer=args.prefer, dry_run=args.dry_run)
+    verb = "would merge" if args.dry_run else "merged"
+    skipped = left_out(files, problems)
+    lines = [
+        f"{verb} {len(files)} file(s) into {len(report.written)} cache file(s) under {root}: "
+        f"{report.added} added, {report.replaced} replaced, {report.unchanged} unchanged, "
+        f"{len(report.conflicts)} conflict(s) (prefer {args.prefer}); {left_out_text(skipped)}",
+        *replaced_lines(report.replaced_in, args.dry_run),
+    ]
+    for c in report.conflicts:
+        lines.append(f"  conflict {c.kernel} key {c.key}:")
+        lines.append(f"    kept     {side_text(c.kept, c.kept_from)}")
+        lines.append(f"    dropped  {side_text(c.dropped, c.dropped_from)}")
+    payload = {
+        "root": str(root),
+        "dry_run": args.dry_run,
+        "written": report.written,
+        "added": report.added,
+        "replaced": report.replaced,
+        "unchanged": report.unchanged,
+        "replaced_in": dict(report.replaced_in),
+        "left_out": skipped,
+        "conflicts": [conflict_payload(c) for c in report.conflicts],
+        "problems": problems_payload([*problems, *report.problems]),
+    }
+    emit(args, payload, lines)
+    report_problems([*problems, *report.problems])
+    return 1 if report.problems else 0
+
+
+def parse_moment(text: str) -> _dt.datetime:
+    """An ISO date or time (naive = UTC), or ``<N>d`` for N days ago."""
+    days = re.fullmatch(r"(\d+)d", text.strip())
+    try:
+        if days:
+            return _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=int(days.group(1)))
+        return parse_timestamp(text)
+    except (InvalidEntry, OverflowError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"not a date: {text!r} (use 2025-01-31, an ISO time, or 30d)"
+        ) from exc
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    keep = {name: getattr(args, f"keep_{name}") for name in ("triton", "toolchain", "gpu")}
+    keep = {name: value for name, value in keep.items() if value is not None}
+    if not keep and args.older_than is None and not args.quarantined:
+        raise UsageError(
+            "say what to prune: --keep-triton, --keep-toolchain, --keep-gpu, --older-than or --quarantined"
+        )
+    root = existing_root(args)
+    if keep and not args.force:
+        _check_keep_values(root, keep)
+    report = inventory.prune(
+        root,
+        keep=keep,
+        older_than=args.older_than,
+        kernel=args.kernel,
+        aside=args.quarantined,
+        dry_run=args.dry_run,
+    )
+    verb = "would remove" if args.dry_run else "removed"
+    lines = [
+        f"{verb} {report.removed_entries} entries and {len(report.removed_files)} cache file(s) under {root} "
+        f"({report.kept_entries} entries kept); {len(report.removed_aside)} file(s) moved aside earlier"
+    ]
+    lines += [f"  {p}" for p in [*report.removed_files, *report.removed_aside]]
+    lines += [f"  {count} entries from {path}" for path, count in report.rewritten]
+    payload = {
+        "root": str(root),
+        "dry_run": args.dry_run,
+        "removed_entries": report.removed_entries,
+        "kept_entries": report.kept_entries,
+        "removed_files": report.removed_files,
+        "rewritten": dict(report.rewritten),
+        "removed_aside": report.removed_aside,
+        "problems": problems_payload(report.problems),
+    }
+    emit(args, payload, lines)
+    report_problems(report.problems)
+    return 1 if report.problems else 0
+
+
+def _check_keep_values(root: Path, keep: dict[str, str]) -> None:
+    """Refuse a ``--keep-*`` value that no stored file has: it would remove everything (a typo)."""
+    files, _ = inventory.read_sources([root])
+    for name, value in keep.items():
+        stored = sorted({f.identity[name] for f in files})
+        if stored and value not in stored:
+            listed = ", ".join(stored)
+            raise UsageError(
+                f"--keep-{name} {value!r} matches no stored result, so every result would be removed; "
+                f"stored values: {listed} (use --force to remove them all anyway)"
+            )
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    files, problems = inventory.read_sources([existing_root(args)])
+    files = selected(args, files)
+    if not files:
+        raise CliError("nothing stored matches the selection (see 'list')")
+    found = inventory.platforms(files)
+    if len(found) > 1:
+        listed = "; ".join(
+            f"triton {p['triton']} {p['toolchain']} gpu {p['gpu']} (dejavu {p['dejavu']})" for p in found
+        )
+        raise UsageError(
+            f"the selection spans {len(found)} platforms ({listed}); pick one with --triton/--toolchain/--gpu"
+        )
+    out = Path(args.out).expanduser()
+    replaced: list[tuple[str, int]] = []
+    notes: list[str] = []
+    if inventory.is_archive(out):
+        if out.is_dir() or (out.exists() and not args.force):
+            raise UsageError(f"{out} already exists; nothing was written (--force replaces it)")
+        if out.exists():
+            held, _ = inventory.read_sources([out])
+            verb = "would replace" if args.dry_run else "replaced"
+            notes.append(f"  {verb} the existing {out} ({keys_in(held)} stored entries in it)")
+        written = inventory.write_archive(out, files, dry_run=args.dry_run)
+    else:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"{out} is a file; export to a storage directory or a .tar.gz archive")
+        report = inventory.merge_into(out, files, dry_run=args.dry_run)
+        if report.problems:
+            report_problems(report.problems)
+            raise CliError(f"could not export into {out}")
+        written, replaced = report.written, report.replaced_in
+    platform = found[0]
+    skipped = left_out(files, problems)
+    verb = "would export" if args.dry_run else "exported"
+    lines = [
+        f"{verb} {len(written)} cache file(s), {keys_in(files)} keys, for triton {platform['triton']} "
+        f"{platform['toolchain']} gpu {platform['gpu']} to {out}; {left_out_text(skipped)}",
+        *notes,
+        *replaced_lines(replaced, args.dry_run),
+    ]
+    payload = {
+        "out": str(out),
+        "dry_run": args.dry_run,
+        "platform": platform,
+        "files": written,
+        "keys": keys_in(files),
+        "replaced_in": dict(replaced),
+        "left_out": skipped,
+    }
+    emit(args, payload, lines)
+    report_problems(problems)
+    return 0
+
+
+def keys_in(files: Sequence[inventory.StoredFile]) -> int:
+    return sum(len(f.entries) for f in files)
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser) -> None:
+    """merge, prune, export: managing stored results."""
+    p = sub.add_parser(
+        "merge", parents=[common], help="merge storage trees, cache files or archives into --root"
+    )
+    p.add_argument("sources", nargs="+", help="storage trees, cache.json files or .tar.gz archives")
+    p.add_argument(
+        "--prefer",
+        choices=inventory.PREFERENCES,
+        default="newest",
+        help="which result wins for a key stored more than once (default: newest)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    p.add_argument("--skip-invalid", action="store_true", help="merge the readable sources when some are not")
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser(
+        "prune", parents=[common], help="remove results for other versions, or older than a date"
+    )
+    p.add_argument(
+        "--keep-triton",
+        nargs="?",
+        const=_compat.TRITON_VERSION_STR,
+        metavar="VERSION",
+        help=f"remove files made with any other Triton (without VERSION: {_compat.TRITON_VERSION_STR})",
+    )
+    p.add_argument(
+        "--keep-toolchain", metavar="NAME", help="remove files for any other toolchain (e.g. cuda_12.8)"
+    )
+    p.add_argument("--keep-gpu", metavar="NAME", help="remove files for any other GPU (as 'list' shows it)")
+    p.add_argument(
+        "--older-than",
+        type=parse_moment,
+        metavar="DATE",
+        help="remove entries tuned before DATE (2025-01-31, an ISO time, or 30d)",
+    )
+    p.add_argument("--kernel", help="only this kernel's files")
+    p.add_argument(
+        "--quarantined", action="store_true", help="delete files moved aside as corrupt or rejected"
+    )
+    p.add_argument("--dry-run", action="store_true", help="report, remove nothing")
+    p.add_argument(
+        "--force", action="store_true", help="remove even when a --keep-* value matches no stored result"
+    )
+    p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser(
+        "export", parents=[common, selection], help="copy one platform's results for a deployment"
+    )
+    p.add_argument("out", help="a directory (a storage root) or a .tar.gz archive")
+    p.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    p.add_argument("--force", action="store_true", help="replace an existing archive")
+    p.set_defaults(func=cmd_export)

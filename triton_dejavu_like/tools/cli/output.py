@@ -1,0 +1,101 @@
+"""What every command shares: its errors, and how values read from stored files are printed."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ...store import StoredEntry, inventory
+
+PROG = "triton-dejavu-like"
+
+
+class CliError(Exception):
+    """A problem with the inputs: reported on stderr, exit status 1."""
+
+
+class UsageError(CliError):
+    """A mistake in the command line (a --root or an import source that is not there, a --kernel that
+    cannot be loaded, a selection to narrow, an output that exists): nothing was done; exit status 2."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """Argument errors in one line (exit status 2), with a pointer to ``--help``."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {printable(message)} (see '{self.prog} --help')\n")
+
+
+def _escaped(char: str) -> str:
+    return repr(char)[1:-1]  # \x1b, \x00, \n, \u200b: a non-printable character as Python writes it
+
+
+def printable(value: object, *, newlines: bool = False) -> str:
+    """``str(value)`` with every non-printable character escaped (ESC, NUL, CR, other controls).
+
+    Used for every value printed from a stored file, so that a crafted name cannot drive the
+    terminal; ``newlines`` keeps line breaks (messages of several lines).
+    """
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or (newlines and c == "\n") else _escaped(c) for c in text)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    rows = [[printable(c) for c in row] for row in rows]
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
+    lines = [headers, ["-" * w for w in widths], *rows]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def when(moment: _dt.datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "-"
+
+
+def key_text(entry: StoredEntry) -> str:
+    return repr(entry.key)
+
+
+def times_text(timings: Sequence[float]) -> str:
+    median, *rest = timings
+    spread = f" (p20 {rest[0]:.4g}, p80 {rest[1]:.4g})" if len(rest) >= 2 else ""
+    return f"{median:.4g} ms{spread}"
+
+
+def emit(args: argparse.Namespace, payload: dict[str, Any], lines: str | Sequence[str]) -> None:
+    """The payload as JSON (``--json``), else the lines (a text or a list), each made :func:`printable`."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    if args.json:
+        print(json.dumps(payload, indent=1, sort_keys=True, default=str))
+    else:
+        print("\n".join(printable(line) for line in lines))
+
+
+def problems_payload(problems: Sequence[inventory.Problem]) -> list[dict[str, str]]:
+    return [{"path": p.source, "reason": p.reason} for p in problems]
+
+
+def replaced_lines(replaced_in: Sequence[tuple[str, int]], dry_run: bool) -> list[str]:
+    """One line per stored file whose entries a command replaces (or would replace)."""
+    verb = "would replace" if dry_run else "replaced"
+    return [f"  {verb} {count} stored entries in {path}" for path, count in replaced_in]
+
+
+def left_out(files: Sequence[inventory.StoredFile], problems: Sequence[inventory.Problem]) -> dict[str, int]:
+    """How many input files could not be read and how many invalid entries valid files held."""
+    return {"files": len(problems), "entries": sum(len(f.rejected) for f in files)}
+
+
+def left_out_text(counts: dict[str, int]) -> str:
+    return f"left out {counts['files']} unreadable file(s) and {counts['entries']} invalid entries"
+
+
+def report_problems(problems: Sequence[inventory.Problem]) -> None:
+    for p in problems:
+        print(f"{PROG}: cannot use {printable(p.source)}: {printable(p.reason)}", file=sys.stderr)

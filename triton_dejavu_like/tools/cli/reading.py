@@ -1,0 +1,237 @@
+"""``list``, ``show`` and ``diff``: commands that read stored results and change nothing."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from ...codec import describe_config
+from ...store import StoredEntry, inventory
+from .. import diff
+from .output import (
+    PROG,
+    CliError,
+    UsageError,
+    emit,
+    key_text,
+    problems_payload,
+    report_problems,
+    table,
+    times_text,
+    when,
+)
+from .roots import file_summary, layer_name, layered_files, selected
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    roots, layered = layered_files(args)
+    wanted = set(map(id, selected(args, [f for _, f in layered])))
+    layered = [(i, f) for i, f in layered if id(f) in wanted]
+    layers = len(roots) > 1  # a LAYER column and a legend only when there are layers
+    rows = [
+        [
+            *([str(i)] if layers else []),
+            f.identity_id,
+            f.identity["kernel"],
+            f.identity["tag"],
+            f.identity["triton"],
+            f.identity["toolchain"],
+            f.identity["gpu"],
+            str(len(f.entries)),
+            when(f.last_tuned()),
+        ]
+        for i, f in sorted(layered, key=lambda p: (p[1].identity["kernel"], p[1].identity["tag"], p[0]))
+    ]
+    headers = [*(["LAYER"] if layers else []), "ID", "KERNEL", "TAG", "TRITON", "TOOLCHAIN", "GPU", "KEYS"]
+    headers.append("LAST TUNED")
+    legend = [f"layer {layer_name(i)}: {root}" for i, root in enumerate(roots)] if layers else []
+    text = table(headers, rows)
+    if not rows:
+        text = f"no stored results under {os.pathsep.join(map(str, roots))}"
+    elif legend:
+        text = "\n".join([*legend, "", text])
+    payload = {
+        "root": str(roots[0]),
+        "roots": [str(r) for r in roots],
+        "files": [{**file_summary(f), "layer": i, "layer_root": str(roots[i])} for i, f in layered],
+        "problems": problems_payload(args.problems),
+    }
+    emit(args, payload, text.splitlines())
+    if not args.json:
+        report_problems(args.problems)
+    return 0
+
+
+def entry_payload(entry: StoredEntry) -> dict[str, Any]:
+    return {
+        "key": list(entry.key),
+        "key_text": key_text(entry),
+        "config": entry.data["config"],
+        "config_text": describe_config(entry.config),
+        "timings_ms": list(entry.timings_ms),
+        "strategy": entry.strategy,
+        "evaluated": entry.evaluated,
+        "space_size": entry.space_size,
+        "tuning_time_s": entry.tuning_time_s,
+        "tuned_at": entry.data["tuned_at"],
+        "top": [{"config_text": describe_config(c), "timings_ms": t} for c, t in entry.top()],
+        "ruled_out": [{"config_text": describe_config(c), "reason": r} for c, r in entry.ruled_out()],
+    }
+
+
+def entry_lines(entry: StoredEntry, *, top: bool) -> list[str]:
+    lines = [
+        f"  key {key_text(entry)}",
+        f"    config     {describe_config(entry.config)}",
+        f"    time       {times_text(entry.timings_ms)}",
+        f"    found by   {entry.strategy}: {entry.evaluated} of {entry.space_size} configs "
+        f"evaluated in {entry.tuning_time_s:.3g} s, {entry.data['tuned_at']}",
+    ]
+    if top:
+        for config, timings in entry.top():
+            lines.append(f"    top        {times_text(timings)}: {describe_config(config)}")
+    ruled_out = entry.ruled_out()
+    if ruled_out:
+        lines.append(f"    ruled out  {len(ruled_out)}:")
+        lines.extend(f"      [{describe_config(c)}] {r[:200]}" for c, r in ruled_out)
+    return lines
+
+
+def _files_for(
+    selector: str, args: argparse.Namespace
+) -> list[tuple[tuple[int, Path] | None, inventory.StoredFile]]:
+    """The files ``selector`` names, each with its layer (index and root; None for a path given)."""
+    path = Path(selector).expanduser()
+    if path.exists():
+        files, problems = inventory.read_sources([path])
+        if problems:
+            report_problems(problems)
+            raise CliError(f"{len(problems)} unreadable file(s) in {path}")
+        return [(None, f) for f in files]
+    roots, layered = layered_files(args)
+    return [
+        ((i, roots[i]), f)
+        for i, f in layered
+        if f.identity_id.startswith(selector) or f.identity["kernel"] == selector
+    ]
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    found = _files_for(args.selector, args)
+    wanted = set(map(id, selected(args, [f for _, f in found])))
+    found = [(layer, f) for layer, f in found if id(f) in wanted]
+    if not found:
+        raise CliError(f"nothing stored matches {args.selector!r} (see '{PROG} list')")
+    out: list[str] = []
+    payload: dict[str, Any] = {"files": []}
+    for layer, f in sorted(found, key=lambda p: (p[0] or (0, Path()), p[1].source)):
+        ident = f.identity
+        keys = f"{len(f.entries)} key" + ("" if len(f.entries) == 1 else "s")
+        out.append(
+            f"{ident['kernel']}  id {f.identity_id}  tag {ident['tag']}  triton {ident['triton']}  "
+            f"{ident['toolchain']}  gpu {ident['gpu']}  ({keys})"
+        )
+        out.append(f"  {f.source}")
+        layered = layer is not None and len(args.roots) > 1  # said only when there are layers
+        if layered:
+            out.append(f"  layer {layer_name(layer[0])}: {layer[1]}")
+        entries = sorted(f.entries.values(), key=key_text)
+        for entry in entries:
+            out.extend(entry_lines(entry, top=args.top))
+        for kid, (_, reason) in f.rejected.items():
+            out.append(f"  invalid entry {kid[:120]}: {reason}")
+        out.append("")
+        payload["files"].append(
+            {
+                **file_summary(f),
+                **({"layer": layer[0], "layer_root": str(layer[1])} if layered else {}),
+                "entries": [entry_payload(e) for e in entries],
+                "invalid": list(f.rejected),
+            }
+        )
+    emit(args, payload, out[:-1])
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Exit 0 when every key stored by several sources has one winner, 1 when winners differ, 2 when a
+    source cannot be read (as diff(1) does)."""
+    sources = [Path(s).expanduser() for s in args.sources]
+    absent = [str(s) for s in sources if not s.exists()]
+    if absent:
+        raise UsageError(f"no such source: {', '.join(absent)}")
+    try:
+        result = diff.compare(sources, match=args.match or ())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    report_problems(result.problems)
+    differences = result.differences
+    lines = [
+        f"{len(result.compared)} key(s) stored by several sources, {len(differences)} with different "
+        f"winners; {len(result.missing)} key(s) stored by some sources only"
+    ]
+    for comparison in differences:
+        lines.append(f"  {comparison.kernel} key {key_text(comparison.winners[0].entry)}:")
+        for w in comparison.winners:
+            where = " ".join(f"{f}={w.identity[f]}" for f in diff.MATCHABLE if f != "dejavu")
+            lines.append(
+                f"    {w.source}: {describe_config(w.entry.config)}  {times_text(w.entry.timings_ms)}"
+            )
+            lines.append(f"      {where}  tuned {w.entry.tuned_at.isoformat()}  ({w.file})")
+    payload = {
+        "sources": result.sources,
+        "compared": len(result.compared),
+        "differences": [
+            {
+                "kernel": c.kernel,
+                "key": c.key_id,
+                "winners": [
+                    {
+                        "source": w.source,
+                        "file": w.file,
+                        "identity": w.identity,
+                        "config": w.entry.data["config"],
+                        "timings_ms": list(w.entry.timings_ms),
+                        "tuned_at": w.entry.tuned_at.isoformat(),
+                    }
+                    for w in c.winners
+                ],
+            }
+            for c in differences
+        ],
+        "missing": [
+            {"kernel": c.kernel, "key": c.key_id, "lacking": lacking} for c, lacking in result.missing
+        ],
+        "problems": problems_payload(result.problems),
+    }
+    emit(args, payload, "\n".join(lines))
+    if result.problems:
+        return 2
+    return 1 if differences else 0
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser) -> None:
+    """list, show, diff: reading stored results."""
+    p = sub.add_parser("list", parents=[common, selection], help="list the stored kernels (a table)")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", parents=[common, selection], help="show one kernel's entries")
+    p.add_argument("selector", help="an ID from 'list', a kernel name, or a cache.json path")
+    p.add_argument("--top", action="store_true", help="also show the best candidates of each key")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "diff", parents=[common], help="compare the winners stored by several machines or ranks"
+    )
+    p.add_argument(
+        "sources", nargs="+", help="two or more storage trees, cache.json files or .tar.gz archives"
+    )
+    p.add_argument(
+        "--match",
+        action="append",
+        choices=diff.MATCHABLE,
+        help="also match results on this identity field (default: platform and tag are ignored); repeatable",
+    )
+    p.set_defaults(func=cmd_diff)

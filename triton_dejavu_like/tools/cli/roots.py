@@ -1,0 +1,74 @@
+"""Which storage roots a command reads or writes (``--root``, ``$TRITON_DEJAVU_STORAGE``), and the
+files a selection (``--kernel``, ``--tag``, ``--triton``, ``--toolchain``, ``--gpu``) keeps."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from ... import _env
+from ...store import default_root, inventory
+from .output import CliError, UsageError, report_problems
+
+
+def storage_roots(args: argparse.Namespace) -> list[Path]:
+    """Every root given with ``--root`` (repeated, or an ``os.pathsep`` list), in order; without
+    ``--root``: the roots of ``$TRITON_DEJAVU_STORAGE``, else the default root."""
+    given = [part for value in args.root or () for part in value.split(os.pathsep) if part.strip()]
+    if given:
+        return [Path(part).expanduser() for part in given]
+    return _env.storage_roots() or [default_root()]
+
+
+def written_root(args: argparse.Namespace) -> Path:
+    """The written root: the first one."""
+    return storage_roots(args)[0]
+
+
+def layer_name(index: int) -> str:
+    return f"{index} (written)" if index == 0 else str(index)
+
+
+def layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int, inventory.StoredFile]]]:
+    """The cache files of every existing root, each with the index of its root (0: the written one)."""
+    roots = storage_roots(args)
+    existing = [(i, root) for i, root in enumerate(roots) if root.is_dir()]
+    if not existing:
+        error = UsageError if args.root else CliError  # a --root that is not there is a typo
+        raise error(f"no storage at {os.pathsep.join(map(str, roots))} (set --root or {_env.STORAGE})")
+    found: list[tuple[int, inventory.StoredFile]] = []
+    problems: list[inventory.Problem] = []
+    for i, root in existing:
+        files, bad = inventory.read_sources([root])
+        found += [(i, f) for f in files]
+        problems += bad
+    if not args.json:
+        report_problems(problems)
+    args.problems, args.roots = problems, roots
+    return roots, found
+
+
+def existing_root(args: argparse.Namespace) -> Path:
+    root = written_root(args)
+    if not root.is_dir():
+        error = UsageError if args.root else CliError  # a --root that is not there is a typo
+        raise error(f"no storage at {root} (set --root or {_env.STORAGE})")
+    return root
+
+
+def selected(args: argparse.Namespace, files: list[inventory.StoredFile]) -> list[inventory.StoredFile]:
+    wanted = {name: getattr(args, name, None) for name in ("kernel", "tag", "triton", "toolchain", "gpu")}
+    return [f for f in files if f.matches(**wanted)]
+
+
+def file_summary(f: inventory.StoredFile) -> dict[str, Any]:
+    return {
+        "id": f.identity_id,
+        "path": f.source,
+        "identity": f.identity,
+        "keys": len(f.entries),
+        "rejected": len(f.rejected),
+        "last_tuned": f.last_tuned().isoformat() if f.entries else None,
+    }

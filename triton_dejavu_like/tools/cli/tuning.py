@@ -1,0 +1,298 @@
+"""``import-dejavu``, ``misses``, ``tune`` and ``heuristic``: getting results into a store (converted,
+or tuned ahead of time) and out of it as code."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ... import _env
+from ...store import InvalidCacheFile, inventory
+from ...tuner import misses as miss_log
+from .. import dejavu_import, heuristic
+from ..aot import command as aot
+from ..aot.case import SpecError
+from ..aot.ray_backend import START_TIMEOUT_S
+from .output import PROG, CliError, UsageError, emit, problems_payload, replaced_lines, report_problems, table
+from .roots import existing_root, selected, written_root
+
+
+def cmd_import_dejavu(args: argparse.Namespace) -> int:
+    root = written_root(args)
+    missing = [s for s in args.sources if not Path(s).expanduser().exists()]
+    if missing:
+        raise UsageError(f"no such file or directory: {', '.join(missing)}")
+    platform = {name: getattr(args, name) for name in ("triton", "toolchain", "gpu") if getattr(args, name)}
+    results = []
+    failed = False
+    for spec in args.kernel:
+        try:
+            tuner = dejavu_import.load_tuner(spec)
+        except Exception as exc:  # importing the user's module may raise anything
+            raise UsageError(f"cannot load --kernel {spec}: {type(exc).__name__}: {exc}") from exc
+        try:
+            report = dejavu_import.import_dejavu(
+                [Path(s).expanduser() for s in args.sources],
+                tuner,
+                root,
+                tag=args.tag,
+                platform=platform,
+                overwrite=args.overwrite,
+                dry_run=args.dry_run,
+            )
+        except (ValueError, TypeError) as exc:  # e.g. the kernel's identity cannot be computed
+            raise CliError(f"cannot import for {spec}: {exc}") from exc
+        failed = failed or bool(report.problems)
+        results.append((spec, report))
+    lines = []
+    for spec, r in results:
+        verb = "would import" if args.dry_run else "imported"
+        lines.append(
+            f"{spec}: {verb} {r.imported} keys from {len(r.files)} triton-dejavu file(s) into "
+            f"{len(r.written)} cache file(s) under {root}; {r.kept_existing} already stored were kept, "
+            f"{len(r.skipped)} skipped"
+        )
+        lines += replaced_lines(r.replaced_in, args.dry_run)
+        lines += [f"  skipped {key} in {file}: {reason}" for file, key, reason in r.skipped]
+        lines += [f"  wrote {path}" for path in r.written]
+    payload = {
+        spec: {
+            "files": r.files,
+            "imported": r.imported,
+            "kept_existing": r.kept_existing,
+            "replaced_in": dict(r.replaced_in),
+            "written": r.written,
+            "skipped": [{"file": f, "key": k, "reason": why} for f, k, why in r.skipped],
+            "problems": problems_payload(r.problems),
+        }
+        for spec, r in results
+    }
+    emit(args, payload, lines)
+    for _, r in results:
+        report_problems(r.problems)
+    return 1 if failed else 0
+
+
+def cmd_misses(args: argparse.Namespace) -> int:
+    source = Path(args.file).expanduser() if args.file else _env.misses_file()
+    if source is None:
+        raise UsageError(f"name the misses file (or set {_env.MISSES_FILE})")
+    try:
+        rows, bad = miss_log.read_misses_file(source)
+    except InvalidCacheFile as exc:
+        raise CliError(f"cannot read {source}: {exc}") from exc
+    table_rows = [[r.kernel, r.key, r.answer, str(r.count), ", ".join(r.configs)] for r in rows]
+    text = (
+        table(["KERNEL", "KEY", "ANSWER", "COUNT", "CONFIG"], table_rows)
+        if rows
+        else f"no misses recorded in {source}"
+    )
+    if rows:
+        text += "\n\ntune them ahead of time: python -m triton_dejavu_like tune SPEC"
+    payload = {
+        "file": str(source),
+        "misses": [dataclasses.asdict(r) for r in rows],
+        "invalid_lines": bad,
+    }
+    emit(args, payload, text)
+    if bad and not args.json:
+        print(f"{PROG}: skipped {bad} line(s) of {source} that are not miss records", file=sys.stderr)
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    if sum(bool(x) for x in (args.gpus, args.workers, args.ray is not None)) > 1:
+        raise UsageError("choose one of --gpus, --workers and --ray")
+    try:
+        gpus = aot.parse_gpus(args.gpus) if args.gpus else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    request = aot.TuneRequest(
+        spec=args.spec,
+        root=written_root(args),
+        gpus=gpus,
+        workers=args.workers,
+        ray=args.ray is not None,
+        ray_address=args.ray or None,
+        batch_size=args.batch_size,
+        ray_start_timeout_s=args.ray_start_timeout,
+        export=Path(args.export).expanduser() if args.export else None,
+    )
+    try:
+        report = aot.tune(request, quiet=args.json)
+    except SpecError as exc:
+        raise CliError(str(exc)) from exc
+    except RuntimeError as exc:  # Ray missing or unreachable
+        raise CliError(str(exc)) from exc
+    emit(args, report.to_json(), tune_summary(report))
+    for message in report.errors:
+        print(f"{PROG} tune: {message}", file=sys.stderr)
+    report_problems(report.problems)
+    return 0 if report.ok else 1
+
+
+def tune_summary(report: aot.TuneReport) -> str:
+    """What ``tune`` prints: one row per case, then the counts by status."""
+    rows = [
+        [r.name, r.status, f"{r.seconds:.2f} s", _tuned_text(r.tuned) if r.status == "tuned" else "-"]
+        for r in report.results
+    ]
+    counts = ", ".join(
+        f"{report.count(s)} {s}" for s in ("tuned", "stored", "failed", "lost") if report.count(s)
+    )
+    lines = [table(["CASE", "STATUS", "TIME", "TUNED (KERNEL: KEYS)"], rows), ""]
+    lines.append(f"{len(report.results)} case(s) in {report.seconds:.1f} s: {counts}")
+    lines += [f"  {r.name}: {r.status}: {r.error}" for r in report.results if r.error]
+    if report.exported:
+        lines.append(f"exported {len(report.exported)} cache file(s)")
+    return "\n".join(lines)
+
+
+def _tuned_text(tuned: Sequence[str]) -> str:
+    per_kernel: dict[str, int] = {}
+    for item in tuned:
+        kernel = item.split(" ", 1)[0]
+        per_kernel[kernel] = per_kernel.get(kernel, 0) + 1
+    return ", ".join(f"{k}: {n}" for k, n in per_kernel.items())
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:  # also NaN
+        raise argparse.ArgumentTypeError(f"not a number > 0: {text!r}")
+    return value
+
+
+def cmd_heuristic(args: argparse.Namespace) -> int:
+    files, problems = inventory.read_sources([existing_root(args)])
+    files = [f for f in selected(args, files) if f.identity["kernel"] == args.kernel_name]
+    if not files:
+        raise CliError(f"nothing stored for kernel {args.kernel_name!r} (see '{PROG} list')")
+    found = inventory.platforms(files)
+    if len(found) > 1:
+        raise CliError(
+            f"{args.kernel_name} is stored for {len(found)} platforms; "
+            "pick one with --triton/--toolchain/--gpu"
+        )
+    try:
+        learnt = heuristic.learn(
+            heuristic.stored_entries(files), args.kernel_name, method=args.method, name=args.name
+        )
+    except heuristic.HeuristicError as exc:
+        raise CliError(str(exc)) from exc
+    if args.out:
+        Path(args.out).expanduser().write_text(learnt.source)
+    elif not args.json:
+        print(learnt.source)
+    accuracy = f"{learnt.correct}/{learnt.tested} ({learnt.validation})" if learnt.tested else "not measured"
+    text = (
+        f"{args.kernel_name}: {learnt.method} over {learnt.keys} stored keys and {learnt.configs} configs; "
+        f"held-out accuracy {accuracy}" + (f"; written to {args.out}" if args.out else "")
+    )
+    payload = {
+        "kernel": args.kernel_name,
+        "method": learnt.method,
+        "keys": learnt.keys,
+        "configs": learnt.configs,
+        "correct": learnt.correct,
+        "tested": learnt.tested,
+        "validation": learnt.validation,
+        "out": args.out,
+        "source": None if args.out else learnt.source,
+    }
+    if args.json:
+        emit(args, payload, text)
+    else:
+        print(text, file=sys.stderr if not args.out else sys.stdout)
+    report_problems(problems)
+    return 0
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser) -> None:
+    """import-dejavu, misses, tune, heuristic: getting results into a store and out as code."""
+    p = sub.add_parser("import-dejavu", parents=[common], help="convert triton-dejavu cache.json files")
+    p.add_argument("sources", nargs="+", help="triton-dejavu storage trees or cache.json files")
+    p.add_argument(
+        "--kernel",
+        action="append",
+        required=True,
+        metavar="MODULE:NAME",
+        help="the kernel (decorated with triton_dejavu_like.autotune) the results are for: "
+        "MODULE:NAME or FILE.py:NAME; repeatable",
+    )
+    p.add_argument("--tag", help="store under this tag (default: the triton-dejavu tag, else the kernel's)")
+    for name in ("triton", "toolchain", "gpu"):
+        p.add_argument(
+            f"--{name}",
+            help=f"the {name} the results were tuned with (default: from the path, else this machine)",
+        )
+    p.add_argument("--overwrite", action="store_true", help="replace entries already stored for the same key")
+    p.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    p.set_defaults(func=cmd_import_dejavu)
+
+    p = sub.add_parser("misses", help="aggregate the keys serving processes answered without tuning")
+    p.add_argument("file", nargs="?", help=f"a misses file (default: ${_env.MISSES_FILE})")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p.set_defaults(func=cmd_misses)
+
+    p = sub.add_parser("tune", parents=[common], help="tune a SPEC's kernel calls ahead of time")
+    p.add_argument(
+        "spec", help="FILE.py, MODULE, FILE.py:FUNCTION or MODULE:FUNCTION yielding TuneCase objects"
+    )
+    where = p.add_argument_group("where the cases run (default: in this process)")
+    where.add_argument("--gpus", metavar="all|0,1,...", help="one worker process per GPU of this host")
+    where.add_argument("--workers", type=positive_int, metavar="N", help="N worker processes (no GPU chosen)")
+    where.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="a Ray cluster (default: the running or a local one)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=1,
+        help="cases handed to a Ray worker at a time (default 1)",
+    )
+    p.add_argument(
+        "--ray-start-timeout",
+        type=positive_float,
+        default=START_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"drop a Ray worker not started by then: no free GPU for it, or the SPEC fails there "
+        f"(default {START_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--export", metavar="DIR", help="also write this SPEC's kernels' results to a storage root DIR"
+    )
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser(
+        "heuristic", parents=[common, selection], help="write a fallback_heuristic learnt from stored results"
+    )
+    p.add_argument("kernel_name", metavar="KERNEL", help="the kernel's name (as 'list' shows it)")
+    p.add_argument("--out", metavar="FILE", help="write the Python module here (default: stdout)")
+    p.add_argument(
+        "--method", choices=heuristic.METHODS, default="auto", help="tree (scikit-learn), nearest, auto"
+    )
+    p.add_argument("--name", default="heuristic", help="the function's name (default: heuristic)")
+    p.set_defaults(func=cmd_heuristic)
