@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -13,6 +14,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from kernels import FakeBench, add_kernel, block_configs, run_add, tuned_add
 
@@ -32,7 +34,7 @@ from triton_dejavu_like.search import (
 
 pytest.importorskip("smac", reason="needs the bo extra")
 
-from triton_dejavu_like.search import _smac_session
+from triton_dejavu_like.search import _surrogates
 from triton_dejavu_like.search.bayesian import BOSettings
 
 
@@ -78,48 +80,96 @@ def test_share_budget_is_spent_on_candidates_only():
     assert all(0 <= i < len(space) for i in objective.calls)
 
 
-def test_failures_are_left_out_of_the_regression_and_feed_the_failure_model(monkeypatch):
+def record_fits(monkeypatch, model_class) -> list[tuple[object, list[int], list[float]]]:
+    """Every ``fit`` of ``model_class`` from now on: (model, indices, y)."""
     fits = []
-    real_fit = _smac_session.ForestModel.fit
+    real_fit = model_class.fit
 
     def recording_fit(self, indices, y):
         fits.append((self, list(indices), list(y)))
         return real_fit(self, indices, y)
 
-    monkeypatch.setattr(_smac_session.ForestModel, "fit", recording_fit)
+    monkeypatch.setattr(model_class, "fit", recording_fit)
+    return fits
+
+
+@pytest.mark.parametrize("gp_until", [0, 128])  # the forest alone; the process from 6 results
+def test_failures_are_left_out_of_the_regression_and_feed_the_failure_model(monkeypatch, gp_until):
+    gp_fits = record_fits(monkeypatch, _surrogates.GaussianProcessModel)
+    forest_fits = record_fits(monkeypatch, _surrogates.ForestModel)
     space = grid_space((10, 10, 10))
     inner = bowl((2, 8, 5))
-    run = bo_run(
-        space,
-        lambda i: math.inf if space.candidates[i][0] >= 5 else inner(space.candidates[i]),
-        Budget(max_share=0.04, seed=2),
+    strategy = make_strategy("bayesian")
+    strategy.config = dataclasses.replace(strategy.config, gp_until=gp_until)
+    run = drive(
+        strategy,
+        SearchRun(
+            space,
+            lambda i: math.inf if space.candidates[i][0] >= 5 else inner(space.candidates[i]),
+            Budget(max_share=0.04, seed=2),
+        ),
     )
-    regression = [f for f in fits if f[0] is fits[0][0]]
-    failure = [f for f in fits if f[0] is not fits[0][0]]
-    assert regression and failure
+    failed = {i for i, v in run.results.items() if math.isinf(v)}
+    failure = [f for f in forest_fits if failed & set(f[1])]
+    regression = gp_fits + [f for f in forest_fits if not failed & set(f[1])]
+    assert failure and regression and bool(gp_fits) == bool(gp_until)
+    assert len({id(f[0]) for f in failure}) == 1  # one forest predicts failures
     for _, indices, y in regression:
-        assert all(math.isfinite(v) for v in y)
         assert all(math.isfinite(run.results[i]) for i in indices)
         assert y == [math.log(run.results[i]) for i in indices]  # log times
     for _, indices, y in failure:
         assert y == [float(math.isinf(run.results[i])) for i in indices]
 
 
+def test_the_gaussian_process_models_the_middle_of_the_search_and_the_forest_its_ends(monkeypatch):
+    gp_fits = record_fits(monkeypatch, _surrogates.GaussianProcessModel)
+    forest_fits = record_fits(monkeypatch, _surrogates.ForestModel)
+    space = grid_space((10, 10, 10))
+    strategy = make_strategy("bayesian")
+    # 3 parameters: the process from 4 x 3 = 12 successful results until 30
+    strategy.config = dataclasses.replace(strategy.config, gp_from_per_dim=4, gp_until=30)
+    run = drive(strategy, SearchRun(space, Counting(space, bowl((3, 6, 2))), Budget(max_share=0.06, seed=0)))
+    assert len(run.results) == 60
+    gp_sizes = {len(indices) for _, indices, _ in gp_fits}
+    forest_sizes = {len(indices) for _, indices, _ in forest_fits}  # no failures: regression only
+    assert gp_sizes and all(12 <= n < 30 for n in gp_sizes)
+    assert any(n < 12 for n in forest_sizes) and any(n >= 30 for n in forest_sizes)
+    assert not forest_sizes & set(range(12, 30))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # bounds reached: fine here
+def test_the_gaussian_process_keeps_its_hyperparameters_until_the_results_grew():
+    space = grid_space((6, 6, 6))
+    model = _surrogates.GaussianProcessModel(space, seed=0, isotropic_per_dim=3, reoptimise_growth=0.25)
+    time_of = bowl((4, 1, 2))
+    y = [math.log(time_of(row)) for row in space.candidates]
+
+    def fit(n: int):
+        indices = list(range(0, 7 * n, 7))
+        model.fit(indices, [y[i] for i in indices])
+        return model._gp.kernel_
+
+    few = fit(8)  # fewer than 3 results per parameter: one length scale for all
+    assert np.ndim(few.k1.k2.length_scale) == 0
+    first = fit(20)  # enough: one per parameter, fit to the data
+    assert np.shape(first.k1.k2.length_scale) == (3,)
+    assert fit(24).theta.tolist() == first.theta.tolist()  # 20% more: conditioned, kernel kept
+    assert fit(25).theta.tolist() != first.theta.tolist()  # 25% more: fit again
+    mean, var = model.predict(np.arange(len(space)))
+    assert mean.shape == var.shape == (len(space),) and (var >= 0).all()
+    assert time_of(space.candidates[int(np.argmin(mean))]) <= 3.0  # one step from the bowl's minimum
+    assert np.corrcoef(mean, y)[0, 1] > 0.9  # 25 of 216 points: the shape of the bowl is learnt
+
+
 def test_one_fit_serves_a_quarter_of_a_batch_of_results(monkeypatch):
     # on a GPU the fit runs where candidates are timed: with 16 in flight the model is refit once
     # four more results are in, not at every proposal
-    sizes: list[int] = []
-    real_fit = _smac_session.ForestModel.fit
-
-    def recording_fit(self, indices, y):
-        sizes.append(len(indices))
-        return real_fit(self, indices, y)
-
-    monkeypatch.setattr(_smac_session.ForestModel, "fit", recording_fit)
+    fits = record_fits(monkeypatch, _surrogates.GaussianProcessModel)
     space = grid_space((10, 10, 10))
     objective = Counting(space, bowl((7, 2, 5)))
     search = drive_batched(make_strategy("bayesian"), space, Budget(max_share=0.1, seed=3), objective, 16)
     assert len(search.results) == 100
+    sizes = [len(indices) for _, indices, _ in fits]
     assert len(sizes) >= 10  # the model steered most of the search
     assert all(later - earlier >= 4 for earlier, later in itertools.pairwise(sizes))
     assert sizes[-1] >= 90  # and kept learning until near the end
@@ -189,7 +239,7 @@ def test_failed_candidates_are_avoided_without_trouble(caplog):
 @pytest.mark.parametrize("batch", [1, 16])
 def test_smac_failure_falls_back_to_random_proposals_with_one_warning(monkeypatch, caplog, batch):
     calls = [0]
-    real_fit = _smac_session.ForestModel.fit
+    real_fit = _surrogates.GaussianProcessModel.fit
 
     def flaky_fit(self, indices, y):
         calls[0] += 1
@@ -197,7 +247,7 @@ def test_smac_failure_falls_back_to_random_proposals_with_one_warning(monkeypatc
             raise RuntimeError("model exploded")
         return real_fit(self, indices, y)
 
-    monkeypatch.setattr(_smac_session.ForestModel, "fit", flaky_fit)
+    monkeypatch.setattr(_surrogates.GaussianProcessModel, "fit", flaky_fit)
     space = grid_space((10, 10, 10))
     objective = Counting(space, bowl((3, 3, 3)))
     with (
@@ -213,8 +263,8 @@ def test_smac_failure_falls_back_to_random_proposals_with_one_warning(monkeypatc
 
 
 def test_a_model_that_cannot_be_imported_falls_back_to_random_proposals(monkeypatch):
-    monkeypatch.setitem(sys.modules, "triton_dejavu_like.search._smac_session", None)  # import fails
-    monkeypatch.delattr("triton_dejavu_like.search._smac_session")  # and the package attribute
+    monkeypatch.setitem(sys.modules, "triton_dejavu_like.search._surrogates", None)  # import fails
+    monkeypatch.delattr("triton_dejavu_like.search._surrogates")  # and the package attribute
     space = grid_space((10, 10, 10))
     objective = Counting(space, bowl((3, 3, 3)))
     with pytest.warns(tdl.DejavuTuningWarning, match="Bayesian optimisation stopped"):
@@ -225,7 +275,8 @@ def test_a_model_that_cannot_be_imported_falls_back_to_random_proposals(monkeypa
 
 
 def test_tiny_spaces_are_measured_without_a_model(monkeypatch):
-    monkeypatch.setattr(_smac_session, "ForestModel", None)  # would fail if used
+    monkeypatch.setattr(_surrogates, "ForestModel", None)  # would fail if used
+    monkeypatch.setattr(_surrogates, "GaussianProcessModel", None)
     space = grid_space((2, 3))
     run = bo_run(space, Counting(space, bowl((1, 1))), Budget(seed=0))
     assert len(run.results) == 6

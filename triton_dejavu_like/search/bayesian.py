@@ -1,13 +1,15 @@
-"""Batched Bayesian optimisation (extra ``bo``): SMAC's random forest proposes batches of candidates.
+"""Batched Bayesian optimisation (extra ``bo``): a Gaussian process and SMAC's random forest propose
+batches of candidates.
 
-One model fit serves a whole batch. The regression sees only successful candidates (log times); a
-second forest estimates where candidates fail, and expected improvement is weighted by the chance
-of success (failed candidates are never told to the regression as large times). Candidates near
-the ones pending (handed out, result not yet known) are penalised, so a batch spreads out instead
-of piling up around one optimum (local penalisation). A share of proposals are random candidates
-or neighbours of the best one so far, so the search keeps exploring where the model is wrong. If
-SMAC fails, the search goes on with random proposals after one warning. docs/search.md explains
-every setting and how it was chosen.
+One model fit serves a whole batch. The regression (a Gaussian process from a design's worth of
+results until it would cost too much, SMAC's forest before and after) sees only successful
+candidates (log times); a forest estimates where candidates fail, and expected improvement is
+weighted by the chance of success (failed candidates are never told to the regression as large
+times). Candidates near the ones pending (handed out, result not yet known) are penalised, so a
+batch spreads out instead of piling up around one optimum (local penalisation). A share of
+proposals are random candidates or neighbours of the best one so far, so the search keeps
+exploring where the model is wrong. If a model fails, the search goes on with random proposals
+after one warning. docs/search.md explains every setting and how it was chosen.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ class BOSettings:
     scaled to [0, 1]) at which a pending candidate halves a neighbour's score about. The model is
     refit when the data grew by ``1/refit_growth`` and by ``refit_batch_share`` of the candidates in
     flight (at least one result): with 16 in flight, every 4th result, so that a fit costs little
-    next to the compiles it steers (on a GPU it runs where candidates are timed).
+    next to the compiles it steers (on a GPU it runs where candidates are timed). The regression is
+    a Gaussian process from ``gp_from_per_dim`` successful results per parameter (an initial
+    design's worth) until ``gp_until`` (0: never), the forest before and after; the process has one
+    length scale while it has fewer than ``gp_isotropic_per_dim`` results per parameter, and its
+    hyperparameters are fit again when the results grew by ``gp_reoptimise_growth``.
     """
 
     initial_per_dim: int = 2
@@ -61,6 +67,10 @@ class BOSettings:
     xi: float = 0.0
     max_in_flight_share: float = 0.1
     design_tries: int = 50
+    gp_from_per_dim: float = 2.0
+    gp_until: int = 128
+    gp_isotropic_per_dim: float = 3.0
+    gp_reoptimise_growth: float = 0.5
 
     def initial_size(self, dimensions: int, max_evaluations: int, space_size: int = 0) -> int:
         wanted = max(self.initial_min, self.initial_per_dim * dimensions)
@@ -136,14 +146,14 @@ class BayesianOptimization(Strategy):
         share = self.config.max_in_flight_share
         self._max_in_flight = max(1, math.ceil(share * limit)) if share > 0 else None
         self._next = 0
-        self._model: Any = None
+        self._forest: Any = None  # the regression forest, made with the other models at the first fit
         self._fitted_on = (-1, -1)
         self._gain: float | None = None
         self._penalties: dict[int, np.ndarray] = {}
         if not self._failed:
             # SMAC's import (seconds) runs while the initial design is compiled and timed; the first
             # fit waits for it, and fails inside propose()'s fallback if it failed
-            self._model_module = import_in_background(f"{__package__}._smac_session")
+            self._model_module = import_in_background(f"{__package__}._surrogates")
 
     # -- proposals --------------------------------------------------------------------------
     def _next_in_order(self, state: BatchSearch) -> int | None:
@@ -202,16 +212,12 @@ class BayesianOptimization(Strategy):
         in_flight_share = int(self.config.refit_batch_share * state.batch_size)
         if last[0] >= 0 and grown < max(1, last[0] // self.config.refit_growth, in_flight_share):
             return
-        if self._model is None:
-            ForestModel = self._model_module.result().ForestModel
-            seed = int(self.rng.integers(2**31))
-            self._model = ForestModel(self.space, n_trees=self.config.n_trees, seed=seed)
-            self._failure_model = ForestModel(self.space, n_trees=self.config.n_trees, seed=seed + 1)
         idx = np.array(measured)
         y = np.log(values[ok])
-        self._model.fit(idx[ok], y)
+        model = self._regression(size[1])
+        model.fit(idx[ok], y)
         everything = np.arange(len(self.space))
-        mean, var = self._model.predict(everything)
+        mean, var = model.predict(everything)
         ei = _expected_improvement(float(y.min()) - self.config.xi, mean, var)
         if not ok.all():
             self._failure_model.fit(idx, (~ok).astype(float))
@@ -220,6 +226,24 @@ class BayesianOptimization(Strategy):
         self._score = ei
         self._ties = self.rng.random(len(self.space))
         self._fitted_on = size
+
+    def _regression(self, successes: int) -> Any:
+        """The model of log time for ``successes`` results: the Gaussian process from a design's worth
+        of them while it is cheap, the forest before and after (all made at the first fit, with the
+        forest that predicts failures)."""
+        if self._forest is None:
+            models = self._model_module.result()
+            seed = int(self.rng.integers(2**31))
+            self._forest = models.ForestModel(self.space, n_trees=self.config.n_trees, seed=seed)
+            self._failure_model = models.ForestModel(self.space, n_trees=self.config.n_trees, seed=seed + 1)
+            self._gp = models.GaussianProcessModel(
+                self.space,
+                seed=seed + 2,
+                isotropic_per_dim=self.config.gp_isotropic_per_dim,
+                reoptimise_growth=self.config.gp_reoptimise_growth,
+            )
+        gp_from = self.config.gp_from_per_dim * len(self.space.names)
+        return self._gp if gp_from <= successes < self.config.gp_until else self._forest
 
     def _penalty_of(self, index: int) -> np.ndarray:
         """``1 - exp(-(d / length)^2)`` for every candidate, d its distance to ``index`` in scaled
