@@ -22,7 +22,22 @@ from .output import (
     times_text,
     when,
 )
-from .roots import file_summary, layer_name, layered_files, selected
+from .roots import layered_files, selected
+
+
+def layer_name(index: int) -> str:
+    return f"{index} (written)" if index == 0 else str(index)
+
+
+def file_summary(f: inventory.StoredFile) -> dict[str, Any]:
+    return {
+        "id": f.identity_id,
+        "path": f.source,
+        "identity": f.identity,
+        "keys": len(f.entries),
+        "rejected": len(f.rejected),
+        "last_tuned": f.last_tuned().isoformat() if f.entries else None,
+    }
 
 
 def cmd_list(args: argparse.Namespace) -> int:

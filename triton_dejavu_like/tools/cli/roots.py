@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
 from ... import _env
 from ...store import default_root, inventory
 from .output import CliError, UsageError, report_problems
 
 
-def storage_roots(args: argparse.Namespace) -> list[Path]:
+def _storage_roots(args: argparse.Namespace) -> list[Path]:
     """Every root given with ``--root`` (repeated, or an ``os.pathsep`` list), in order; without
     ``--root``: the roots of ``$TRITON_DEJAVU_STORAGE``, else the default root."""
     given = [part for value in args.root or () for part in value.split(os.pathsep) if part.strip()]
@@ -24,16 +23,12 @@ def storage_roots(args: argparse.Namespace) -> list[Path]:
 
 def written_root(args: argparse.Namespace) -> Path:
     """The written root: the first one."""
-    return storage_roots(args)[0]
-
-
-def layer_name(index: int) -> str:
-    return f"{index} (written)" if index == 0 else str(index)
+    return _storage_roots(args)[0]
 
 
 def layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int, inventory.StoredFile]]]:
     """The cache files of every existing root, each with the index of its root (0: the written one)."""
-    roots = storage_roots(args)
+    roots = _storage_roots(args)
     existing = [(i, root) for i, root in enumerate(roots) if root.is_dir()]
     if not existing:
         error = UsageError if args.root else CliError  # a --root that is not there is a typo
@@ -61,14 +56,3 @@ def existing_root(args: argparse.Namespace) -> Path:
 def selected(args: argparse.Namespace, files: list[inventory.StoredFile]) -> list[inventory.StoredFile]:
     wanted = {name: getattr(args, name, None) for name in ("kernel", "tag", "triton", "toolchain", "gpu")}
     return [f for f in files if f.matches(**wanted)]
-
-
-def file_summary(f: inventory.StoredFile) -> dict[str, Any]:
-    return {
-        "id": f.identity_id,
-        "path": f.source,
-        "identity": f.identity,
-        "keys": len(f.entries),
-        "rejected": len(f.rejected),
-        "last_tuned": f.last_tuned().isoformat() if f.entries else None,
-    }
