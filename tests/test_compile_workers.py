@@ -192,3 +192,61 @@ def test_workers_of_a_process_that_died_exit_and_release_its_stdout(tmp_path):
         for pid in workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+INHERITED = textwrap.dedent(
+    """
+    import atexit, json, os, sys, threading
+    from triton.backends.compiler import GPUTarget
+
+    from triton_dejavu_like import _compat
+    from triton_dejavu_like.measure.compile_pool import CompilePool
+
+    if __name__ == "__main__":
+        answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
+        pool = CompilePool._instance = CompilePool(2, 0, "fork", answers)
+        atexit.register(pool.shutdown)  # as CompilePool.shared() does
+        pool.start()
+        before = sorted({pool._executor.submit(os.getpid).result(timeout=60) for _ in range(8)})
+        held, release = threading.Event(), threading.Event()
+
+        def hold_the_lock():  # another thread of the program is choosing a pool during the fork
+            with CompilePool._lock:
+                held.set()
+                release.wait()
+
+        threading.Thread(target=hold_the_lock).start()
+        held.wait()
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # e.g. a data loader's worker, which leaves through the normal exit path
+            os.close(read)
+            free = CompilePool._lock.acquire(timeout=5)
+            seen = {"pool": CompilePool._instance is not None, "lock_free": free}
+            os.write(write, json.dumps(seen).encode())
+            sys.exit(0)
+        os.close(write)
+        release.set()
+        seen = json.loads(os.read(read, 4096))
+        _, status = os.waitpid(child, 0)
+        after = sorted({pool._executor.submit(os.getpid).result(timeout=60) for _ in range(8)})
+        pool.shutdown(wait=True)
+        print(json.dumps({"child": seen, "status": status, "before": before, "after": after}))
+    """
+)
+
+
+def test_a_forked_child_neither_uses_nor_shuts_down_its_parents_compile_workers(tmp_path):
+    # the workers and their pipes belong to the parent: a child that submitted to them would
+    # never see its results (the parent reads them), and one whose exit shut them down would
+    # break the parent's next tuning run
+    script = tmp_path / "inherited.py"
+    script.write_text(INHERITED)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton-cache"), TRITON_DEJAVU_STORAGE=str(tmp_path))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["child"] == {"pool": False, "lock_free": True}  # it would start a pool of its own
+    assert result["status"] == 0
+    assert len(result["before"]) == 2 and result["after"] == result["before"]  # the parent's, untouched

@@ -11,7 +11,8 @@ read, and loading it there rules out the rare candidate that needs more register
 the device has, still before any launch.
 
 Workers are started once per process, the first time a tuning run can use them, and reused by every
-later tuning run of every kernel; they exit with the process. Two ways to start them
+later tuning run of every kernel; they exit with the process. A child forked from the process (a
+data loader's worker, say) does not inherit them: it starts its own if it tunes. Two ways to start them
 (``TRITON_DEJAVU_COMPILE_START``):
 
 - ``fork`` (the default on Linux): forked from the tuning process, all at once, in milliseconds.
@@ -255,6 +256,7 @@ class CompilePool:
         self.workers = workers
         self.device = device
         self.method = method
+        self._owner = os.getpid()
         self.known = frozenset(_forked_kernels) if method == "fork" else frozenset()
         if method == "fork":
             context = multiprocessing.get_context("fork")
@@ -343,7 +345,20 @@ class CompilePool:
                 CompilePool._instance = None
 
     def shutdown(self, wait: bool = False) -> None:
+        if os.getpid() != self._owner:
+            return  # inherited through a fork: the workers, queues and pipes are the parent's
         self._executor.shutdown(wait=wait, cancel_futures=True)
+
+
+def _forget_inherited_pool() -> None:
+    """In a child forked from a process with a pool: the workers are its parent's (their tasks and
+    results travel through pipes that the parent reads), so the child starts its own pool if it
+    tunes, and a lock held by another of the parent's threads at the fork is not inherited held."""
+    CompilePool._instance = None
+    CompilePool._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_pool)
 
 
 def _is_main_guard(test: ast.expr) -> bool:
