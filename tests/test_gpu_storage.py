@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 SCRIPT = textwrap.dedent(
     """
-    import json, sys, time
+    import json, os, sys, time
     from pathlib import Path
 
     import torch
@@ -32,7 +33,11 @@ SCRIPT = textwrap.dedent(
 
     @tdl.autotune(
         key=["n"],
-        configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024) for w in (2, 4)],
+        configs=[
+            triton.Config({"BLOCK": b}, num_warps=w)
+            for b in map(int, os.environ.get("AXPY_BLOCKS", "256,1024").split(","))
+            for w in (2, 4)
+        ],
         warmup=5,
         rep=10,
     )
@@ -68,7 +73,15 @@ SCRIPT = textwrap.dedent(
         torch.testing.assert_close(out, 2 * x + y)
         decisions.append(axpy.last_decision)
     benchmarks = len(launches) - len(decisions)
-    print(json.dumps({"decisions": decisions, "benchmarks": benchmarks, "path": str(axpy.cache_path())}))
+    from triton_dejavu_like.measure.compile_pool import CompilePool
+
+    pool = CompilePool._instance  # compile workers, where this process compiled candidates
+    workers = sorted(pool._executor._processes) if pool is not None else []
+    config = axpy.best_config.all_kwargs()
+    print(json.dumps({
+        "decisions": decisions, "benchmarks": benchmarks, "path": str(axpy.cache_path()),
+        "config": config, "workers": workers,
+    }))
     """
 )
 
@@ -120,3 +133,38 @@ def test_processes_on_one_gpu_share_one_storage_and_a_later_one_restores(tmp_pat
         [sys.executable, "-m", "triton_dejavu_like", "show", "axpy"], capture_output=True, text=True, env=env
     )
     assert shown.returncode == 0 and shown.stdout.count("  key (") == 6, shown.stdout + shown.stderr
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forked compile workers are the Linux default")
+def test_processes_that_miss_one_key_at_once_tune_it_once_with_compile_workers(tmp_path):
+    # a serving deployment's processes start together: per key one of them compiles (in its own
+    # worker processes) and times the candidates, the others wait and restore its pick; two keys
+    # are tuned at once by two processes, each with its own workers, and no worker outlives them
+    script = tmp_path / "axpy.py"
+    script.write_text(SCRIPT)
+    env = gpu_env(tmp_path / "storage")
+    env["AXPY_BLOCKS"] = "128,256,512,1024,2048,4096"  # 12 candidates: compiled by forked workers
+    go = tmp_path / "go"
+    sizes = [1 << 20] * 3 + [3 << 18] * 2
+    procs = [start(script, go, env, [n]) for n in sizes]
+    go.touch()
+    results = [result(p) for p in procs]
+    for group in (results[:3], results[3:]):
+        assert sorted(r["decisions"][0] for r in group) == ["restored"] * (len(group) - 1) + ["tuned"]
+        [tuner] = [r for r in group if r["decisions"] == ["tuned"]]
+        assert tuner["benchmarks"] >= 12 and tuner["workers"]  # it timed every config, compiled by workers
+        assert all(r["benchmarks"] == 0 for r in group if r is not tuner)
+        assert len({json.dumps(r["config"], sort_keys=True) for r in group}) == 1
+    deadline = time.monotonic() + 10
+    workers = [pid for r in results for pid in r["workers"]]
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers)
