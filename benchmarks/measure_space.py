@@ -15,7 +15,10 @@ The examples' own spaces are small (attention 4 configs, RMSNorm 8), so each cas
   {2..5}: 768 grid points, 648 kept. The skinny shape's space has a second basin (small tiles) that
   the search can settle in;
 - ``attention_d128`` (2 x 16 heads, 4096 tokens, head_dim 128, not causal) and ``rmsnorm_tall``
-  (65536 x 1024): the attention and RMSNorm grids on other problems.
+  (65536 x 1024): the attention and RMSNorm grids on other problems;
+- ``matmul_decode`` (16x4096x4096), ``attention_long`` (1 x 32 heads, 8192 tokens, head_dim 64,
+  causal) and ``rmsnorm_wide`` (2048 x 32768): three more problems, measured after the search's
+  settings were chosen.
 
 Every config is compiled first, in ``--jobs`` worker processes sharing one fresh Triton cache (the
 compile time recorded per config is its worker's ``JITFunction.warmup`` wall time, after one untimed
@@ -60,13 +63,21 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
 #: (M, N, K) per matmul case; the interpreter (--tiny) uses a small shape with ragged edges
-MATMUL_SHAPES = {"matmul": (4096, 4096, 4096), "matmul_skinny": (512, 4096, 1024)}
+MATMUL_SHAPES = {
+    "matmul": (4096, 4096, 4096),
+    "matmul_skinny": (512, 4096, 1024),
+    "matmul_decode": (16, 4096, 4096),
+}
 #: Other problems for the attention and RMSNorm kernels (the plain case names use the examples'
 #: "full" size): the same grid of parameters, another space of times
 ATTENTION_SHAPES = {
     "attention_d128": {"batch": 2, "heads": 16, "seq": 4096, "head_dim": 128, "causal": False},
+    "attention_long": {"batch": 1, "heads": 32, "seq": 8192, "head_dim": 64, "causal": True},
 }
-RMSNORM_SHAPES = {"rmsnorm_tall": {"rows": 65536, "cols": 1024}}
+RMSNORM_SHAPES = {
+    "rmsnorm_tall": {"rows": 65536, "cols": 1024},
+    "rmsnorm_wide": {"rows": 2048, "cols": 32768},
+}
 CASE_NAMES = ("attention", "rmsnorm", *MATMUL_SHAPES, *ATTENTION_SHAPES, *RMSNORM_SHAPES)
 Json = dict[str, Any]
 

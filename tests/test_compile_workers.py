@@ -10,9 +10,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
+from process_helpers import all_exit
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux", reason="forked compile workers are the Linux default"
@@ -155,19 +155,11 @@ LEFT_BEHIND = textwrap.dedent(
         answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
         pool = CompilePool(2, 0, "fork", answers)
         pool.start()
-        pids = sorted({pool._executor.submit(os.getpid).result(timeout=60) for _ in range(8)})
-        print(json.dumps(pids), flush=True)
+        pool._executor.submit(os.getpid).result(timeout=60)
+        print(json.dumps(sorted(pool._executor._processes)), flush=True)  # the pool's workers
         os._exit(0)  # killed, or left without shutting anything down
     """
 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
-    except FileNotFoundError:
-        return False
 
 
 def test_workers_of_a_process_that_died_exit_and_release_its_stdout(tmp_path):
@@ -183,10 +175,7 @@ def test_workers_of_a_process_that_died_exit_and_release_its_stdout(tmp_path):
     try:
         assert process.wait(timeout=60) == 0
         assert len(workers) == 2 and process.pid not in workers
-        deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(_alive(pid) for pid in workers)
+        assert all_exit(workers)
         assert process.stdout.read() == ""  # the end of the output, not a wait for it
     finally:
         for pid in workers:
@@ -207,7 +196,11 @@ INHERITED = textwrap.dedent(
         pool = CompilePool._instance = CompilePool(2, 0, "fork", answers)
         atexit.register(pool.shutdown)  # as CompilePool.shared() does
         pool.start()
-        before = sorted({pool._executor.submit(os.getpid).result(timeout=60) for _ in range(8)})
+
+        def workers():  # one of them answers; the pool's processes
+            return pool._executor.submit(os.getpid).result(timeout=60), sorted(pool._executor._processes)
+
+        before = workers()
         held, release = threading.Event(), threading.Event()
 
         def hold_the_lock():  # another thread of the program is choosing a pool during the fork
@@ -229,7 +222,7 @@ INHERITED = textwrap.dedent(
         release.set()
         seen = json.loads(os.read(read, 4096))
         _, status = os.waitpid(child, 0)
-        after = sorted({pool._executor.submit(os.getpid).result(timeout=60) for _ in range(8)})
+        after = workers()
         pool.shutdown(wait=True)
         print(json.dumps({"child": seen, "status": status, "before": before, "after": after}))
     """
@@ -249,4 +242,6 @@ def test_a_forked_child_neither_uses_nor_shuts_down_its_parents_compile_workers(
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["child"] == {"pool": False, "lock_free": True}  # it would start a pool of its own
     assert result["status"] == 0
-    assert len(result["before"]) == 2 and result["after"] == result["before"]  # the parent's, untouched
+    (pid, before), (after_pid, after) = result["before"], result["after"]
+    assert len(before) == 2 and pid in before  # the parent's workers ...
+    assert after == before and after_pid in after  # ... untouched: the same two still answer

@@ -12,10 +12,10 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from process_helpers import all_exit
 
 pytestmark = pytest.mark.gpu
 
@@ -135,14 +135,6 @@ def test_processes_on_one_gpu_share_one_storage_and_a_later_one_restores(tmp_pat
     assert shown.returncode == 0 and shown.stdout.count("  key (") == 6, shown.stdout + shown.stderr
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="forked compile workers are the Linux default")
 def test_processes_that_miss_one_key_at_once_tune_it_once_with_compile_workers(tmp_path):
     # a serving deployment's processes start together: per key one of them compiles (in its own
@@ -163,8 +155,4 @@ def test_processes_that_miss_one_key_at_once_tune_it_once_with_compile_workers(t
         assert tuner["benchmarks"] >= 12 and tuner["workers"]  # it timed every config, compiled by workers
         assert all(r["benchmarks"] == 0 for r in group if r is not tuner)
         assert len({json.dumps(r["config"], sort_keys=True) for r in group}) == 1
-    deadline = time.monotonic() + 10
-    workers = [pid for r in results for pid in r["workers"]]
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_alive(pid) for pid in workers)
+    assert all_exit(pid for r in results for pid in r["workers"])
