@@ -23,8 +23,6 @@ can be compared with the shipped one on the same seeds. The last column is the s
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
 import math
 import random
 import statistics
@@ -40,7 +38,6 @@ sys.path.insert(0, str(HERE))
 import search_replay  # noqa: E402
 
 from triton_dejavu_like.search import Budget, base, drive_batched, make_strategy  # noqa: E402
-from triton_dejavu_like.search.bayesian import BOSettings  # noqa: E402
 
 #: The finalists of the careful stage: the quality is that of the best of these (by mean time).
 FINALISTS = 5
@@ -73,9 +70,7 @@ def one_run(job: Job) -> tuple[str, int, int, float, float]:
     def objective(index: int) -> float:
         return space.measured(index, rng)
 
-    strategy = make_strategy(name)
-    if bo and hasattr(strategy, "config"):
-        strategy.config = dataclasses.replace(strategy.config, **bo)
+    strategy = search_replay.with_settings(make_strategy(name), list(bo.items()))
     search = drive_batched(strategy, space.space, Budget(seed=seed), objective, batch, (), seed)
     measured = sorted((v, i) for i, v in search.results.items() if math.isfinite(v))
     finalists = [i for _, i in measured[:FINALISTS]]
@@ -83,20 +78,8 @@ def one_run(job: Job) -> tuple[str, int, int, float, float]:
     return path, seed, len(search.order), fraction, search.strategy_time_s
 
 
-def _assignment(text: str, known: Sequence[str], owner: str) -> tuple[str, Any]:
-    """``NAME=VALUE`` as (name, Python literal), where NAME is one of ``known``."""
-    name, _, value = text.partition("=")
-    if name not in known:
-        raise argparse.ArgumentTypeError(f"{owner} {name!r}")
-    return name, ast.literal_eval(value)
-
-
 def parse_override(text: str) -> tuple[str, Any]:
-    return _assignment(text, dir(base), "search/base.py has no constant")
-
-
-def parse_bo(text: str) -> tuple[str, Any]:
-    return _assignment(text, [f.name for f in dataclasses.fields(BOSettings)], "BOSettings has no field")
+    return search_replay.assignment(text, dir(base), "search/base.py has no constant")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--strategy", default="bayesian", choices=("bayesian", "random"))
     parser.add_argument("--set", dest="overrides", type=parse_override, action="append", default=[])
-    parser.add_argument("--bo", type=parse_bo, action="append", default=[])
+    parser.add_argument("--bo", type=search_replay.parse_bo, action="append", default=[])
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
     overrides, bo = dict(args.overrides), dict(args.bo)

@@ -22,11 +22,14 @@ both spaces have; source configs with no counterpart are skipped.
     python benchmarks/search_replay.py            # CI-sized: 3 seeds, small caps, two spaces
     python benchmarks/search_replay.py --full     # every file, 20 seeds; writes benchmarks/README.md
     python benchmarks/search_replay.py --full --render after.json --compare before.json  # seed by seed
+    python benchmarks/search_replay.py --full --strategies bayesian --bo random_share=0.0  # a setting
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import gzip
 import itertools
 import json
@@ -44,7 +47,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from triton_dejavu_like.search import Budget, SearchSpace, drive_batched, make_strategy
+from triton_dejavu_like.search import Budget, SearchSpace, Strategy, drive_batched, make_strategy
+from triton_dejavu_like.search.bayesian import BOSettings
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "search-spaces"
 README = Path(__file__).resolve().parent / "README.md"
@@ -277,6 +281,28 @@ class Job:
     noise: bool
     share: float = max(BUDGETS)
     warm_from: str | None = None
+    bo: tuple[tuple[str, Any], ...] = ()  # BOSettings fields changed for this run (--bo)
+
+
+def assignment(text: str, known: Sequence[str], owner: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` as (name, Python literal), where NAME is one of ``known``."""
+    name, _, value = text.partition("=")
+    if name not in known:
+        raise argparse.ArgumentTypeError(f"{owner} {name!r}")
+    return name, ast.literal_eval(value)
+
+
+def parse_bo(text: str) -> tuple[str, Any]:
+    """A ``--bo NAME=VALUE`` argument: a field of Bayesian optimisation's ``BOSettings``."""
+    return assignment(text, [f.name for f in dataclasses.fields(BOSettings)], "BOSettings has no field")
+
+
+def with_settings(strategy: Strategy, bo: Sequence[tuple[str, Any]]) -> Strategy:
+    """``strategy`` with the ``BOSettings`` fields ``bo`` changed (strategies without settings as given)."""
+    config = getattr(strategy, "config", None)
+    if bo and isinstance(config, BOSettings):
+        strategy.config = dataclasses.replace(config, **dict(bo))  # type: ignore[attr-defined]
+    return strategy
 
 
 @dataclass
@@ -297,7 +323,7 @@ def replay(job: Job) -> Outcome:
     def objective(index: int) -> float:
         return replay_space.measured(index, rng, job.noise)
 
-    strategy = make_strategy(job.strategy)  # imports SMAC once per process
+    strategy = with_settings(make_strategy(job.strategy), job.bo)  # imports SMAC once per process
     budget = Budget(max_share=job.share, seed=job.seed)
     search = drive_batched(strategy, replay_space.space, budget, objective, job.batch, warm, job.seed)
     n = len(replay_space.space)
@@ -564,7 +590,7 @@ def load_outcomes(path: Path) -> tuple[list[Outcome], dict[str, Any]]:
     saved = json.loads(path.read_text())
     outcomes = [
         Outcome(
-            Job(**item["job"]),
+            Job(**{**item["job"], "bo": tuple(tuple(pair) for pair in item["job"].get("bo", ()))}),
             {b: item["fraction"][str(b)] for b in BUDGETS},
             {m: item["evaluations"][str(m)] for m in MARGINS},
             item["evaluated"],
@@ -646,7 +672,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--compare", type=Path, help="with --render: compare with these saved results, seed by seed"
     )
+    parser.add_argument(
+        "--bo",
+        type=parse_bo,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change a BOSettings field for this run (repeatable; not with --write)",
+    )
     args = parser.parse_args(argv)
+    if args.bo and args.write:
+        parser.error("--write keeps the README's tables to the shipped settings: drop --bo or --write")
     args.seeds = args.seeds or (20 if args.full else 3)
     files = sorted(args.data.glob("*.json.gz"))
     names = [str(f) for f in files] + (list(SYNTHETIC) if args.synthetic else [])
@@ -672,7 +708,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.perf_counter()
         seeds = range(args.first_seed, args.first_seed + args.seeds)
         jobs = [
-            Job(paths[s.name], strategy, seed, batch, args.noise)
+            Job(paths[s.name], strategy, seed, batch, args.noise, bo=tuple(args.bo))
             for seed in seeds  # seed by seed, so that partial results cover every space
             for s in sorted(spaces, key=lambda s: -len(s.space))  # the longest first
             for strategy in args.strategies

@@ -173,9 +173,9 @@ def test_adaptive_replay_stops_by_the_rule_it_is_given():
             setattr(base, name, value)
     with pytest.raises(Exception, match="no constant"):
         adaptive.parse_override("NO_SUCH_SETTING=3")
-    assert adaptive.parse_bo("refit_batch_share=0.5") == ("refit_batch_share", 0.5)
+    assert replay.parse_bo("refit_batch_share=0.5") == ("refit_batch_share", 0.5)  # adaptive's --bo too
     with pytest.raises(Exception, match="no field"):
-        adaptive.parse_bo("PATIENCE_MIN=3")  # a stop-rule constant, not a setting of the model
+        replay.parse_bo("PATIENCE_MIN=3")  # a stop-rule constant, not a setting of the model
 
 
 @needs_data
@@ -228,3 +228,21 @@ def test_two_saved_runs_are_compared_seed_by_seed(tmp_path, pnpoly):
     assert f"60.0 -> 20.0 ({60 / expected:.3f} -> {20 / expected:.3f})" in row
     pooled = next(line for line in table.splitlines() if line.startswith("| mean of 1 spaces"))
     assert pooled.split("|")[5] == row.split("|")[5]  # one space: its mean is the space's
+
+
+@needs_data
+def test_bo_settings_of_a_replay_reach_its_strategy_and_survive_a_save(tmp_path, monkeypatch):
+    # a setting compared with --bo must be the one the search ran with, and saved runs must say so
+    made, make = [], replay.make_strategy
+    monkeypatch.setattr(replay, "make_strategy", lambda name: made.append(make(name)) or made[-1])
+    path = str(DATA / "pnpoly_RTX_3090.json.gz")
+    job = replay.Job(path, "bayesian", 0, 16, True, 0.01, bo=(("random_share", 0.5),))
+    outcome = replay.replay(job)
+    assert made[-1].config.random_share == 0.5
+    replay.save_outcomes([outcome], {}, tmp_path / "run.json")
+    [loaded], _ = replay.load_outcomes(tmp_path / "run.json")
+    assert loaded.job == job
+    with pytest.raises(SystemExit):  # an unknown field is refused before anything runs
+        replay.main(["--only", "pnpoly_RTX_3090", "--bo", "random_shar=0.5"])
+    with pytest.raises(SystemExit):  # the README's tables are the shipped settings'
+        replay.main(["--only", "pnpoly_RTX_3090", "--bo", "random_share=0.5", "--write"])
