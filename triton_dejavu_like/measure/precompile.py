@@ -98,9 +98,14 @@ def precompile(
     return failures
 
 
+def _compiled(future: Future) -> bool:
+    """Whether a compile's future holds a compiled kernel (it was neither cancelled nor failed)."""
+    return not future.cancelled() and future.exception() is None
+
+
 def _launcher_ready(future: Future) -> None:
     """The launcher of a compile that succeeded, built in the thread that compiled it."""
-    if not future.cancelled() and future.exception() is None:
+    if _compiled(future):
         prepare_launcher(future.result())
 
 
@@ -112,7 +117,7 @@ class _FirstLauncher:
         self._taken = False
 
     def __call__(self, future: Future) -> None:
-        if future.cancelled() or future.exception() is not None:
+        if not _compiled(future):
             return
         with self._lock:
             if self._taken:

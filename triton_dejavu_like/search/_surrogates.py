@@ -83,9 +83,10 @@ class ForestModel:
 class GaussianProcessModel:
     """A Gaussian process of log time over the candidates' parameters.
 
-    Numeric parameters are scaled to [0, 1] by the index of their value; a categorical parameter
-    becomes one column per value (1/sqrt(2) for the value taken), so that two candidates that differ
-    in it are 1 apart, as in the strategy's local penalty. The kernel is a constant times a Matern
+    Numeric parameters are scaled to [0, 1] by the index of their value (``SearchSpace.steps``, as
+    in the strategy's local penalty); a categorical parameter becomes one column per value (1/sqrt(2)
+    for the value taken), so that two candidates that differ in it are 1 apart, as in the local
+    penalty too. The kernel is a constant times a Matern
     5/2 plus white noise (the measurements are noisy). While there are fewer than
     ``isotropic_per_dim`` results per parameter, one length scale serves every column: so few points
     cannot tell the dimensions apart, and a length scale per column fit to them steers the search
@@ -113,7 +114,7 @@ class GaussianProcessModel:
         columns = []
         for d, values in enumerate(space.values):
             if space.is_numeric(d):
-                columns.append(points[:, d : d + 1] / max(1, len(values) - 1))
+                columns.append(points[:, d : d + 1] / space.steps(d))
             else:
                 columns.append(np.eye(len(values))[points[:, d]] / math.sqrt(2))
         self.X = np.hstack(columns) if columns else np.zeros((len(space), 0))

@@ -139,7 +139,7 @@ class BayesianOptimization(Strategy):
         if space.names:
             points = np.asarray(space.points, dtype=float).reshape(len(space), len(space.names))
             self._points = points
-            self._scaled = points / np.array([max(1, len(v) - 1) for v in space.values], dtype=float)
+            self._scaled = points / np.array([space.steps(d) for d in range(len(space.names))], dtype=float)
             self._numeric = np.array([space.is_numeric(d) for d in range(len(space.names))])
         self._order = self._design(warm_start, seed)
         self._initial_len = max(len(warm_start), self.n_initial)

@@ -75,6 +75,11 @@ class SearchSpace:
     def grid_size(self) -> int:
         return math.prod(len(v) for v in self.values) if self.values else 1
 
+    def steps(self, dim: int) -> int:
+        """How many steps of its values dimension ``dim`` spans (at least 1): a value's index divided
+        by this is its position in [0, 1], the scale the models and the local penalty share."""
+        return max(1, len(self.values[dim]) - 1)
+
     def index_of(self, point: Sequence[int]) -> int | None:
         return self._index.get(tuple(point))
 
