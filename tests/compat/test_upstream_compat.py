@@ -277,6 +277,20 @@ def test_everything_pruned_message_on_every_release():
     assert isinstance(info.value, RuntimeError) or TRITON >= (3, 6)
 
 
+def test_early_config_prune_returning_none_is_upstreams_error():
+    """An ``early_config_prune`` that returns None (a branch without ``return``) is upstream 3.6+'s
+    "no valid configs" error, not a ``TypeError`` from iterating None."""
+    bench = Bench()
+    prune = {"early_config_prune": lambda configs, nargs, **kw: None}
+    tuner = tdl.autotune(configs=bench.configs(), key=["n"], do_bench=bench, prune_configs_by=prune)(
+        add_kernel
+    )
+    with pytest.raises(tdl.AutotuningError) as info:
+        run_add(tuner)
+    assert info.value.error_message == PRUNE_MESSAGE
+    assert bench.timed == []
+
+
 @pytest.mark.parametrize("autotune", both(since=(3, 8), why="a single pruned config is not benchmarked"))
 def test_single_remaining_config_is_not_benchmarked(autotune):
     bench = Bench()

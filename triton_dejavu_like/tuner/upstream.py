@@ -49,7 +49,8 @@ class UpstreamSemantics:
             nargs = self.nargs or {}
         configs = list(self.configs)
         if self.early_config_prune:
-            configs = list(self.early_config_prune(configs, nargs, **kwargs))
+            pruned = self.early_config_prune(configs, nargs, **kwargs)
+            configs = list(pruned) if pruned is not None else []  # None (no return): nothing left
             if not configs:
                 raise AutotuningError(PRUNED_EVERYTHING)
         if self.perf_model:
