@@ -343,6 +343,21 @@ def test_cache_results_is_accepted(autotune, cache_results):
     assert tuner.best_config.kwargs == {"BLOCK": 32}
 
 
+@pytest.mark.skipif(TRITON < (3, 4), reason="upstream's Autotuner takes cache_results from Triton 3.4 on")
+@pytest.mark.parametrize("autotuner", [UpstreamAutotuner, tdl.Autotuner], ids=["upstream", "ours"])
+def test_autotuner_constructed_with_upstreams_arguments(autotuner):
+    """Code that builds the Autotuner itself (a library's own decorator, or a subclass) passes
+    upstream's constructor arguments, ``cache_results`` included (keyword, or 14th positional)."""
+    for n, cache_results in ((100, {"cache_results": False}), (200, {})):  # a new key: tuned again
+        bench = Bench()
+        args = [add_kernel, add_kernel.arg_names, bench.configs(), ["n"], None, None, None, None, None]
+        args += [None, None, False, bench] + ([] if cache_results else [False])
+        tuner = autotuner(*args, **cache_results)
+        run_add(tuner, n)
+        assert tuner.best_config.kwargs == {"BLOCK": 32}
+        assert sorted(bench.timed) == list(BLOCKS)
+
+
 # --- positional order -------------------------------------------------------------------------------------
 
 

@@ -77,6 +77,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         rep: float | None = None,
         use_cuda_graph: bool = False,
         do_bench: Callable[..., Any] | None = None,
+        cache_results: bool = False,  # upstream 3.4+'s own disk cache: accepted, results are always stored
         *,
         config_space: ConfigSpace | None = None,
         settings: TunerSettings | None = None,
