@@ -12,13 +12,16 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
+import triton
 from storage_helpers import (
     IDENTITY,
     InstantBench,
     cache_file,
+    double_kernel,
     entries_for,
     launch,
     make_entry,
@@ -26,11 +29,13 @@ from storage_helpers import (
     write_document,
 )
 
+import triton_dejavu_like as tdl
 from triton_dejavu_like import (
     DejavuConfigWarning,
     DejavuStorageWarning,
     DejavuTuningWarning,
     DejavuWarning,
+    TimingPolicy,
     _env,
 )
 from triton_dejavu_like.codec import key_id
@@ -207,6 +212,32 @@ def test_force_fallback_without_a_heuristic(monkeypatch):
     monkeypatch.setenv(_env.FORCE_FALLBACK, "1")
     with pytest.warns(DejavuConfigWarning, match="no fallback_heuristic"):
         launch(make_tuner(), 100)
+
+
+@pytest.mark.parametrize(
+    "options, names",
+    [
+        ({"warmup": 25, "rep": 100}, "warmup, rep"),
+        ({"use_cuda_graph": True}, "use_cuda_graph"),
+        ({"timing": TimingPolicy(finalists=0)}, "timing"),
+    ],
+)
+def test_timing_arguments_that_do_bench_overrides(options, names):
+    """With ``do_bench`` given, ``warmup``/``rep``/``use_cuda_graph``/``timing`` change nothing (the
+    user's ``do_bench`` times every candidate; ``triton.autotune`` would ignore ``do_bench`` instead):
+    said once, at decoration."""
+    with pytest.warns(DejavuConfigWarning, match=f"double_kernel: do_bench is given, so {names} ha"):
+        tuner = make_tuner(**options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        make_tuner(**options)  # once
+        launch(tuner, 100)
+
+
+def test_timing_arguments_without_do_bench_are_not_warned_about():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], warmup=25, rep=100)(double_kernel)
 
 
 @pytest.mark.parametrize(

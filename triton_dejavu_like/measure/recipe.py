@@ -31,6 +31,19 @@ class TimingSettings:
     policy: TimingPolicy = field(default_factory=TimingPolicy)
     quantiles: tuple[float, ...] | None = None  # None: QUANTILES
 
+    def overridden(self) -> list[str]:
+        """The timing arguments given that have no effect because a ``do_bench`` is given (it times
+        every candidate; ``triton.autotune`` would ignore ``do_bench`` for them instead)."""
+        if self.do_bench is None:
+            return []
+        given = {
+            "warmup": self.warmup is not None,
+            "rep": self.rep is not None,
+            "use_cuda_graph": self.use_cuda_graph,
+            "timing": self.policy != TimingPolicy(),
+        }
+        return [name for name, is_given in given.items() if is_given]
+
     def benchmarker(self, interpreted: bool) -> Benchmarker:
         return make_benchmarker(
             do_bench=self.do_bench,

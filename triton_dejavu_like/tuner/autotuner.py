@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import _compat
 from .._compat import Config
-from .._log import DejavuStorageWarning, warn_once
+from .._log import DejavuConfigWarning, DejavuStorageWarning, warn_once
 from ..codec import short_repr
 from ..measure import Benchmarker, KernelRecipe
 from ..measure.bench import QUANTILES
@@ -92,6 +92,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
                 {"warmup": warmup, "rep": rep, "use_cuda_graph": use_cuda_graph, "do_bench": do_bench}
             )
         _names(arg_names, "check_outputs", settings.numerical_check.outputs)
+        _warn_overridden(_compat.python_function(fn).__name__, settings)
         self.settings = settings
         self._config_space = config_space
         self._configs_list: list[Config] | None = None
@@ -426,6 +427,20 @@ def _names(arg_names: list[str], what: str, names: Sequence[str] | str | None) -
             f"Valid argument names are: {', '.join(arg_names)}."
         )
     return names
+
+
+def _warn_overridden(kernel: str, settings: TunerSettings) -> None:
+    overridden = settings.timing.overridden()
+    if overridden:
+        warn_once(
+            DejavuConfigWarning,
+            kernel,
+            "%s: do_bench is given, so %s %s no effect: your do_bench times every candidate "
+            "(triton.autotune ignores do_bench when warmup, rep or use_cuda_graph is given)",
+            kernel,
+            ", ".join(overridden),
+            "has" if len(overridden) == 1 else "have",
+        )
 
 
 def _check_configs(
