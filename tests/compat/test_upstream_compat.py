@@ -313,6 +313,25 @@ def test_a_single_config_list_is_not_benchmarked(autotune):
     assert tuner.best_config is configs[0]
 
 
+@pytest.mark.parametrize("autotune", both())
+def test_a_single_config_list_is_not_pruned(autotune):
+    """With one config there is nothing to choose: upstream launches it without calling
+    ``early_config_prune`` (which may well reject it, e.g. by a resource limit, and return [])."""
+    bench = Bench()
+    configs = bench.configs((64,))
+    calls = []
+
+    def early(cs, nargs, **kw):
+        calls.append(len(cs))
+        return []
+
+    prune = {"early_config_prune": early}
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench, prune_configs_by=prune)(add_kernel)
+    run_add(tuner)
+    assert calls == [] and bench.timed == []
+    assert tuner.best_config is configs[0]
+
+
 # --- benchmark arguments ----------------------------------------------------------------------------------
 
 

@@ -307,7 +307,8 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         self, state: _ProcessState, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome:
         nargs = dict(zip(self.arg_names, args))
-        candidates = self.prune_configs(kwargs, nargs)
+        # upstream prunes only a choice: a single config is launched as it is
+        candidates = self.prune_configs(kwargs, nargs) if len(self.configs) > 1 else list(self.configs)
         if len(candidates) == 1:
             return Outcome(candidates[0], "single")
         if key.id is None:
