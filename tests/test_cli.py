@@ -173,13 +173,14 @@ def test_merge_refuses_unreadable_inputs_and_writes_nothing(capsys, tmp_path):
     assert len(stored_entries(cache_file(dest).path)) == 2
 
 
-def test_merge_never_overwrites_a_file_of_another_identity(capsys, tmp_path):
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["merge", "dry run"])
+def test_merge_never_overwrites_a_file_of_another_identity(capsys, tmp_path, dry_run):
     rank0, _ = rank_roots(tmp_path)
     dest = tmp_path / "dest"
     squatter = write_document(
         cache_file(dest).path, {**IDENTITY, "code_version": "f" * 16}, entries_for([(9,)])
     )
-    assert run("merge", str(rank0), "--root", str(dest)) == 1
+    assert run("merge", str(rank0), "--root", str(dest), *dry_run) == 1  # a dry run says the same
     assert "another identity" in capsys.readouterr().err
     assert cache_file(dest).path.read_bytes() == squatter
 

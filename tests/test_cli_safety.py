@@ -22,6 +22,7 @@ from storage_helpers import (
     write_document,
 )
 
+from triton_dejavu_like import _env
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import inventory
 from triton_dejavu_like.tools import cli
@@ -100,6 +101,20 @@ def test_list_into_head_ends_quietly(tmp_path):
 
 
 # --- nothing destroyed by a typo ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", ["", " ", os.pathsep], ids=["empty", "blank", "separator only"])
+@pytest.mark.parametrize(
+    "command", [["prune", "--older-than", "0d"], ["merge", "{root}"], ["list"]], ids=lambda c: c[0]
+)
+def test_an_empty_root_is_refused_not_taken_as_the_default(capsys, root, monkeypatch, given, command):
+    # `--root "$STORE"` with STORE unset must not act on the default storage
+    monkeypatch.setenv(_env.STORAGE, str(root))
+    before = sorted((p, p.read_bytes()) for p in root.rglob("*") if p.is_file())
+    assert run(*[a.replace("{root}", str(root)) for a in command], "--root", given) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--root" in err and "Traceback" not in err, err
+    assert sorted((p, p.read_bytes()) for p in root.rglob("*") if p.is_file()) == before
 
 
 def test_export_does_not_overwrite_an_archive_without_force(capsys, root, tmp_path):

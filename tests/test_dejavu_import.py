@@ -283,6 +283,25 @@ def test_existing_results_win_unless_overwrite(tmp_path, kernel_spec, capsys):
     assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [32]
 
 
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["import", "dry run"])
+def test_a_destination_of_another_identity_is_reported_not_imported(tmp_path, kernel_spec, capsys, dry_run):
+    source = write_dejavu(
+        tmp_path / "a" / "cache.json", dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [1.0]})
+    )
+    args = [str(source), "--kernel", kernel_spec, "--root", str(tmp_path / "root")]
+    assert cli.main(["import-dejavu", *args]) == 0
+    [path] = list((tmp_path / "root").rglob("cache.json"))
+    doc = json.loads(path.read_text())
+    doc["identity"]["code_version"] = "f" * 16  # a file this kernel's results must not go into
+    path.write_text(json.dumps(doc))
+    squatter = path.read_bytes()
+    capsys.readouterr()
+    assert cli.main(["import-dejavu", *args, "--overwrite", *dry_run]) == 1  # a dry run says the same
+    captured = capsys.readouterr()
+    assert "another identity" in captured.err and " 0 keys from 1 triton-dejavu file" in captured.out
+    assert path.read_bytes() == squatter
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

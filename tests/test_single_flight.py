@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 from storage_helpers import InstantBench, launch, make_tuner
 
+import triton_dejavu_like as tdl
 from triton_dejavu_like import DejavuTuningWarning
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import lease as lease_mod
+from triton_dejavu_like.store.layered import forget_stores
 from triton_dejavu_like.tuner import single_flight
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and signals")
@@ -187,6 +189,27 @@ def test_a_result_recorded_while_waiting_is_restored(tmp_path):
     write_lease(path, host=socket.gethostname(), pid=os.getpid(), age_s=0.0)
     launch(other, 70)
     assert other.last_decision == "restored" and second.calls == 0
+
+
+def test_a_store_with_read_only_layers_still_waits_for_a_live_holder(tmp_path, monkeypatch):
+    # a library that ships tuned results (add_store) or a TRITON_DEJAVU_STORAGE with several roots
+    # puts read-only layers behind the written root: the lease of that root must still be honoured
+    monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.5")
+    (tmp_path / "shipped").mkdir()
+    tdl.add_store(tmp_path / "shipped")
+    try:
+        bench = InstantBench()
+        tuner = make_tuner(bench=bench, custom_data_storage=tmp_path / "rw")
+        path = lease_of(tuner, 65)
+        write_lease(path, host=socket.gethostname(), pid=os.getpid(), age_s=0.0)  # alive: this process
+        with pytest.warns(DejavuTuningWarning) as record:
+            launch(tuner, 65)
+    finally:
+        forget_stores()
+    texts = [str(w.message) for w in record]
+    assert any(f"pid {os.getpid()} on {socket.gethostname()}" in t and "waiting" in t for t in texts)
+    assert tuner.last_decision == "tuned" and bench.calls == 3
+    assert path.exists()  # not ours: left in place
 
 
 def test_a_read_only_store_tunes_without_a_lease(tmp_path, monkeypatch):

@@ -134,6 +134,17 @@ def test_a_huge_file_is_moved_aside_without_being_read(tmp_path, warnings):
     assert aside.stat().st_size == storage.MAX_FILE_BYTES + 1
 
 
+def test_a_record_that_would_outgrow_the_limit_keeps_the_stored_file(tmp_path, warnings, monkeypatch):
+    # a file the writers let grow over the limit would be set aside, whole, by the next reader
+    cf = cache_file(tmp_path)
+    assert cf.record(entries_for([(1,), (2,)]))
+    monkeypatch.setattr(storage, "MAX_FILE_BYTES", cf.path.stat().st_size + 100)
+    assert not cf.record(entries_for([(3,), (4,)]))  # kept in memory, with a warning
+    assert len(warnings()) == 1 and "limit" in warnings()[0] and str(cf.path) in warnings()[0]
+    assert sorted(cache_file(tmp_path).load()) == sorted([key_id((1,)), key_id((2,))])
+    assert aside_files(cf.path, layout.CORRUPT_SUFFIX) == []
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 def test_a_fifo_in_place_of_the_file_does_not_block(tmp_path, warnings):
     cf = cache_file(tmp_path)

@@ -15,6 +15,8 @@ Guarantees (each one is exercised by the test suite, see ``docs/storage.md``):
   lacks, any value that cannot be read) is moved to a ``cache.json.rejected-*`` file and the rest of
   the file stays in use. Nothing is deleted, nothing read from a file is executed.
 - A file made for another identity, or by a newer schema, is neither used nor overwritten.
+- A change that would make the file larger than :data:`MAX_FILE_BYTES` is not written (readers would
+  set the whole file aside): the stored file stays as it is, with one warning.
 - A storage root that cannot be written degrades to in-memory results with one warning per root.
 - Files and directories are created with the user's umask; a replaced file keeps its permissions.
 
@@ -458,7 +460,8 @@ class CacheFile:
 
     def update(self, change: Callable[[EntryMap], EntryMap]) -> bool:
         """Replace the entries by ``change(current entries)`` under the lock; an empty result removes
-        the file. False (with a warning) when the file could not be written."""
+        the file. False (with a warning) when the file could not be written, or would be over
+        :data:`MAX_FILE_BYTES` (then the stored file is left as it is)."""
         if not self.writable:
             return False
         try:
@@ -472,7 +475,19 @@ class CacheFile:
                 if new == current:
                     return True
                 if new:
-                    atomic_write(self.path, dump_document(new_document(self.identity, new)))
+                    data = dump_document(new_document(self.identity, new))
+                    if len(data) > MAX_FILE_BYTES:  # every reader would set the whole file aside
+                        warn_once(
+                            DejavuStorageWarning,
+                            str(self.path),
+                            "not writing tuning cache %s: it would hold %d bytes, over the %d-byte limit "
+                            "of a readable file; results stay in memory (prune old entries to make room)",
+                            self.path,
+                            len(data),
+                            MAX_FILE_BYTES,
+                        )
+                        return False
+                    atomic_write(self.path, data)
                 else:
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()

@@ -245,11 +245,14 @@ def _merge_group(
         outcome[:] = [(current, _combine(current, group, prefer, label))]
         return dict(outcome[0][1].entries)
 
-    if dry_run:
+    if dry_run:  # what update() would do, without the lock and without writing
         try:
-            change(storage.read_document(target.path).entries if target.path.exists() else {})
+            doc = storage.read_document(target.path) if target.path.exists() else None
         except (OSError, storage.InvalidCacheFile) as exc:
             return f"destination unreadable: {exc}"
+        if doc is not None and doc.identity != target.identity:
+            return "it holds results for another identity"
+        change(doc.entries if doc is not None else {})
     elif not target.update(change):
         return "it holds results for another identity" if not target.writable else "it cannot be written"
     return outcome[0]

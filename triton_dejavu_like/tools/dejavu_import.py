@@ -362,9 +362,13 @@ def import_dejavu(
     for ident, entries in by_identity.values():
         cf = CacheFile.for_identity(root, ident, parameters=tuner.arg_names)
         try:
-            existing = read_document(cf.path).entries if cf.path.exists() else {}
+            doc = read_document(cf.path) if cf.path.exists() else None
         except (OSError, ValueError):
-            existing = {}  # a bad destination is moved aside by the write below
+            doc = None  # a bad destination is moved aside by the write below
+        if doc is not None and doc.identity != ident:  # update() would refuse it: say so, count nothing
+            report.problems.append(inventory.Problem(str(cf.path), "it holds results for another identity"))
+            continue
+        existing = doc.entries if doc is not None else {}
         kept = set(existing) & set(entries) if not overwrite else set()
         replaced = sum(existing[kid] != entry for kid, entry in entries.items() if kid in existing)
         if overwrite and replaced:

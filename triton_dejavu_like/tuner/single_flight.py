@@ -1,8 +1,9 @@
 """Single-flight tuning: of the processes that miss one key of one store, one tunes, the others wait.
 
 :func:`tune_once` wraps a miss that needs tuning. With a writable :class:`~triton_dejavu_like.store.FileStore`
-it takes the key's lease (:mod:`triton_dejavu_like.store.lease`) before tuning and removes it once the
-result is recorded (or the tuning failed). A process that finds the lease held by a live process
+(alone, or as the written store of a :class:`~triton_dejavu_like.store.LayeredStore`) it takes the
+key's lease (:mod:`triton_dejavu_like.store.lease`) before tuning and removes it once the result is
+recorded (or the tuning failed). A process that finds the lease held by a live process
 polls the cache file for the key and restores the result when it appears, measuring nothing; a
 lease whose holder died is taken over; a wait longer than :func:`wait_timeout_s` ends in tuning
 here (with a warning). Without a writable file store (memory, read-only, a key with no stored
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from .. import _env
 from .._log import DejavuTuningWarning, log, warn_once
-from ..store import CacheFile, FileStore, Store, StoredEntry
+from ..store import CacheFile, FileStore, LayeredStore, Store, StoredEntry
 from ..store.lease import Lease, is_stale, lease_path, read_lease, take_over
 from .key import TuningKey
 from .tuning import Outcome
@@ -75,6 +76,8 @@ class _Watcher:
 
 
 def _writable_cache_file(store: Store) -> CacheFile | None:
+    if isinstance(store, LayeredStore):  # read-only layers behind it: results are recorded to its primary
+        store = store.primary
     if isinstance(store, FileStore) and store.cache_file.writable:
         return store.cache_file
     return None

@@ -14,7 +14,11 @@ from .output import CliError, UsageError, report_problems
 
 def _storage_roots(args: argparse.Namespace) -> list[Path]:
     """Every root given with ``--root`` (repeated, or an ``os.pathsep`` list), in order; without
-    ``--root``: the roots of ``$TRITON_DEJAVU_STORAGE``, else the default root."""
+    ``--root``: the roots of ``$TRITON_DEJAVU_STORAGE``, else the default root. A ``--root`` that names
+    no directory (``--root "$STORE"`` with ``STORE`` unset) is a mistake, never the default root."""
+    for value in args.root or ():
+        if not any(part.strip() for part in value.split(os.pathsep)):
+            raise UsageError(f"--root {value!r} names no directory")
     given = [part for value in args.root or () for part in value.split(os.pathsep) if part.strip()]
     if given:
         return [Path(part).expanduser() for part in given]
