@@ -16,6 +16,7 @@ import triton
 from kernels import FakeBench, run_add, tuned_add
 from serving_helpers import add_key, seed, tree
 
+from triton_dejavu_like import DejavuStorageWarning
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store.layered import StoreLayer, add_store, forget_stores, registered_stores
 from triton_dejavu_like.tools import cli
@@ -105,6 +106,29 @@ def test_a_layer_in_a_zip_is_read_without_extracting(tmp_path):
     identity = tuner.kernel_identity(tuner._platform()).as_dict()
     entries = layer.load(identity, tuner.arg_names)
     assert [e.config.kwargs["BLOCK"] for e in entries.values()] == [64]
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_damaged_zip_layer_is_ignored_with_a_warning(tmp_path, compression):
+    """A shipped store whose zip member is damaged (a truncated download, a bad disk) is skipped with
+    a storage warning; the lookup must not fail with the zip module's own errors (a stored member
+    fails its checksum, a deflated one its decompression)."""
+    tuner = tuned_add(FakeBench())
+    seed(tuner, tmp_path / "tuned", {add_key(64): 64})
+    archive = tmp_path / "store.zip"
+    with zipfile.ZipFile(archive, "w", compression=compression) as zf:
+        for path in (tmp_path / "tuned").rglob("*"):
+            zf.write(path, path.relative_to(tmp_path))
+    with zipfile.ZipFile(archive) as zf:
+        member = next(info for info in zf.infolist() if info.filename.endswith("cache.json"))
+    raw = bytearray(archive.read_bytes())
+    data = member.header_offset + 30 + len(member.filename.encode()) + len(member.extra)
+    raw[data : data + 8] = b"\xff" * 8
+    archive.write_bytes(bytes(raw))
+    layer = StoreLayer(zipfile.Path(archive) / "tuned")
+    identity = tuner.kernel_identity(tuner._platform()).as_dict()
+    with pytest.warns(DejavuStorageWarning, match="ignoring the tuning cache in layer"):
+        assert layer.load(identity, tuner.arg_names) == {}
 
 
 # --- the example package that ships its store ---------------------------------------------------------------

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import threading
+import zipfile
+import zlib
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -73,7 +75,7 @@ class StoreLayer:
             if data is None:
                 return {}
             doc = parse_document(data, parameters=parameters)
-        except (OSError, InvalidCacheFile) as exc:
+        except (OSError, InvalidCacheFile, zipfile.BadZipFile, zlib.error) as exc:  # zip: a damaged member
             warn_once(DejavuStorageWarning, where, "ignoring the tuning cache in layer %s: %s", where, exc)
             return {}
         if doc.identity != dict(identity):
