@@ -117,6 +117,29 @@ def test_an_empty_root_is_refused_not_taken_as_the_default(capsys, root, monkeyp
     assert sorted((p, p.read_bytes()) for p in root.rglob("*") if p.is_file()) == before
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["export", ""], ["merge", ""], ["diff", "{root}", ""], ["import-dejavu", " "]],
+    ids=lambda c: c[0],
+)
+def test_an_empty_path_argument_is_refused_not_taken_as_the_current_directory(
+    capsys, root, tmp_path, monkeypatch, command
+):
+    # `export "$OUT"` with OUT unset must not export into (or read) the directory it was run from
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "notes.txt").write_text("mine")
+    monkeypatch.chdir(here)
+    before = sorted((p, p.read_bytes()) for p in root.rglob("*") if p.is_file())
+    with pytest.raises(SystemExit) as exit_:
+        run(*[a.replace("{root}", str(root)) for a in command], "--root", str(root))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "empty path" in err and "Traceback" not in err, err
+    assert [p.name for p in here.iterdir()] == ["notes.txt"]
+    assert sorted((p, p.read_bytes()) for p in root.rglob("*") if p.is_file()) == before
+
+
 def test_export_does_not_overwrite_an_archive_without_force(capsys, root, tmp_path):
     archive = tmp_path / "k.tar.gz"
     archive.write_bytes(b"precious")

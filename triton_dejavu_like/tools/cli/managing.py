@@ -20,6 +20,7 @@ from .output import (
     emit,
     left_out,
     left_out_text,
+    path_text,
     problems_payload,
     replaced_lines,
     report_problems,
@@ -222,7 +223,9 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     p = sub.add_parser(
         "merge", parents=[common], help="merge storage trees, cache files or archives into --root"
     )
-    p.add_argument("sources", nargs="+", help="storage trees, cache.json files or .tar.gz archives")
+    p.add_argument(
+        "sources", nargs="+", type=path_text, help="storage trees, cache.json files or .tar.gz archives"
+    )
     p.add_argument(
         "--prefer",
         choices=inventory.PREFERENCES,
@@ -266,7 +269,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     p = sub.add_parser(
         "export", parents=[common, selection], help="copy one platform's results for a deployment"
     )
-    p.add_argument("out", help="a directory (a storage root) or a .tar.gz archive")
+    p.add_argument("out", type=path_text, help="a directory (a storage root) or a .tar.gz archive")
     p.add_argument("--dry-run", action="store_true", help="report, write nothing")
     p.add_argument("--force", action="store_true", help="replace an existing archive")
     p.set_defaults(func=cmd_export)

@@ -30,6 +30,14 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {printable(message)} (see '{self.prog} --help')\n")
 
 
+def path_text(value: str) -> str:
+    """An argparse ``type`` for a path argument: an empty one (``"$DIR"`` with ``DIR`` unset) is an
+    error, never the current directory, which ``Path("")`` would be."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file or directory")
+    return value
+
+
 def _escaped(char: str) -> str:
     return repr(char)[1:-1]  # \x1b, \x00, \n, \u200b: a non-printable character as Python writes it
 

@@ -16,6 +16,7 @@ from .output import (
     UsageError,
     emit,
     key_text,
+    path_text,
     problems_payload,
     report_problems,
     table,
@@ -241,7 +242,10 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
         "diff", parents=[common], help="compare the winners stored by several machines or ranks"
     )
     p.add_argument(
-        "sources", nargs="+", help="two or more storage trees, cache.json files or .tar.gz archives"
+        "sources",
+        nargs="+",
+        type=path_text,
+        help="two or more storage trees, cache.json files or .tar.gz archives",
     )
     p.add_argument(
         "--match",

@@ -18,7 +18,17 @@ from .. import dejavu_import, heuristic
 from ..aot import command as aot
 from ..aot.case import SpecError
 from ..aot.ray_backend import START_TIMEOUT_S
-from .output import PROG, CliError, UsageError, emit, problems_payload, replaced_lines, report_problems, table
+from .output import (
+    PROG,
+    CliError,
+    UsageError,
+    emit,
+    path_text,
+    problems_payload,
+    replaced_lines,
+    report_problems,
+    table,
+)
 from .roots import existing_root, selected, written_root
 
 
@@ -229,7 +239,9 @@ def cmd_heuristic(args: argparse.Namespace) -> int:
 def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser) -> None:
     """import-dejavu, misses, tune, heuristic: getting results into a store and out as code."""
     p = sub.add_parser("import-dejavu", parents=[common], help="convert triton-dejavu cache.json files")
-    p.add_argument("sources", nargs="+", help="triton-dejavu storage trees or cache.json files")
+    p.add_argument(
+        "sources", nargs="+", type=path_text, help="triton-dejavu storage trees or cache.json files"
+    )
     p.add_argument(
         "--kernel",
         action="append",
