@@ -315,6 +315,19 @@ def test_failing_candidates_are_ruled_out_and_recorded():
     assert entry["ruled_out"][0]["config"]["kwargs"] == {"BLOCK": 16}
 
 
+@pytest.mark.parametrize("bad", [-1.0, math.nan])
+def test_a_negative_or_nan_time_from_do_bench_rules_the_candidate_out(bad, recwarn):
+    """A time below zero (or NaN) is no time: the fastest real time wins, and its entry is stored."""
+    bench = FakeBench({16: bad, 32: 2.0, 64: 3.0, 128: 4.0})
+    tuner = tuned_add(bench)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert not [w for w in recwarn if issubclass(w.category, tdl.DejavuWarning)]
+    entry = next(iter(json.loads(tuner.cache_path().read_text())["entries"].values()))
+    assert entry["config"]["kwargs"] == {"BLOCK": 32}
+    assert [r["config"]["kwargs"] for r in entry["ruled_out"]] == [{"BLOCK": 16}]
+
+
 def test_all_candidates_failing_names_the_kernel():
     def boom(nargs):
         raise RuntimeError("does not compile")
