@@ -175,6 +175,24 @@ def test_do_bench_is_honoured_and_warmup_rep_reach_the_cpu_timer(monkeypatch):
     assert tuner.last_decision == "tuned"
 
 
+@pytest.mark.parametrize("kind", ["numpy-float32", "0-d-tensor", "1-d-tensor"])
+def test_a_do_bench_answering_numpy_or_torch_scalars_is_honoured(kind):
+    """Upstream's autotuner compares whatever a user's do_bench returns: a NumPy scalar or a tensor is
+    a time like a float, not a failure of every candidate."""
+    bench = FakeBench({16: 5.0, 32: 2.0, 64: 3.0, 128: 4.0})
+
+    def do_bench(kernel_call, quantiles):
+        t = bench(kernel_call, quantiles)[0]
+        if kind == "numpy-float32":
+            return pytest.importorskip("numpy").float32(t)
+        return torch.tensor(t) if kind == "0-d-tensor" else torch.tensor([t, t, t])
+
+    tuner = tuned_add(bench, do_bench=do_bench)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert tuner.configs_timings[tuner.best_config][0] == 2.0
+
+
 def test_reset_to_zero_and_restore_value_protect_in_place_kernels():
     acc = torch.full((64,), 5.0)
     x = torch.ones(64)
@@ -295,6 +313,19 @@ def test_failing_candidates_are_ruled_out_and_recorded():
     assert len(entry["ruled_out"]) == 1
     assert "OutOfResources" in entry["ruled_out"][0]["reason"]
     assert entry["ruled_out"][0]["config"]["kwargs"] == {"BLOCK": 16}
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan])
+def test_a_negative_or_nan_time_from_do_bench_rules_the_candidate_out(bad, recwarn):
+    """A time below zero (or NaN) is no time: the fastest real time wins, and its entry is stored."""
+    bench = FakeBench({16: bad, 32: 2.0, 64: 3.0, 128: 4.0})
+    tuner = tuned_add(bench)
+    run_add(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert not [w for w in recwarn if issubclass(w.category, tdl.DejavuWarning)]
+    entry = next(iter(json.loads(tuner.cache_path().read_text())["entries"].values()))
+    assert entry["config"]["kwargs"] == {"BLOCK": 32}
+    assert [r["config"]["kwargs"] for r in entry["ruled_out"]] == [{"BLOCK": 16}]
 
 
 def test_all_candidates_failing_names_the_kernel():

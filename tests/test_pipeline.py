@@ -125,6 +125,42 @@ def test_streamed_compile_failures_are_ruled_out_without_gpu_time():
     assert pipeline.counters.ruled_out == 2
 
 
+def test_streamed_replaces_a_broken_pool_with_started_workers(monkeypatch):
+    """A worker that dies breaks its pool: the replacement is started as the tuner starts a pool
+    (forked workers after the compiler is warmed, with no thread of ours running), before any
+    candidate is submitted to it; the candidates of the broken pool are compiled when timed."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from triton_dejavu_like.measure import pipeline as pipeline_module
+
+    class Broken(FakePool):
+        method = "fork"
+
+        def submit(self, call, config):
+            future = cf.Future()
+            future.set_exception(BrokenProcessPool("a worker died"))
+            return future
+
+    class Replacement(FakePool):
+        method = "fork"
+        started = False
+
+        def start(self):
+            self.started = True
+
+        def submit(self, call, config):
+            assert self.started, "a candidate was submitted to a pool that was never started"
+            return super().submit(call, config)
+
+    replacement = Replacement(workers=2)
+    monkeypatch.setattr(pipeline_module.CompilePool, "shared", classmethod(lambda cls, d, m: replacement))
+    pipeline, search, log = make_pipeline(8, [float(8 - i) for i in range(8)], batch_size=3)
+    pipeline.run_streamed(Broken(workers=2), call=None)
+    assert replacement.started and replacement.submitted
+    assert sorted(i for kind, i in log if kind == "time") == list(range(8))  # each timed once
+    assert search.best() == 7 and not search.pending
+
+
 def test_streamed_bayesian_search_proposes_in_batches_and_learns_as_results_arrive():
     pytest.importorskip("smac")
     n = 300

@@ -128,3 +128,48 @@ def test_launchers_are_built_beside_the_compiles_once_per_kernel(monkeypatch):
     kernels = sorted(kernel for kernel, _ in built)
     assert kernels[0] == "gate" and kernels[1:] in (["k16"], ["k32"])  # one per kernel, none failed
     assert all(thread.startswith("tdl-compile") for _, thread in built)  # not the timing thread
+
+
+class QueuedCompiles:
+    """Hands each compile to Triton's AsyncCompileMode; the compiles take a while. ``interrupt``:
+    ``"hand-over"`` raises KeyboardInterrupt while the last candidate is handed over, ``"waiting"``
+    sends this process SIGINT from the first compile, once every candidate was handed over."""
+
+    def __init__(self, interrupt: str, last: int) -> None:
+        self.interrupt = interrupt
+        self.last = last
+        self.started: list[int] = []
+
+    def run(self, *args, grid, warmup, **kwargs):
+        import os
+        import signal
+
+        from triton.runtime._async_compile import active_mode
+
+        block = kwargs["BLOCK"]
+        if self.interrupt == "hand-over" and block == self.last:
+            raise KeyboardInterrupt
+
+        def compile_it() -> int:
+            self.started.append(block)
+            if self.interrupt == "waiting" and block == 0:
+                time.sleep(0.1)
+                os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+            return block
+
+        active_mode.get().submit(block, compile_it, lambda kernel: None, lambda future_kernel: None)
+
+
+@pytest.mark.parametrize("interrupt", ["hand-over", "waiting"])
+def test_an_interrupt_does_not_wait_for_the_compiles_still_queued(monkeypatch, interrupt):
+    """Ctrl-C while a batch compiles: the compiles already running finish, the queued ones never start
+    (they used to run to the last one before the interrupt reached the user)."""
+    if not _compat.HAS_ASYNC_COMPILE:
+        pytest.skip("this Triton compiles serially")
+    monkeypatch.setattr(_compat, "build_launcher", lambda kernel: None)
+    kernel = QueuedCompiles(interrupt, last=19)
+    configs = [triton.Config({"BLOCK": b}) for b in range(20)]
+    with pytest.raises(KeyboardInterrupt):
+        precompile(context(kernel), configs, threads=2)
+    assert len(kernel.started) <= 4, f"{len(kernel.started)} compiles ran after the interrupt"

@@ -236,6 +236,18 @@ def test_failed_candidates_are_avoided_without_trouble(caplog):
     assert not caplog.records
 
 
+def test_a_time_of_zero_keeps_the_model(caplog):
+    """A do_bench that rounds may answer 0 ms for a fast candidate: the log-time model goes on (a
+    zero's log would make the fit fail and the search go on at random)."""
+    space = grid_space((10, 10, 10))
+    inner = bowl((2, 8, 5))
+    objective = Counting(space, lambda row: 0.0 if inner(row) <= 3 else inner(row))
+    with caplog.at_level(logging.WARNING, logger="triton_dejavu_like"):
+        run = bo_run(space, objective, Budget(max_share=0.06, seed=2))
+    assert len(run.results) == 60 and run.results[run.best()] == 0.0
+    assert not caplog.records
+
+
 @pytest.mark.parametrize("batch", [1, 16])
 def test_smac_failure_falls_back_to_random_proposals_with_one_warning(monkeypatch, caplog, batch):
     calls = [0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -102,8 +103,9 @@ def settled(samples: Sequence[Sequence[float]], margin: float, z: float = REFINE
 
 
 def normalise(result: Any, n: int) -> list[float]:
-    """A do_bench result as ``n`` floats: a single number is repeated, a sequence is taken as is."""
-    if isinstance(result, (int, float)):
+    """A do_bench result as ``n`` floats: a single number (a Python or NumPy number, a 0-d array or
+    tensor) is repeated, a sequence is taken as is."""
+    if isinstance(result, numbers.Real) or getattr(result, "ndim", None) == 0:
         return [float(result)] * n
     values = [float(v) for v in result]
     if not values:

@@ -119,6 +119,7 @@ class Pipeline:
                     if owner is pool:  # the first of its failed futures replaces the pool
                         pool.restart()
                         pool = CompilePool.shared(pool.device, pool.method) or pool
+                        pool.start()  # as the tuner starts one: forked workers after warming
                     reason = None
                 except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
                     log.debug("compile worker failed on candidate %d: %s", index, exc)

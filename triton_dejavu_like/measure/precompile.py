@@ -12,9 +12,10 @@ timing, so compile errors rule candidates out early).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import _compat, _env
@@ -69,8 +70,11 @@ def precompile(
 
     submitted: dict[Config, Future] = {}
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdl-compile")
-    with pool, _compat.async_compile_mode(pool) as mode:
-        futures = getattr(mode, "raw_futures", [])
+    mode = _compat.async_compile_mode(pool)
+    futures = getattr(mode, "raw_futures", [])
+    # an exception (Ctrl-C) while candidates are handed over, or while leaving the mode waits for
+    # their compiles, cancels the compiles still queued: only those running are waited for
+    with pool, _cancelled_on_error(futures), mode, _cancelled_on_error(futures):
         if ahead is not None:
             ahead(run_here)
         # a kernel's launcher is built by the thread that compiled it, beside the other compiles,
@@ -96,6 +100,18 @@ def precompile(
         len(failures),
     )
     return failures
+
+
+@contextlib.contextmanager
+def _cancelled_on_error(futures: list[Future]) -> Iterator[None]:
+    """On an exception inside, cancel ``futures`` (a list that may grow meanwhile): those not yet
+    started never start, those running finish."""
+    try:
+        yield
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
 
 
 def _compiled(future: Future) -> bool:

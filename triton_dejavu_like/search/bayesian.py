@@ -92,6 +92,13 @@ def _expected_improvement(best: float, mean: np.ndarray, var: np.ndarray) -> np.
     return np.where(sigma > 0, np.maximum(ei, 0.0), np.maximum(gap, 0.0))
 
 
+def _positive(times: np.ndarray) -> np.ndarray:
+    """``times`` with a time of 0 (or below) as half the fastest positive one (1 if none is), so that
+    its log is finite: a do_bench that rounds may answer 0 ms for a fast candidate."""
+    positive = times[times > 0]
+    return np.maximum(times, positive.min() / 2 if len(positive) else 1.0)
+
+
 def _squared_distance(a: np.ndarray, b: np.ndarray, numeric: np.ndarray) -> np.ndarray:
     """The squared distance between points ``a`` and ``b`` (broadcast over leading axes): the scaled
     difference of each numeric parameter, 1 for each categorical parameter that differs."""
@@ -213,7 +220,7 @@ class BayesianOptimization(Strategy):
         if last[0] >= 0 and grown < max(1, last[0] // self.config.refit_growth, in_flight_share):
             return
         idx = np.array(measured)
-        y = np.log(values[ok])
+        y = np.log(_positive(values[ok]))
         model = self._regression(size[1])
         model.fit(idx[ok], y)
         everything = np.arange(len(self.space))

@@ -85,6 +85,8 @@ class Trial:
             result = evaluator.measure(config)
         except Exception as exc:  # the candidate is ruled out, tuning goes on
             return self.rule_out(config, one_line_reason(exc))
+        if not result[0] >= 0:  # NaN or negative (a user's do_bench): no time, and none a store keeps
+            return self.rule_out(config, f"the benchmark returned {result[0]} ms")
         self.timings[config] = result
         return result[0]
 
