@@ -245,3 +245,92 @@ def test_a_forked_child_neither_uses_nor_shuts_down_its_parents_compile_workers(
     (pid, before), (after_pid, after) = result["before"], result["after"]
     assert len(before) == 2 and pid in before  # the parent's workers ...
     assert after == before and after_pid in after  # ... untouched: the same two still answer
+
+
+CRASHING = textwrap.dedent(
+    """
+    import json, math, multiprocessing, os, resource, sys
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+
+    import triton_dejavu_like as tdl
+    from triton_dejavu_like import _compat
+    from triton_dejavu_like.measure.compile_pool import CallSpec, CompilePool, _token_of
+    from triton_dejavu_like.measure.pipeline import Pipeline
+    from triton_dejavu_like.search import BatchSearch, Budget, SearchSpace, make_strategy
+
+    configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 64) for w in (2, 4)]
+
+
+    @tdl.autotune(configs=configs, key=[])
+    @triton.jit
+    def copy(a, b, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(b + offs, tl.load(a + offs))
+
+
+    def crash_the_compiler(**hook):  # a config the compiler dies on (an LLVM abort, say)
+        if "num_warps=2," in hook["repr"]:
+            os.abort()
+
+
+    if __name__ == "__main__":
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 232448})
+        pools = []
+
+        def fresh(cls=None, device=0, method="fork"):
+            pool = CompilePool(2, 0, "fork", answers)
+            pools.append(pool)
+            return pool
+
+        CompilePool.shared = classmethod(fresh)
+        triton.knobs.runtime.jit_cache_hook = crash_the_compiler  # in this process and the workers
+        token = _token_of(copy.kernel_recipe().fn)
+        tensor = ("tensor", ("float32", True))
+        call = CallSpec(token, (tensor, tensor), ())
+        search = BatchSearch(make_strategy("exhaustive"), SearchSpace.from_configs(configs), Budget())
+        timed, ruled_out = [], {}
+
+        def measure(i):  # a launch would compile here, from the workers' disk cache
+            timed.append(i)
+            return 1.0 + i
+
+        def rule_out(i, reason):
+            ruled_out[i] = reason
+            return math.inf
+
+        pipeline = Pipeline(search, configs, measure, rule_out, lambda batch: {}, batch_size=4)
+        first = fresh()
+        first.start()
+        pipeline.run_streamed(first, call)
+        for pool in pools:
+            pool.shutdown(wait=True)
+        print(json.dumps({
+            "timed": sorted(timed),
+            "ruled_out": {str(i): r for i, r in ruled_out.items()},
+            "pools": len(pools),
+            "left": [p.pid for p in multiprocessing.active_children()],
+        }))
+    """
+)
+
+
+def test_a_config_that_crashes_the_compiler_is_ruled_out_and_the_run_goes_on(tmp_path):
+    # the crash ends a worker each time; the tuning process never compiles that config itself
+    # (it would end with the same crash), and every other config is compiled by a worker and timed
+    pytest.importorskip("triton.knobs")
+    script = tmp_path / "crashing.py"
+    script.write_text(CRASHING)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton-cache"), TRITON_DEJAVU_STORAGE=str(tmp_path))
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    crashers = {i for i in range(6) if i % 2 == 0}  # num_warps=2
+    assert result["timed"] == sorted(set(range(6)) - crashers)
+    assert {int(i) for i in result["ruled_out"]} == crashers
+    assert all("compile worker died" in reason for reason in result["ruled_out"].values())
+    assert 1 + len(crashers) <= result["pools"] <= 1 + 3 * len(crashers)
+    assert result["left"] == []

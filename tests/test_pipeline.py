@@ -161,6 +161,103 @@ def test_streamed_replaces_a_broken_pool_with_started_workers(monkeypatch):
     assert search.best() == 7 and not search.pending
 
 
+class CrashingPool:
+    """A process pool whose worker dies on the candidates in ``crashers``: every candidate in the
+    pool then fails with BrokenProcessPool (those compiling and those queued), as in
+    ProcessPoolExecutor. The others compile after ``delay_s``."""
+
+    method = "fork"
+
+    def __init__(self, crashers: set[int], pools: list[CrashingPool], delay_s: float = 0.01):
+        self.crashers = crashers
+        self.device = 0
+        self.delay_s = delay_s
+        self.broken = False
+        self.submitted: list[int] = []
+        self._futures: list[cf.Future] = []
+        self._lock = threading.Lock()
+        pools.append(self)
+
+    def start(self) -> None:
+        pass
+
+    def restart(self) -> None:
+        pass
+
+    def submit(self, call, config):
+        from concurrent.futures.process import BrokenProcessPool
+
+        index = config.kwargs["I"]
+        with self._lock:
+            if self.broken:
+                raise BrokenProcessPool("the pool is broken")
+            self.submitted.append(index)
+            future: cf.Future = cf.Future()
+            self._futures.append(future)
+        if index in self.crashers:
+            threading.Timer(self.delay_s, self._crash).start()
+        else:
+            threading.Timer(self.delay_s * 3, self._finish, (future,)).start()
+        return future
+
+    def _finish(self, future: cf.Future) -> None:
+        with self._lock:
+            if not future.done():
+                future.set_result(None)
+
+    def _crash(self) -> None:
+        from concurrent.futures.process import BrokenProcessPool
+
+        with self._lock:
+            self.broken = True
+            for future in self._futures:
+                if not future.done():
+                    future.set_exception(BrokenProcessPool("a process in the pool was terminated abruptly"))
+
+
+@pytest.mark.parametrize("crashers", [{5}, {2, 9}, set()], ids=["one", "two", "none"])
+def test_a_candidate_that_crashes_compile_workers_is_ruled_out_never_compiled_here(monkeypatch, crashers):
+    """A config that crashes the compiler ends a worker every time: it is ruled out with its reason
+    and never timed (timing would compile it in the tuning process, and the crash would end the
+    program); the candidates that were in the broken pools with it, however the breaks coincide,
+    are compiled again in workers and timed, each once."""
+    from triton_dejavu_like.measure import pipeline as pipeline_module
+
+    pools: list[CrashingPool] = []
+    monkeypatch.setattr(
+        pipeline_module.CompilePool, "shared", classmethod(lambda cls, d, m: CrashingPool(crashers, pools))
+    )
+    reasons: dict[int, str] = {}
+    pipeline, search, log = make_pipeline(16, [float(16 - i) for i in range(16)], batch_size=4)
+    pipeline.rule_out = lambda i, reason: reasons.setdefault(i, reason) and math.inf
+    pipeline.run_streamed(CrashingPool(crashers, pools), call=None)
+
+    timed = [i for kind, i in log if kind == "time"]
+    assert sorted(timed) == sorted(set(range(16)) - crashers)  # every other candidate, once
+    assert set(reasons) == crashers and all("compile worker died" in r for r in reasons.values())
+    assert all(search.results[i] == math.inf for i in crashers)
+    assert not search.pending and search.best() == max(set(range(16)) - crashers)
+    assert len(pools) <= 1 + 3 * len(crashers)  # a crasher breaks three pools at most
+
+
+def test_a_pool_broken_once_rules_nothing_out(monkeypatch):
+    """A worker that dies once (killed from outside, say) costs nothing: every candidate of its pool
+    is compiled again in the new pool and timed."""
+    from triton_dejavu_like.measure import pipeline as pipeline_module
+
+    pools: list[CrashingPool] = []
+    monkeypatch.setattr(
+        pipeline_module.CompilePool, "shared", classmethod(lambda cls, d, m: CrashingPool(set(), pools))
+    )
+    pipeline, search, log = make_pipeline(12, [1.0] * 12, batch_size=4)
+    first = CrashingPool({3}, pools)  # only the first pool dies, on candidate 3
+    pipeline.run_streamed(first, call=None)
+    assert sorted(i for kind, i in log if kind == "time") == list(range(12))
+    assert not [i for kind, i in log if kind == "out"] and len(pools) == 2
+    assert not search.pending and len(search.results) == 12
+    assert 3 in pools[1].submitted  # compiled again in a worker, not in this process
+
+
 def test_streamed_bayesian_search_proposes_in_batches_and_learns_as_results_arrive():
     pytest.importorskip("smac")
     n = 300

@@ -29,8 +29,10 @@ A forked worker finds the kernel in its copy of the parent's memory (any kernel;
 after the fork makes the pool fork new workers); a fork-server worker imports it as an isolated
 worker does (:class:`~triton_dejavu_like.measure.isolation.KernelRef`: the decorated kernel must be
 a module-level global). Where that, or an argument, cannot be carried, the tuner compiles in
-threads. A worker that dies takes only its own candidate: the pool is restarted and the candidate
-is compiled again when it is launched. A worker that cannot even try (it does not know the kernel,
+threads. A worker that dies (a crash in the compiler) breaks the pool: it is restarted, the
+candidates that were in it are compiled again in workers, and one that ends a worker even with
+nothing else in flight is ruled out (:meth:`~.pipeline.Pipeline.run_streamed`); none is compiled in
+the tuning process, which the crash would end. A worker that cannot even try (it does not know the kernel,
 or cannot import its module) hands the candidate back to be compiled in the parent: it is never
 ruled out for that.
 """

@@ -90,37 +90,65 @@ class Pipeline:
 
     def run_streamed(self, pool: CompilePool, call: CallSpec) -> None:
         """Keep ``batch_size`` candidates compiling in ``pool`` while this process times the
-        compiled ones, in the order they finish compiling."""
+        compiled ones, in the order they finish compiling.
+
+        A worker that dies (a crash in the compiler) breaks the pool, which is replaced. Which of
+        the candidates in it ended the worker is unknown, so each is compiled again in a worker: one
+        at a time beside the others; one that is in a pool that breaks again is compiled once more
+        with nothing else in flight, and ruled out if that pool breaks too. A candidate is never
+        compiled in this process after a worker died with it, since the crash would end the program.
+        """
         flight: dict[cf.Future[str | None], tuple[int, CompilePool]] = {}
         ready: collections.deque[int] = collections.deque()
+        strikes: collections.Counter[int] = collections.Counter()  # breaks a candidate was in
+        suspects: collections.deque[int] = collections.deque()  # one break: beside the others
+        alone: collections.deque[int] = collections.deque()  # two breaks: with nothing else
+
+        def submit(index: int) -> None:
+            try:
+                flight[pool.submit(call, self.candidates[index])] = (index, pool)
+            except (Unsupported, RuntimeError) as exc:  # RuntimeError: the pool was shut down
+                log.debug("compiling candidate %d in this process (%s)", index, exc)
+                ready.append(index)
+
         while True:
             # compiles continue while this process times (its first launch may take most of a
             # second); a backlog of compiled candidates beyond a batch holds new ones back
             free = min(self.batch_size - len(flight), 2 * self.batch_size - len(flight) - len(ready))
+            flying = [strikes[i] for i, _ in flight.values()]
+            if alone or max(flying, default=0) > 1:  # the flight drains, then one goes alone
+                if alone and not flight:
+                    submit(alone.popleft())
+                free = 0
+            elif free > 0 and suspects and max(flying, default=0) == 0:
+                submit(suspects.popleft())
+                free -= 1
             if free > 0:
                 for index in self.search.ask(free):
-                    try:
-                        flight[pool.submit(call, self.candidates[index])] = (index, pool)
-                    except (Unsupported, RuntimeError) as exc:  # RuntimeError: the pool was shut down
-                        log.debug("compiling candidate %d in this process (%s)", index, exc)
-                        ready.append(index)
+                    submit(index)
             if ready:
                 index = ready.popleft()
                 self._tell(index, self.measure(index), timed=True)
                 continue
             if not flight:
+                if suspects or alone:
+                    continue
                 return  # nothing compiling, nothing to time, and the search hands out nothing more
             done, _ = cf.wait(flight, return_when=cf.FIRST_COMPLETED)
             for future in done:
                 index, owner = flight.pop(future)
                 try:
                     reason = future.result()
-                except BrokenProcessPool:  # a worker died: this candidate is compiled here when timed
+                except BrokenProcessPool:  # a worker died, with this candidate in its pool
                     if owner is pool:  # the first of its failed futures replaces the pool
                         pool.restart()
                         pool = CompilePool.shared(pool.device, pool.method) or pool
                         pool.start()  # as the tuner starts one: forked workers after warming
-                    reason = None
+                    strikes[index] += 1
+                    if strikes[index] < 3:
+                        (suspects if strikes[index] == 1 else alone).append(index)
+                        continue
+                    reason = "a compile worker died compiling it, with nothing else in flight"
                 except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
                     log.debug("compile worker failed on candidate %d: %s", index, exc)
                     reason = None
