@@ -145,3 +145,66 @@ def test_faulting_hanging_and_wrong_candidates_are_ruled_out_on_the_gpu(tmp_path
     assert reasons[(512, 512, 2)].startswith(f"CandidateTimedOut: no result within {TIMEOUT_S} s")
     assert reasons[(768, 512, 0)].startswith("NumericalMismatch: 'out_ptr'")
     assert "'fork' cannot be used once CUDA is initialised" in report["fork_refusal"]
+
+
+COMPILER_CRASH = textwrap.dedent(
+    """
+    import json, os, resource, sys
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    import triton_dejavu_like as tdl
+
+    CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 512, 1024, 2048) for w in (2, 4, 8)]
+
+
+    @tdl.autotune(key=["n"], configs=CONFIGS)
+    @triton.jit
+    def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+    def crash_the_compiler(**hook):  # as an LLVM abort on some configs would
+        if hook["fn"].name.endswith("scale") and "num_warps=2," in hook["repr"]:
+            os.abort()
+
+
+    if __name__ == "__main__":
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        triton.knobs.runtime.jit_cache_hook = crash_the_compiler  # inherited by the forked workers
+        n = 1 << 20
+        x = torch.randn(n, device="cuda")
+        out = torch.empty_like(x)
+        scale[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+        (entry,) = json.loads(scale.cache_path().read_text())["entries"].values()
+        print(json.dumps({
+            "ok": bool(torch.equal(out, x * 2)),
+            "best": [entry["config"]["kwargs"], entry["config"]["num_warps"]],
+            "ruled_out": [[r["config"]["num_warps"], r["reason"]] for r in entry["ruled_out"]],
+        }))
+    """
+)
+
+
+def test_configs_that_crash_the_compiler_are_ruled_out_by_compile_workers(tmp_path):
+    # a crash in the compiler ends a compile worker, never the tuning process: the config is ruled
+    # out and the others are tuned (before, the tuning process compiled it again, and died)
+    script = tmp_path / "compiler_crash.py"
+    script.write_text(COMPILER_CRASH)
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "storage")
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    env["TRITON_DEJAVU_COMPILE_PROCESSES"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(report, indent=1))
+    assert report["ok"] and report["best"][1] != 2
+    assert len(report["ruled_out"]) == 4 and all(w == 2 for w, _ in report["ruled_out"])
+    assert all("compile worker died" in reason for _, reason in report["ruled_out"])
