@@ -187,3 +187,24 @@ def test_ray_workers_keep_the_drivers_pythonpath(monkeypatch, tmp_path):
     assert path[-2:] == ["/opt/site-a", "/opt/site-b"]
     assert str(tmp_path) in path  # the SPEC's directory
     assert Path(tdl.__file__).resolve().parents[1] in [Path(p).resolve() for p in path]
+
+
+def test_a_worker_is_seeded_with_what_the_tuner_sees_through_directory_links(tmp_path):
+    """A store whose kernel directory is a link to another disk: the results under it are stored
+    results (the tuner reads and writes through the link), so a worker is seeded with them and
+    does not tune them again."""
+    from triton_dejavu_like.tools.aot import merging
+
+    elsewhere = tmp_path / "other-disk" / "kernel_a"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "cache.json").write_bytes(b'{"linked": true}')
+    root = tmp_path / "root"
+    (root / "kernel_b").mkdir(parents=True)
+    (root / "kernel_b" / "cache.json").write_bytes(b'{"plain": true}')
+    (root / "kernel_a").symlink_to(elsewhere, target_is_directory=True)
+    (root / "loop").symlink_to(root, target_is_directory=True)  # walked once, not forever
+    files = merging.read_tree(root)
+    assert files == {"kernel_a/cache.json": b'{"linked": true}', "kernel_b/cache.json": b'{"plain": true}'}
+    worker_root = tmp_path / "worker"
+    merging.seed(worker_root, files)
+    assert (worker_root / "kernel_a" / "cache.json").read_bytes() == b'{"linked": true}'

@@ -42,7 +42,8 @@ def read_tree(root: Path) -> dict[str, bytes]:
     if not root.is_dir():
         return {}
     out = {}
-    for path in sorted(root.rglob(CACHE_FILE_NAME)):
+    # through directory links, as the tuner reads and writes (Path.rglob does not follow them)
+    for path in inventory.walk_files(root, lambda name: name == CACHE_FILE_NAME):
         if path.is_file():
             try:
                 out[path.relative_to(root).as_posix()] = storage.read_bounded(path)
