@@ -23,7 +23,7 @@ from storage_helpers import (
     write_document,
 )
 
-from triton_dejavu_like import _env
+from triton_dejavu_like import DejavuStorageWarning, _env
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import layout
 from triton_dejavu_like.tools import cli
@@ -171,6 +171,27 @@ def test_merge_refuses_unreadable_inputs_and_writes_nothing(capsys, tmp_path):
     assert not dest.exists()
     assert run("merge", str(rank0), str(bad), "--root", str(dest), "--skip-invalid") == 0
     assert len(stored_entries(cache_file(dest).path)) == 2
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry run", "merge"])
+def test_merge_into_a_corrupt_destination_sets_it_aside_and_a_dry_run_says_so(capsys, tmp_path, dry_run):
+    # the real merge moves the corrupt file aside and merges; its dry run must promise the same,
+    # and touch nothing
+    rank0, _ = rank_roots(tmp_path)
+    dest = tmp_path / "dest"
+    target = cache_file(dest).path
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"{ not json")
+    with pytest.warns(DejavuStorageWarning, match="would set it aside" if dry_run else "moved it to"):
+        out = run_json(capsys, "merge", str(rank0), "--root", str(dest), *(["--dry-run"] if dry_run else []))
+    assert out["added"] == 2
+    if dry_run:
+        assert target.read_bytes() == b"{ not json" and sorted(p.name for p in target.parent.iterdir()) == [
+            "cache.json"
+        ]
+    else:
+        assert len(stored_entries(target)) == 2
+        assert any(p.name.startswith("cache.json.corrupt-") for p in target.parent.iterdir())
 
 
 @pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["merge", "dry run"])

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._log import DejavuStorageWarning, warn_once
 from ..codec import canonical_json
 from . import cache_file as storage
 from . import layout
@@ -248,7 +249,18 @@ def _merge_group(
     if dry_run:  # what update() would do, without the lock and without writing
         try:
             doc = storage.read_document(target.path) if target.path.exists() else None
-        except (OSError, storage.InvalidCacheFile) as exc:
+        except storage.NewerSchemaFile:
+            return "it holds results for another identity"  # as update() refuses it
+        except storage.InvalidCacheFile as exc:  # update() moves it aside and merges into nothing
+            warn_once(
+                DejavuStorageWarning,
+                label,
+                "tuning cache %s is unreadable (%s): a merge would set it aside",
+                target.path,
+                exc,
+            )
+            doc = None
+        except OSError as exc:
             return f"destination unreadable: {exc}"
         if doc is not None and doc.identity != target.identity:
             return "it holds results for another identity"
