@@ -208,3 +208,27 @@ def test_a_worker_is_seeded_with_what_the_tuner_sees_through_directory_links(tmp
     worker_root = tmp_path / "worker"
     merging.seed(worker_root, files)
     assert (worker_root / "kernel_a" / "cache.json").read_bytes() == b'{"linked": true}'
+
+
+def test_a_stored_kernel_name_cannot_add_code_to_a_generated_heuristic():
+    # the module is Python that users import: a kernel name read from a stored file (another
+    # machine's, merged) is data, and must stay inside the docstrings it is quoted in
+    import ast
+
+    from storage_helpers import make_entry
+
+    from triton_dejavu_like.codec import key_id
+    from triton_dejavu_like.store import StoredEntry
+    from triton_dejavu_like.tools import heuristic
+
+    name = 'k"""\nimport os; os.system("echo owned")\n"""\\'
+    entries = [
+        StoredEntry.from_json(key_id((n,)), make_entry((n,), block=b)) for n, b in ((64, 16), (4096, 256))
+    ]
+    tree = ast.parse(heuristic.learn(entries, name, method="nearest").source)
+    statements = {type(node).__name__ for node in tree.body}
+    assert statements <= {"Expr", "Import", "ImportFrom", "Assign", "FunctionDef"}
+    assert [isinstance(node, ast.Expr) for node in tree.body].count(True) == 1  # the docstring
+    imported = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+    assert imported == {"math"}
+    assert repr(name) in ast.get_docstring(tree)  # shown as it is stored
