@@ -174,6 +174,7 @@ class CrashingPool:
         self.delay_s = delay_s
         self.broken = False
         self.submitted: list[int] = []
+        self.compiled: list[int] = []
         self._futures: list[cf.Future] = []
         self._lock = threading.Lock()
         pools.append(self)
@@ -197,12 +198,13 @@ class CrashingPool:
         if index in self.crashers:
             threading.Timer(self.delay_s, self._crash).start()
         else:
-            threading.Timer(self.delay_s * 3, self._finish, (future,)).start()
+            threading.Timer(self.delay_s * 3, self._finish, (future, index)).start()
         return future
 
-    def _finish(self, future: cf.Future) -> None:
+    def _finish(self, future: cf.Future, index: int) -> None:
         with self._lock:
             if not future.done():
+                self.compiled.append(index)
                 future.set_result(None)
 
     def _crash(self) -> None:
@@ -234,6 +236,7 @@ def test_a_candidate_that_crashes_compile_workers_is_ruled_out_never_compiled_he
 
     timed = [i for kind, i in log if kind == "time"]
     assert sorted(timed) == sorted(set(range(16)) - crashers)  # every other candidate, once
+    assert set(timed) <= {i for pool in pools for i in pool.compiled}  # compiled by workers
     assert set(reasons) == crashers and all("compile worker died" in r for r in reasons.values())
     assert all(search.results[i] == math.inf for i in crashers)
     assert not search.pending and search.best() == max(set(range(16)) - crashers)
@@ -255,7 +258,7 @@ def test_a_pool_broken_once_rules_nothing_out(monkeypatch):
     assert sorted(i for kind, i in log if kind == "time") == list(range(12))
     assert not [i for kind, i in log if kind == "out"] and len(pools) == 2
     assert not search.pending and len(search.results) == 12
-    assert 3 in pools[1].submitted  # compiled again in a worker, not in this process
+    assert 3 in pools[1].compiled  # compiled again in a worker, not in this process
 
 
 def test_streamed_bayesian_search_proposes_in_batches_and_learns_as_results_arrive():

@@ -104,11 +104,29 @@ class Pipeline:
         suspects: collections.deque[int] = collections.deque()  # one break: beside the others
         alone: collections.deque[int] = collections.deque()  # two breaks: with nothing else
 
+        def replace(broken: CompilePool) -> None:
+            nonlocal pool
+            if broken is pool:  # the first sign of a break replaces the pool
+                pool.restart()
+                pool = CompilePool.shared(pool.device, pool.method) or pool
+                pool.start()  # as the tuner starts one: forked workers after warming
+
         def submit(index: int) -> None:
-            try:
-                flight[pool.submit(call, self.candidates[index])] = (index, pool)
-            except (Unsupported, RuntimeError) as exc:  # RuntimeError: the pool was shut down
-                log.debug("compiling candidate %d in this process (%s)", index, exc)
+            for _ in range(2):
+                try:
+                    flight[pool.submit(call, self.candidates[index])] = (index, pool)
+                    return
+                except BrokenProcessPool as exc:  # it broke before one of its futures said so
+                    replace(pool)
+                    problem: Exception = exc
+                except (Unsupported, RuntimeError) as exc:  # RuntimeError: the pool was shut down
+                    problem = exc
+                    break
+            if strikes[index]:  # a worker died with it: it is not compiled here
+                reason = f"no compile worker took it again after one died with it ({problem})"
+                self._tell(index, self.rule_out(index, reason), timed=False)
+            else:
+                log.debug("compiling candidate %d in this process (%s)", index, problem)
                 ready.append(index)
 
         while True:
@@ -140,10 +158,7 @@ class Pipeline:
                 try:
                     reason = future.result()
                 except BrokenProcessPool:  # a worker died, with this candidate in its pool
-                    if owner is pool:  # the first of its failed futures replaces the pool
-                        pool.restart()
-                        pool = CompilePool.shared(pool.device, pool.method) or pool
-                        pool.start()  # as the tuner starts one: forked workers after warming
+                    replace(owner)
                     strikes[index] += 1
                     if strikes[index] < 3:
                         (suspects if strikes[index] == 1 else alone).append(index)
