@@ -109,6 +109,21 @@ def test_workers_a_killed_worker_loses_only_its_case_and_a_rerun_completes_it(ca
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted([*SIZES, 3000])
 
 
+def test_workers_run_cases_whose_names_hold_spaces_and_line_breaks(capsys, tmp_path):
+    # names went to a worker process one a line, stripped: a name with a trailing space or a line
+    # break was not found there, the worker stopped and every case after it was reported lost
+    names = (" padded ", "two\nlines", "cr\rhere", "plain")
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import triton_dejavu_like as tdl\n"
+        "def nothing():\n    pass\n"
+        f"CASES = [tdl.TuneCase(name, nothing) for name in {names!r}]\n"
+    )
+    status, report = tune(capsys, str(spec), "--root", str(tmp_path / "root"), "--workers", "1")
+    assert statuses(report) == dict.fromkeys(names, "stored")
+    assert status == 0 and not report["errors"]
+
+
 def test_export_writes_only_the_spec_kernels(capsys, tmp_path):
     root, out = tmp_path / "root", tmp_path / "ship"
     assert tune(capsys, f"{SPEC}:cases", "--root", str(root))[0] == 0

@@ -173,7 +173,7 @@ class WorkerPool:
                 _close(worker.process.stdin)
             else:
                 assert worker.process.stdin is not None
-                worker.process.stdin.write(worker.case + "\n")
+                worker.process.stdin.write(json.dumps(worker.case) + "\n")
                 worker.process.stdin.flush()
         except OSError:  # the worker is gone: its end of the pipe reports it
             pass
