@@ -78,6 +78,21 @@ def test_a_failing_case_fails_the_run_and_the_others_are_kept(capsys, tmp_path):
     assert len(stored(tmp_path / "root")["add_kernel"]) == 2
 
 
+def test_a_case_that_calls_sys_exit_fails_only_that_case(capsys, tmp_path):
+    # run in process, sys.exit(0) in a case (a script's main reused) ended the whole run with
+    # status 0: no summary, and the cases after it never ran
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import sys, triton_dejavu_like as tdl\n"
+        "def nothing():\n    pass\n"
+        "def leave():\n    sys.exit(0)\n"
+        "CASES = [tdl.TuneCase('a', nothing), tdl.TuneCase('exits', leave), tdl.TuneCase('c', nothing)]\n"
+    )
+    status, report = tune(capsys, str(spec), "--root", str(tmp_path / "root"))
+    assert statuses(report) == {"a": "stored", "exits": "failed", "c": "stored"}
+    assert status == 1 and "SystemExit" in report["cases"][1]["error"]
+
+
 def test_bad_specs_are_reported(capsys, tmp_path):
     assert cli.main(["tune", str(tmp_path / "missing.py"), "--root", str(tmp_path)]) == 1
     assert "no such spec file" in capsys.readouterr().err
