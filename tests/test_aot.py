@@ -139,6 +139,40 @@ def test_workers_run_cases_whose_names_hold_spaces_and_line_breaks(capsys, tmp_p
     assert status == 0 and not report["errors"]
 
 
+@pytest.mark.slow
+def test_an_interrupted_worker_run_keeps_what_the_running_cases_stored(tmp_path):
+    # Ctrl-C (here: raised where the driver reports a result) while a case was half done: the keys
+    # it had already tuned lay in its worker's temporary root, which was deleted unmerged
+    from triton_dejavu_like.tools.aot import pool
+
+    stored_marker = tmp_path / "first-key-stored"
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        f"import sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from pathlib import Path\n"
+        "import aot_cases, triton_dejavu_like as tdl\n"
+        f"MARKER = Path({str(stored_marker)!r})\n"
+        "def half_done():\n"
+        "    aot_cases.add(16)\n"
+        "    MARKER.touch()\n"
+        "    time.sleep(120)  # the second key, never reached\n"
+        "def other():\n"
+        "    while not MARKER.exists():\n"
+        "        time.sleep(0.05)\n"
+        "CASES = [tdl.TuneCase('half-done', half_done), tdl.TuneCase('other', other)]\n"
+    )
+
+    def interrupt(result):
+        raise KeyboardInterrupt
+
+    target = tmp_path / "root"
+    target.mkdir()
+    workers = pool.WorkerPool(str(spec), pool.cpu_slots(2), target, interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        workers.run(["half-done", "other"])
+    assert [e.key[0] for e in stored(target).get("add_kernel", [])] == [16]
+
+
 def test_export_writes_only_the_spec_kernels(capsys, tmp_path):
     root, out = tmp_path / "root", tmp_path / "ship"
     assert tune(capsys, f"{SPEC}:cases", "--root", str(root))[0] == 0
