@@ -296,3 +296,31 @@ def test_a_stored_kernel_name_cannot_add_code_to_a_generated_heuristic():
     imported = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
     assert imported == {"math"}
     assert repr(name) in ast.get_docstring(tree)  # shown as it is stored
+
+
+@pytest.mark.parametrize("method", ["tree", "nearest"])
+@pytest.mark.parametrize(
+    "name", ["class", "None", "CONFIGS", "CATEGORICAL", "TABLE", "CODES", "math", "_nearest"]
+)
+def test_a_heuristic_function_name_never_breaks_the_generated_module(method, name):
+    # --name was only checked with str.isidentifier(): a keyword gave a module that does not
+    # compile, a name the module defines itself (CONFIGS, _nearest, ...) one that fails when called
+    if method == "tree":
+        pytest.importorskip("sklearn")
+    from storage_helpers import make_entry
+
+    from triton_dejavu_like.codec import key_id
+    from triton_dejavu_like.store import StoredEntry
+    from triton_dejavu_like.tools import heuristic
+
+    entries = [
+        StoredEntry.from_json(key_id((n,)), make_entry((n,), block=b)) for n, b in ((64, 16), (4096, 256))
+    ]
+    try:
+        source = heuristic.learn(entries, "k", method=method, name=name).source
+    except heuristic.HeuristicError as exc:
+        assert repr(name) in str(exc)
+        return
+    namespace: dict = {}
+    exec(compile(source, "generated", "exec"), namespace)
+    assert namespace[name]((100,)).kwargs["BLOCK"] in (16, 256)
