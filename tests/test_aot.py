@@ -103,6 +103,20 @@ def test_bad_specs_are_reported(capsys, tmp_path):
         tdl.TuneCase("", print)
 
 
+@pytest.mark.parametrize("bad", ["args=5", "kwargs=[1, 2]", "kwargs=7"])
+def test_a_case_with_bad_arguments_is_reported_by_its_name(capsys, tmp_path, bad):
+    # a bad args/kwargs gave "cannot load SPEC: TypeError: 'int' object is not iterable", naming
+    # no case: in a SPEC of hundreds of generated cases the user could not tell which one
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import triton_dejavu_like as tdl\n"
+        f"CASES = [tdl.TuneCase('ok', print), tdl.TuneCase('matmul-7', print, {bad})]\n"
+    )
+    assert cli.main(["tune", str(spec), "--root", str(tmp_path / "root")]) == 1
+    err = capsys.readouterr().err
+    assert "case 'matmul-7'" in err and "Traceback" not in err
+
+
 @pytest.mark.slow
 def test_workers_a_killed_worker_loses_only_its_case_and_a_rerun_completes_it(capsys, tmp_path, monkeypatch):
     root = tmp_path / "root"
