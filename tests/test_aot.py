@@ -78,6 +78,21 @@ def test_a_failing_case_fails_the_run_and_the_others_are_kept(capsys, tmp_path):
     assert len(stored(tmp_path / "root")["add_kernel"]) == 2
 
 
+def test_a_case_that_calls_sys_exit_fails_only_that_case(capsys, tmp_path):
+    # run in process, sys.exit(0) in a case (a script's main reused) ended the whole run with
+    # status 0: no summary, and the cases after it never ran
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import sys, triton_dejavu_like as tdl\n"
+        "def nothing():\n    pass\n"
+        "def leave():\n    sys.exit(0)\n"
+        "CASES = [tdl.TuneCase('a', nothing), tdl.TuneCase('exits', leave), tdl.TuneCase('c', nothing)]\n"
+    )
+    status, report = tune(capsys, str(spec), "--root", str(tmp_path / "root"))
+    assert statuses(report) == {"a": "stored", "exits": "failed", "c": "stored"}
+    assert status == 1 and "SystemExit" in report["cases"][1]["error"]
+
+
 def test_bad_specs_are_reported(capsys, tmp_path):
     assert cli.main(["tune", str(tmp_path / "missing.py"), "--root", str(tmp_path)]) == 1
     assert "no such spec file" in capsys.readouterr().err
@@ -86,6 +101,20 @@ def test_bad_specs_are_reported(capsys, tmp_path):
     assert cli.main(["tune", SPEC, "--workers", "2", "--gpus", "0"]) == 2
     with pytest.raises(tdl.tools.aot.case.SpecError):
         tdl.TuneCase("", print)
+
+
+@pytest.mark.parametrize("bad", ["args=5", "kwargs=[1, 2]", "kwargs=7"])
+def test_a_case_with_bad_arguments_is_reported_by_its_name(capsys, tmp_path, bad):
+    # a bad args/kwargs gave "cannot load SPEC: TypeError: 'int' object is not iterable", naming
+    # no case: in a SPEC of hundreds of generated cases the user could not tell which one
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import triton_dejavu_like as tdl\n"
+        f"CASES = [tdl.TuneCase('ok', print), tdl.TuneCase('matmul-7', print, {bad})]\n"
+    )
+    assert cli.main(["tune", str(spec), "--root", str(tmp_path / "root")]) == 1
+    err = capsys.readouterr().err
+    assert "case 'matmul-7'" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
@@ -107,6 +136,55 @@ def test_workers_a_killed_worker_loses_only_its_case_and_a_rerun_completes_it(ca
     assert status == 0
     assert statuses(second) == {**{f"add-{n}": "stored" for n in SIZES}, "crash": "tuned"}
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted([*SIZES, 3000])
+
+
+def test_workers_run_cases_whose_names_hold_spaces_and_line_breaks(capsys, tmp_path):
+    # names went to a worker process one a line, stripped: a name with a trailing space or a line
+    # break was not found there, the worker stopped and every case after it was reported lost
+    names = (" padded ", "two\nlines", "cr\rhere", "plain")
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import triton_dejavu_like as tdl\n"
+        "def nothing():\n    pass\n"
+        f"CASES = [tdl.TuneCase(name, nothing) for name in {names!r}]\n"
+    )
+    status, report = tune(capsys, str(spec), "--root", str(tmp_path / "root"), "--workers", "1")
+    assert statuses(report) == dict.fromkeys(names, "stored")
+    assert status == 0 and not report["errors"]
+
+
+@pytest.mark.slow
+def test_an_interrupted_worker_run_keeps_what_the_running_cases_stored(tmp_path):
+    # Ctrl-C (here: raised where the driver reports a result) while a case was half done: the keys
+    # it had already tuned lay in its worker's temporary root, which was deleted unmerged
+    from triton_dejavu_like.tools.aot import pool
+
+    stored_marker = tmp_path / "first-key-stored"
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        f"import sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from pathlib import Path\n"
+        "import aot_cases, triton_dejavu_like as tdl\n"
+        f"MARKER = Path({str(stored_marker)!r})\n"
+        "def half_done():\n"
+        "    aot_cases.add(16)\n"
+        "    MARKER.touch()\n"
+        "    time.sleep(120)  # the second key, never reached\n"
+        "def other():\n"
+        "    while not MARKER.exists():\n"
+        "        time.sleep(0.05)\n"
+        "CASES = [tdl.TuneCase('half-done', half_done), tdl.TuneCase('other', other)]\n"
+    )
+
+    def interrupt(result):
+        raise KeyboardInterrupt
+
+    target = tmp_path / "root"
+    target.mkdir()
+    workers = pool.WorkerPool(str(spec), pool.cpu_slots(2), target, interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        workers.run(["half-done", "other"])
+    assert [e.key[0] for e in stored(target).get("add_kernel", [])] == [16]
 
 
 def test_export_writes_only_the_spec_kernels(capsys, tmp_path):
@@ -232,3 +310,31 @@ def test_a_stored_kernel_name_cannot_add_code_to_a_generated_heuristic():
     imported = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
     assert imported == {"math"}
     assert repr(name) in ast.get_docstring(tree)  # shown as it is stored
+
+
+@pytest.mark.parametrize("method", ["tree", "nearest"])
+@pytest.mark.parametrize(
+    "name", ["class", "None", "CONFIGS", "CATEGORICAL", "TABLE", "CODES", "math", "_nearest"]
+)
+def test_a_heuristic_function_name_never_breaks_the_generated_module(method, name):
+    # --name was only checked with str.isidentifier(): a keyword gave a module that does not
+    # compile, a name the module defines itself (CONFIGS, _nearest, ...) one that fails when called
+    if method == "tree":
+        pytest.importorskip("sklearn")
+    from storage_helpers import make_entry
+
+    from triton_dejavu_like.codec import key_id
+    from triton_dejavu_like.store import StoredEntry
+    from triton_dejavu_like.tools import heuristic
+
+    entries = [
+        StoredEntry.from_json(key_id((n,)), make_entry((n,), block=b)) for n, b in ((64, 16), (4096, 256))
+    ]
+    try:
+        source = heuristic.learn(entries, "k", method=method, name=name).source
+    except heuristic.HeuristicError as exc:
+        assert repr(name) in str(exc)
+        return
+    namespace: dict = {}
+    exec(compile(source, "generated", "exec"), namespace)
+    assert namespace[name]((100,)).kwargs["BLOCK"] in (16, 256)

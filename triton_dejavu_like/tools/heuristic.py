@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import keyword
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,10 @@ def _nearest(features, table):  # type: ignore[no-untyped-def]
         if best_distance is None or distance < best_distance:
             best, best_distance = index, distance
     return best
+
+
+#: What the generated module defines besides the function: a function so named would replace it.
+_MODULE_NAMES = frozenset({"math", "Config", "CONFIGS", "CATEGORICAL", "TABLE", "CODES", _nearest.__name__})
 
 
 # --- learning -----------------------------------------------------------------------------------------
@@ -233,8 +238,10 @@ def learn(
         raise ValueError(f"method must be one of {METHODS}")
     if not entries:
         raise HeuristicError(f"nothing stored for {kernel}")
-    if not name.isidentifier():
+    if not name.isidentifier() or keyword.iskeyword(name):
         raise HeuristicError(f"{name!r} is not a Python function name")
+    if name in _MODULE_NAMES:
+        raise HeuristicError(f"{name!r} is a name the generated module uses itself; choose another")
     if len({len(e.key) for e in entries}) != 1:
         raise HeuristicError(f"{kernel}'s stored keys differ in length: tuned with different keys")
     if method == "auto":

@@ -41,8 +41,12 @@ class TuneCase:
             raise SpecError(f"a TuneCase needs a non-empty name, not {self.name!r}")
         if not callable(self.fn):
             raise SpecError(f"case {self.name!r}: fn is not callable ({type(self.fn).__name__})")
-        object.__setattr__(self, "args", tuple(self.args))
-        object.__setattr__(self, "kwargs", dict(self.kwargs))
+        try:
+            object.__setattr__(self, "args", tuple(self.args))
+            object.__setattr__(self, "kwargs", dict(self.kwargs))
+        except (TypeError, ValueError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            raise SpecError(f"case {self.name!r}: args must be a sequence, kwargs a mapping ({why})") from exc
 
     def run(self) -> Any:
         return self.fn(*self.args, **self.kwargs)

@@ -3,8 +3,9 @@
 Each worker is a fresh Python process (:mod:`.worker`) with its own storage root, seeded with what
 the target already stores; cases are handed out one at a time, so a fast worker takes more. After
 every case its cache files are merged into the target, and each worker's whole root once more at the
-end (keeping what a lost worker stored before it died). A worker that dies loses only the case it was
-running (reported "lost", not retried: it may be what killed the worker); the others go on.
+end, also when the run is interrupted (keeping what a lost or stopped worker stored before). A
+worker that dies loses only the case it was running (reported "lost", not retried: it may be what
+killed the worker); the others go on.
 """
 
 from __future__ import annotations
@@ -103,14 +104,16 @@ class WorkerPool:
                 self._assign(worker, pending)
             for name in pending:
                 results.append(self._lost(name, None, "not run: every worker was lost"))
-            for w in workers:
-                self.problems += merging.merge_paths(self.target, w.root)
         finally:
             for w in workers:
                 if w.process.poll() is None:
                     w.process.kill()
                     w.process.wait()
-            shutil.rmtree(tmp, ignore_errors=True)
+            try:  # also when interrupted: what the running cases stored so far is kept
+                for w in workers:
+                    self.problems += merging.merge_paths(self.target, w.root)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         return results
 
     # --- the workers ---------------------------------------------------------------------------------
@@ -173,7 +176,7 @@ class WorkerPool:
                 _close(worker.process.stdin)
             else:
                 assert worker.process.stdin is not None
-                worker.process.stdin.write(worker.case + "\n")
+                worker.process.stdin.write(json.dumps(worker.case) + "\n")
                 worker.process.stdin.flush()
         except OSError:  # the worker is gone: its end of the pipe reports it
             pass

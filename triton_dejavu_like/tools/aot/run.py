@@ -68,14 +68,15 @@ def _relative_files(decisions: list[Decision], root: Path) -> list[str]:
 
 
 def run_case(case: TuneCase, root: Path, *, worker: str | None = None) -> CaseResult:
-    """Run ``case`` with ``root`` as the storage root; never raises for the case's own errors."""
+    """Run ``case`` with ``root`` as the storage root; never raises for the case's own errors
+    (``sys.exit()`` included: it fails the case, not the run)."""
     start = time.perf_counter()
     error = None
     with _env.storage_root_set_to(root), observe_decisions() as decisions:
         try:
             case.run()
             _synchronize()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in a case (a script's main) fails it
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             error = detail[:2000]
     seconds = time.perf_counter() - start

@@ -1,8 +1,9 @@
 """A local tuning worker process: ``python -m triton_dejavu_like.tools.aot.worker``.
 
-It loads the SPEC, then reads case names from stdin, one a line, runs each into its own storage
-root and answers one JSON line per case on the results descriptor (``--fd``): ``{"kind": "ready"}``
-first, then ``{"kind": "result", "result": {...}}`` per case, or ``{"kind": "error", ...}`` if the
+It loads the SPEC, then reads case names from stdin, one JSON string a line (a name may hold any
+character, spaces and line breaks included), runs each into its own storage root and answers one
+JSON line per case on the results descriptor (``--fd``): ``{"kind": "ready"}`` first, then
+``{"kind": "result", "result": {...}}`` per case, or ``{"kind": "error", ...}`` if the
 SPEC cannot be loaded. stdout stays free for the user's code (``TRITON_PRINT_AUTOTUNING``, prints).
 """
 
@@ -40,10 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         _send(out, {"kind": "ready"})
         for line in sys.stdin:
-            name = line.strip()
-            if not name:
+            if not line.strip():
                 continue
-            if name not in cases:
+            try:
+                name = json.loads(line)
+            except ValueError:
+                name = line.strip()
+            if not isinstance(name, str) or name not in cases:
                 _send(out, {"kind": "error", "message": f"the SPEC has no case {name!r} in this process"})
                 return 1
             result = run_case(cases[name], args.root, worker=args.name)
