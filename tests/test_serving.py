@@ -261,3 +261,22 @@ def test_deterministic_answers_are_identical_in_fresh_processes(tmp_path):
     ]
     assert len(result["warned"]) == 4 and all("TRITON_DEJAVU_DETERMINISTIC" in w for w in result["warned"])
     assert tree(storage()) == before
+
+
+def test_a_forced_fallback_with_tuning_off_is_counted_as_a_miss(tmp_path, monkeypatch):
+    misses = tmp_path / "misses.jsonl"
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(misses))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    bench = FakeBench()
+    heuristic = lambda key: triton.Config({"BLOCK": 64}, num_warps=1)  # noqa: E731
+    tuner = tuned_add(bench, fallback_heuristic=heuristic)
+    run_add(tuner, 100)
+    assert (tuner.last_decision, block(tuner), bench.calls) == ("heuristic", 64, 0)
+    assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+    [line] = misses.read_text().splitlines()
+    assert json.loads(line)["answer"] == "heuristic"
+
+    monkeypatch.delenv("TRITON_DEJAVU_READ_ONLY")  # tuning on: the forced fallback is no miss
+    run_add(tuner, 200)
+    assert tuner.last_decision == "heuristic" and tdl.misses() == {"add_kernel": {add_key(100): 1}}
