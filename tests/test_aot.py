@@ -232,3 +232,15 @@ def test_a_stored_kernel_name_cannot_add_code_to_a_generated_heuristic():
     imported = {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
     assert imported == {"math"}
     assert repr(name) in ast.get_docstring(tree)  # shown as it is stored
+
+
+def test_tune_tunes_in_a_read_only_environment(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")  # a serving image's environment
+    root = tmp_path / "root"
+    status, report = tune(capsys, SPEC, "--root", str(root))
+    assert status == 0 and statuses(report) == {f"add-{n}": "tuned" for n in SIZES}
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted(SIZES)
+
+    monkeypatch.setenv("TRITON_DEJAVU_DETERMINISTIC", "1")  # cannot tune: said, not "stored"
+    assert cli.main(["tune", SPEC, "--root", str(tmp_path / "other")]) == 2
+    assert "TRITON_DEJAVU_DETERMINISTIC" in capsys.readouterr().err
