@@ -199,6 +199,21 @@ def test_misses_file_and_cli(tmp_path, monkeypatch, capsys):
     assert "add_kernel" in out and "nearest" in out and "tune" in out
 
 
+def test_cli_reads_a_misses_file_of_any_size(tmp_path, monkeypatch, capsys):
+    misses = tmp_path / "misses.jsonl"
+    with misses.open("wb") as handle:  # a file serving processes appended to for months: 65 MiB
+        handle.truncate(65 << 20)  # (sparse: one long line of NULs, then the newest records)
+        handle.seek(0, os.SEEK_END)
+        handle.write(b"\n")
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(misses))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    run_add(tuned_add(FakeBench()), 100)
+    assert cli.main(["misses", str(misses), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [(m["key"], m["count"]) for m in payload["misses"]] == [(repr(add_key(100)), 1)]
+    assert payload["invalid_lines"] == 1
+
+
 def test_misses_file_inside_the_store_is_refused(monkeypatch):
     inside = storage() / "misses.jsonl"
     storage().mkdir(parents=True)
