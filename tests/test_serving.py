@@ -225,6 +225,20 @@ def test_misses_file_inside_the_store_is_refused(monkeypatch):
     assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
 
 
+def test_misses_file_inside_the_default_store_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv(ROOT_ENV)  # the default root: the user cache directory
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tdl.store.default_root()
+    assert root.is_relative_to(tmp_path)
+    root.mkdir(parents=True)
+    inside = root / "misses.jsonl"
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(inside))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    with pytest.warns(tdl.DejavuStorageWarning, match="not written into a store"):
+        run_add(tuned_add(FakeBench()), 100)
+    assert not inside.exists()
+
+
 def test_cli_misses_needs_a_file(capsys):
     assert cli.main(["misses"]) == 2
 

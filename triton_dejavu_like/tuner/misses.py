@@ -30,6 +30,7 @@ from .. import _env
 from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import DecodingError, EncodingError, decode_key, describe_config, encode_key
+from ..store import default_root
 from ..store.cache_file import InvalidCacheFile
 
 #: The answers a miss can get without tuning.
@@ -63,7 +64,7 @@ def record_miss(kernel: str, key: tuple[Any, ...], answer: str, config: Config) 
 
 
 def _inside_store(path: Path) -> Path | None:
-    for root in _env.storage_roots():
+    for root in _env.storage_roots() or [default_root()]:  # unset: the user cache directory is the root
         if path == root or root in path.parents:
             return root
     return None
