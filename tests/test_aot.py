@@ -338,3 +338,15 @@ def test_a_heuristic_function_name_never_breaks_the_generated_module(method, nam
     namespace: dict = {}
     exec(compile(source, "generated", "exec"), namespace)
     assert namespace[name]((100,)).kwargs["BLOCK"] in (16, 256)
+
+
+def test_tune_tunes_in_a_read_only_environment(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")  # a serving image's environment
+    root = tmp_path / "root"
+    status, report = tune(capsys, SPEC, "--root", str(root))
+    assert status == 0 and statuses(report) == {f"add-{n}": "tuned" for n in SIZES}
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted(SIZES)
+
+    monkeypatch.setenv("TRITON_DEJAVU_DETERMINISTIC", "1")  # cannot tune: said, not "stored"
+    assert cli.main(["tune", SPEC, "--root", str(tmp_path / "other")]) == 2
+    assert "TRITON_DEJAVU_DETERMINISTIC" in capsys.readouterr().err

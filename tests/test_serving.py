@@ -199,6 +199,21 @@ def test_misses_file_and_cli(tmp_path, monkeypatch, capsys):
     assert "add_kernel" in out and "nearest" in out and "tune" in out
 
 
+def test_cli_reads_a_misses_file_of_any_size(tmp_path, monkeypatch, capsys):
+    misses = tmp_path / "misses.jsonl"
+    with misses.open("wb") as handle:  # a file serving processes appended to for months: 65 MiB
+        handle.truncate(65 << 20)  # (sparse: one long line of NULs, then the newest records)
+        handle.seek(0, os.SEEK_END)
+        handle.write(b"\n")
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(misses))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    run_add(tuned_add(FakeBench()), 100)
+    assert cli.main(["misses", str(misses), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [(m["key"], m["count"]) for m in payload["misses"]] == [(repr(add_key(100)), 1)]
+    assert payload["invalid_lines"] == 1
+
+
 def test_misses_file_inside_the_store_is_refused(monkeypatch):
     inside = storage() / "misses.jsonl"
     storage().mkdir(parents=True)
@@ -208,6 +223,20 @@ def test_misses_file_inside_the_store_is_refused(monkeypatch):
         run_add(tuned_add(FakeBench()), 100)
     assert not inside.exists()
     assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+
+
+def test_misses_file_inside_the_default_store_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv(ROOT_ENV)  # the default root: the user cache directory
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tdl.store.default_root()
+    assert root.is_relative_to(tmp_path)
+    root.mkdir(parents=True)
+    inside = root / "misses.jsonl"
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(inside))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    with pytest.warns(tdl.DejavuStorageWarning, match="not written into a store"):
+        run_add(tuned_add(FakeBench()), 100)
+    assert not inside.exists()
 
 
 def test_cli_misses_needs_a_file(capsys):
@@ -261,3 +290,22 @@ def test_deterministic_answers_are_identical_in_fresh_processes(tmp_path):
     ]
     assert len(result["warned"]) == 4 and all("TRITON_DEJAVU_DETERMINISTIC" in w for w in result["warned"])
     assert tree(storage()) == before
+
+
+def test_a_forced_fallback_with_tuning_off_is_counted_as_a_miss(tmp_path, monkeypatch):
+    misses = tmp_path / "misses.jsonl"
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(misses))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    bench = FakeBench()
+    heuristic = lambda key: triton.Config({"BLOCK": 64}, num_warps=1)  # noqa: E731
+    tuner = tuned_add(bench, fallback_heuristic=heuristic)
+    run_add(tuner, 100)
+    assert (tuner.last_decision, block(tuner), bench.calls) == ("heuristic", 64, 0)
+    assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+    [line] = misses.read_text().splitlines()
+    assert json.loads(line)["answer"] == "heuristic"
+
+    monkeypatch.delenv("TRITON_DEJAVU_READ_ONLY")  # tuning on: the forced fallback is no miss
+    run_add(tuner, 200)
+    assert tuner.last_decision == "heuristic" and tdl.misses() == {"add_kernel": {add_key(100): 1}}

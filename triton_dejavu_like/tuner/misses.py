@@ -18,21 +18,25 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import stat
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .. import _env
 from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import DecodingError, EncodingError, decode_key, describe_config, encode_key
-from ..store.cache_file import MAX_FILE_BYTES, read_bounded
+from ..store import default_root
+from ..store.cache_file import InvalidCacheFile
 
 #: The answers a miss can get without tuning.
 ANSWERS = ("nearest", "heuristic", "default")
+#: A line of a misses file is a few hundred bytes; a longer one than this is not read.
+MAX_LINE_BYTES = 1 << 20
 
 _lock = threading.Lock()
 _counts: dict[str, Counter[tuple[Any, ...]]] = {}
@@ -60,7 +64,7 @@ def record_miss(kernel: str, key: tuple[Any, ...], answer: str, config: Config) 
 
 
 def _inside_store(path: Path) -> Path | None:
-    for root in _env.storage_roots():
+    for root in _env.storage_roots() or [default_root()]:  # unset: the user cache directory is the root
         if path == root or root in path.parents:
             return root
     return None
@@ -125,9 +129,28 @@ class MissSummary:
 
 def read_misses_file(path: Path) -> tuple[list[MissSummary], int]:
     """The lines of a misses file aggregated by (kernel, key, answer), most frequent first, and
-    the number of lines that could not be used. Raises ``OSError`` or ``InvalidCacheFile``."""
-    data = read_bounded(path, MAX_FILE_BYTES)
-    return aggregate(data.decode("utf-8", errors="replace").splitlines())
+    the number of lines that could not be used. Raises ``OSError`` or ``InvalidCacheFile`` (not a
+    regular file).
+
+    The file only grows (every serving process appends to it), so it is read line by line, whatever
+    its size; a line longer than :data:`MAX_LINE_BYTES` is counted as unusable."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO would block; a folder is no misses file
+        os.close(fd)
+        raise InvalidCacheFile("not a regular file")
+    with os.fdopen(fd, "rb") as handle:
+        return aggregate(_lines(handle))
+
+
+def _lines(handle: BinaryIO) -> Iterator[str]:
+    """The file's lines, each read with a bounded size (an over-long line comes out as one bad line)."""
+    while line := handle.readline(MAX_LINE_BYTES + 1):
+        if len(line) > MAX_LINE_BYTES:
+            while line and not line.endswith(b"\n"):  # skip the rest of it
+                line = handle.readline(MAX_LINE_BYTES)
+            yield "\0"  # not JSON: counted as unusable
+            continue
+        yield line.decode("utf-8", errors="replace")
 
 
 def aggregate(lines: Iterable[str]) -> tuple[list[MissSummary], int]:

@@ -5,7 +5,8 @@ In order: a stored entry for the key (when pruning cannot have changed the candi
 ``fallback_heuristic``; no tuning). When tuning is off (:func:`~triton_dejavu_like.tuning`,
 ``TRITON_DEJAVU_READ_ONLY=1`` or ``TRITON_DEJAVU_DETERMINISTIC=1``) the miss is then answered without
 benchmarking by the nearest tuned key (:mod:`.nearest`), else the ``fallback_heuristic``, else the
-first candidate, and counted (:mod:`.misses`). Otherwise ``TRITON_DEJAVU_USE_ONLY_RESTORED=1``
+first candidate; with tuning off, a miss is counted (:mod:`.misses`) whichever of these (the forced
+fallback included) answered it. Otherwise ``TRITON_DEJAVU_USE_ONLY_RESTORED=1``
 restricts tuning to configs that won a restored key, and what is left is tuned over the remaining
 candidates.
 """
@@ -55,13 +56,13 @@ class MissPolicy:
             config = self._restore(entry, candidates, candidates_hash, pruning)
             if config is not None:
                 return Outcome(config, "restored", entry=entry)
-        if _env.force_fallback():
-            outcome = self._fallback(key, candidates, restored)
-            if outcome is not None:
-                return outcome
-        if not tuning_enabled():
+        tuning = tuning_enabled()
+        outcome = self._fallback(key, candidates, restored) if _env.force_fallback() else None
+        if outcome is None and not tuning:
             outcome = self.without_tuning(key, candidates, restored)
-            record_miss(self.kernel_name, key.values, outcome.source, outcome.config)
+        if outcome is not None:
+            if not tuning:  # a key answered without tuning while tuning is off is a miss, however answered
+                record_miss(self.kernel_name, key.values, outcome.source, outcome.config)
             return outcome
         if _env.use_only_restored():
             winners = {e.config_id for e in restored.values()}

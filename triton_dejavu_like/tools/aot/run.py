@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _env
+from ...tuner.mode import tuning
 from ...tuner.report import Decision, observe_decisions
 from .case import TuneCase
 
@@ -68,11 +69,12 @@ def _relative_files(decisions: list[Decision], root: Path) -> list[str]:
 
 
 def run_case(case: TuneCase, root: Path, *, worker: str | None = None) -> CaseResult:
-    """Run ``case`` with ``root`` as the storage root; never raises for the case's own errors
-    (``sys.exit()`` included: it fails the case, not the run)."""
+    """Run ``case`` with ``root`` as the storage root and tuning on (``TRITON_DEJAVU_READ_ONLY=1`` in
+    a serving environment must not turn ``tune`` into a no-op); never raises for the case's own
+    errors (``sys.exit()`` included: it fails the case, not the run)."""
     start = time.perf_counter()
     error = None
-    with _env.storage_root_set_to(root), observe_decisions() as decisions:
+    with _env.storage_root_set_to(root), tuning(True), observe_decisions() as decisions:
         try:
             case.run()
             _synchronize()
