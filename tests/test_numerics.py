@@ -13,7 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from kernels import FakeBench, add_kernel, grid, observe_block
+from kernels import FakeBench, add_kernel, grid, observe_block, scale_kernel
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like.measure.numerics import DEFAULT_TOLERANCES, compare
@@ -269,3 +269,21 @@ def test_a_check_with_no_output_to_compare_warns_the_user(tmp_path):
     )
     with pytest.warns(tdl.DejavuConfigWarning, match="declare them with check_outputs"):
         tuner[grid(100)](torch.arange(100, dtype=torch.float32), 100)
+
+
+def test_the_check_works_on_tensors_that_require_grad_and_leaves_autograd_alone(tmp_path):
+    """A weight passed as an nn.Parameter, outside torch.no_grad: restoring the arguments must not
+    write it through autograd (a leaf that requires grad cannot be written in place, and a write
+    through it would invalidate what autograd saved of it)."""
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+    tuner = timed_by_block(scale_kernel, {16: 3.0, 32: 2.0, 64: 1.0}, configs=configs, numerical_check=True)
+    weight = torch.nn.Parameter(torch.arange(100, dtype=torch.float32))
+    loss = (weight * weight).sum()  # autograd saves weight for the backward pass
+    version = weight._version
+    out = torch.zeros(100)
+    tuner[grid(100)](weight, out, 100, 2.0)
+    assert torch.equal(out, 2 * weight.detach())
+    assert tuner.last_decision == "tuned" and len(tuner.configs_timings) == 3
+    assert weight._version == version
+    loss.backward()
+    assert torch.equal(weight.grad, 2 * weight.detach())

@@ -177,12 +177,16 @@ def _bits(tensor: Any) -> Any:
 
 
 class CallTensors:
-    """The tensor arguments of a kernel call by name, with a copy of their original contents."""
+    """The tensor arguments of a kernel call by name, with a copy of their original contents.
+
+    Each is held as an :func:`_alias`, so restoring works on tensors that require grad (an
+    ``nn.Parameter``) and leaves the caller's tensors' autograd version counters alone.
+    """
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         import torch
 
-        self.tensors = {n: v for n, v in arguments.items() if isinstance(v, torch.Tensor)}
+        self.tensors = {n: _alias(v) for n, v in arguments.items() if isinstance(v, torch.Tensor)}
         self._saved = {n: t.clone() for n, t in self.tensors.items() if _writable(t)}
 
     def restore(self) -> None:
@@ -200,6 +204,16 @@ class CallTensors:
 
     def capture(self, names: Sequence[str]) -> dict[str, Any]:
         return {n: self.tensors[n].clone() for n in names}
+
+
+def _alias(tensor: Any) -> Any:
+    """A tensor over the same memory as ``tensor`` that autograd does not track: writing it is allowed
+    where writing ``tensor`` is not (a leaf that requires grad), and, like a kernel's own writes, does
+    not invalidate what autograd saved of ``tensor`` (the alias has a version counter of its own)."""
+    import torch
+
+    alias = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    return alias.set_(tensor.untyped_storage(), tensor.storage_offset(), tensor.size(), tensor.stride())
 
 
 def _writable(tensor: Any) -> bool:
