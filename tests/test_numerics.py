@@ -259,16 +259,22 @@ def reads_only(x_ptr, n, BLOCK: tl.constexpr):
     tl.load(x_ptr + offs, mask=offs < n)
 
 
-def test_a_check_with_no_output_to_compare_warns_the_user(tmp_path):
+@pytest.mark.parametrize("isolated", [False, True], ids=["in_process", "isolated"])
+def test_a_check_with_no_output_to_compare_warns_the_user_once(tmp_path, isolated):
+    """Isolated, the check runs in workers: their warning must reach this process, once, although
+    the candidate that kills the first worker makes its replacement find the same problem again."""
+    killer = [triton.Config({"BLOCK": 32}, pre_hook=exit_4)] if isolated else []
     tuner = timed_by_block(
         reads_only,
-        {16: 2.0, 32: 1.0},
-        configs=[triton.Config({"BLOCK": b}) for b in (16, 32)],
+        {16: 2.0, 32: 1.0, 64: 3.0},
+        configs=[triton.Config({"BLOCK": 16}), *killer, triton.Config({"BLOCK": 64})],
         numerical_check=True,
+        use_isolated_process=isolated,
         custom_data_storage=tmp_path,
     )
-    with pytest.warns(tdl.DejavuConfigWarning, match="declare them with check_outputs"):
+    with pytest.warns(tdl.DejavuConfigWarning, match="declare them with check_outputs") as caught:
         tuner[grid(100)](torch.arange(100, dtype=torch.float32), 100)
+    assert len([w for w in caught if issubclass(w.category, tdl.DejavuWarning)]) == 1
 
 
 def test_the_check_works_on_tensors_that_require_grad_and_leaves_autograd_alone(tmp_path):
