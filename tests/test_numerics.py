@@ -244,6 +244,19 @@ def test_integers_must_match_exactly_and_nans_match_nans():
     )
 
 
+def test_32_bit_integers_beyond_float32_precision_are_told_apart():
+    """float32 holds integers exactly only up to 2**24: larger indices must not be compared there."""
+    big = 2**24
+    for dtype in (torch.int32, torch.uint32) if hasattr(torch, "uint32") else (torch.int32,):
+        actual, expected = torch.tensor([1, big + 1], dtype=dtype), torch.tensor([1, big], dtype=dtype)
+        assert (
+            compare("idx", actual, expected)
+            == "'idx': 1 of 2 elements differ, max abs err 1 (rtol 0, atol 0)"
+        )
+        assert compare("idx", actual, expected, atol=0.5, rtol=0) is not None  # tolerances for float outputs
+        assert compare("idx", actual, expected, atol=1, rtol=0) is None
+
+
 def test_fp8_outputs_are_compared_in_float32_within_two_units():
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("no float8 in this torch")

@@ -154,12 +154,14 @@ def compare(
 
 
 def _working_dtype(dtype: Any) -> Any:
-    """Where differences are computed: float64 for 64-bit types (exact for integers below 2**53)."""
+    """Where differences are computed: float64 for 64-bit types and 32-bit integers (exact for
+    integers below 2**53; float32 is exact only below 2**24), else float32."""
     import torch
 
     if dtype.is_complex:
         return torch.complex128 if dtype == torch.complex128 else torch.complex64
-    return torch.float64 if dtype.itemsize == 8 else torch.float32
+    wide = dtype.itemsize == 8 or (not dtype.is_floating_point and dtype.itemsize == 4)
+    return torch.float64 if wide else torch.float32
 
 
 # --- the tensor arguments of a call ---------------------------------------------------------------
