@@ -13,7 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from kernels import FakeBench, add_kernel, grid, observe_block
+from kernels import FakeBench, add_kernel, grid, observe_block, scale_kernel
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like.measure.numerics import DEFAULT_TOLERANCES, compare
@@ -244,6 +244,19 @@ def test_integers_must_match_exactly_and_nans_match_nans():
     )
 
 
+def test_32_bit_integers_beyond_float32_precision_are_told_apart():
+    """float32 holds integers exactly only up to 2**24: larger indices must not be compared there."""
+    big = 2**24
+    for dtype in (torch.int32, torch.uint32) if hasattr(torch, "uint32") else (torch.int32,):
+        actual, expected = torch.tensor([1, big + 1], dtype=dtype), torch.tensor([1, big], dtype=dtype)
+        assert (
+            compare("idx", actual, expected)
+            == "'idx': 1 of 2 elements differ, max abs err 1 (rtol 0, atol 0)"
+        )
+        assert compare("idx", actual, expected, atol=0.5, rtol=0) is not None  # tolerances for float outputs
+        assert compare("idx", actual, expected, atol=1, rtol=0) is None
+
+
 def test_fp8_outputs_are_compared_in_float32_within_two_units():
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("no float8 in this torch")
@@ -259,13 +272,37 @@ def reads_only(x_ptr, n, BLOCK: tl.constexpr):
     tl.load(x_ptr + offs, mask=offs < n)
 
 
-def test_a_check_with_no_output_to_compare_warns_the_user(tmp_path):
+@pytest.mark.parametrize("isolated", [False, True], ids=["in_process", "isolated"])
+def test_a_check_with_no_output_to_compare_warns_the_user_once(tmp_path, isolated):
+    """Isolated, the check runs in workers: their warning must reach this process, once, although
+    the candidate that kills the first worker makes its replacement find the same problem again."""
+    killer = [triton.Config({"BLOCK": 32}, pre_hook=exit_4)] if isolated else []
     tuner = timed_by_block(
         reads_only,
-        {16: 2.0, 32: 1.0},
-        configs=[triton.Config({"BLOCK": b}) for b in (16, 32)],
+        {16: 2.0, 32: 1.0, 64: 3.0},
+        configs=[triton.Config({"BLOCK": 16}), *killer, triton.Config({"BLOCK": 64})],
         numerical_check=True,
+        use_isolated_process=isolated,
         custom_data_storage=tmp_path,
     )
-    with pytest.warns(tdl.DejavuConfigWarning, match="declare them with check_outputs"):
+    with pytest.warns(tdl.DejavuConfigWarning, match="declare them with check_outputs") as caught:
         tuner[grid(100)](torch.arange(100, dtype=torch.float32), 100)
+    assert len([w for w in caught if issubclass(w.category, tdl.DejavuWarning)]) == 1
+
+
+def test_the_check_works_on_tensors_that_require_grad_and_leaves_autograd_alone(tmp_path):
+    """A weight passed as an nn.Parameter, outside torch.no_grad: restoring the arguments must not
+    write it through autograd (a leaf that requires grad cannot be written in place, and a write
+    through it would invalidate what autograd saved of it)."""
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+    tuner = timed_by_block(scale_kernel, {16: 3.0, 32: 2.0, 64: 1.0}, configs=configs, numerical_check=True)
+    weight = torch.nn.Parameter(torch.arange(100, dtype=torch.float32))
+    loss = (weight * weight).sum()  # autograd saves weight for the backward pass
+    version = weight._version
+    out = torch.zeros(100)
+    tuner[grid(100)](weight, out, 100, 2.0)
+    assert torch.equal(out, 2 * weight.detach())
+    assert tuner.last_decision == "tuned" and len(tuner.configs_timings) == 3
+    assert weight._version == version
+    loss.backward()
+    assert torch.equal(weight.grad, 2 * weight.detach())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("triton_dejavu_like")
@@ -42,6 +43,8 @@ class DejavuTuningWarning(DejavuWarning):
 
 _seen: set[tuple[type[Warning], str, str]] = set()
 _seen_lock = threading.Lock()
+#: Where :func:`warn_once` hands its warnings instead of issuing them (see :func:`relay_warnings`).
+_relay: Callable[[type[DejavuWarning], str, str, tuple[Any, ...]], None] | None = None
 
 
 def warn_once(category: type[DejavuWarning], subject: str, message: str, *args: Any) -> bool:
@@ -55,10 +58,22 @@ def warn_once(category: type[DejavuWarning], subject: str, message: str, *args: 
         if marker in _seen:
             return False
         _seen.add(marker)
+    if _relay is not None:
+        _relay(category, subject, message, args)
+        return True
     text = message % args if args else message
     log.warning("%s", text)
     warnings.warn(text, category, stacklevel=3)
     return True
+
+
+def relay_warnings(send: Callable[[type[DejavuWarning], str, str, tuple[Any, ...]], None]) -> None:
+    """From now on, hand each warning of :func:`warn_once` to ``send(category, subject, message, args)``
+    instead of issuing it: a worker process sends its warnings to the process the user runs, which
+    issues them with :func:`warn_once` (a worker's own ``warnings`` filters, capture and output are
+    not the user's, and only that process knows what it has already reported)."""
+    global _relay
+    _relay = send
 
 
 def forget_warnings() -> None:

@@ -154,12 +154,14 @@ def compare(
 
 
 def _working_dtype(dtype: Any) -> Any:
-    """Where differences are computed: float64 for 64-bit types (exact for integers below 2**53)."""
+    """Where differences are computed: float64 for 64-bit types and 32-bit integers (exact for
+    integers below 2**53; float32 is exact only below 2**24), else float32."""
     import torch
 
     if dtype.is_complex:
         return torch.complex128 if dtype == torch.complex128 else torch.complex64
-    return torch.float64 if dtype.itemsize == 8 else torch.float32
+    wide = dtype.itemsize == 8 or (not dtype.is_floating_point and dtype.itemsize == 4)
+    return torch.float64 if wide else torch.float32
 
 
 # --- the tensor arguments of a call ---------------------------------------------------------------
@@ -177,12 +179,16 @@ def _bits(tensor: Any) -> Any:
 
 
 class CallTensors:
-    """The tensor arguments of a kernel call by name, with a copy of their original contents."""
+    """The tensor arguments of a kernel call by name, with a copy of their original contents.
+
+    Each is held as an :func:`_alias`, so restoring works on tensors that require grad (an
+    ``nn.Parameter``) and leaves the caller's tensors' autograd version counters alone.
+    """
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
         import torch
 
-        self.tensors = {n: v for n, v in arguments.items() if isinstance(v, torch.Tensor)}
+        self.tensors = {n: _alias(v) for n, v in arguments.items() if isinstance(v, torch.Tensor)}
         self._saved = {n: t.clone() for n, t in self.tensors.items() if _writable(t)}
 
     def restore(self) -> None:
@@ -200,6 +206,16 @@ class CallTensors:
 
     def capture(self, names: Sequence[str]) -> dict[str, Any]:
         return {n: self.tensors[n].clone() for n in names}
+
+
+def _alias(tensor: Any) -> Any:
+    """A tensor over the same memory as ``tensor`` that autograd does not track: writing it is allowed
+    where writing ``tensor`` is not (a leaf that requires grad), and, like a kernel's own writes, does
+    not invalidate what autograd saved of ``tensor`` (the alias has a version counter of its own)."""
+    import torch
+
+    alias = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    return alias.set_(tensor.untyped_storage(), tensor.storage_offset(), tensor.size(), tensor.stride())
 
 
 def _writable(tensor: Any) -> bool:

@@ -40,7 +40,7 @@ from typing import Any
 
 from ... import _env
 from ..._compat import Config
-from ..._log import DejavuTuningWarning, warn_once
+from ..._log import DejavuTuningWarning, DejavuWarning, warn_once
 from ...codec import EncodingError, config_id, encode_config
 from ..evaluate import Evaluator
 from ..launch import LaunchContext, one_line
@@ -323,17 +323,27 @@ class _Worker:
         return self.receive(timeout_s, what)
 
     def receive(self, timeout_s: float, what: str) -> tuple[Any, ...]:
-        """The next message from the worker; raises if it dies or stays silent for ``timeout_s``."""
-        ready = wait([self.conn, self.process.sentinel], timeout_s)
-        if self.conn in ready:
-            try:
-                return self.conn.recv()
-            except (EOFError, OSError):
-                raise CandidateCrashed(self.death()) from None
-        if not ready:
-            self.kill()
-            raise CandidateTimedOut(f"no result within {timeout_s:g} s ({what}); worker killed")
-        raise CandidateCrashed(self.death())
+        """The next message from the worker; raises if it dies or gives none within ``timeout_s``.
+
+        Warnings the worker sends on the way are issued here, where the user sees them."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ready = wait([self.conn, self.process.sentinel], max(0.0, deadline - time.monotonic()))
+            if self.conn in ready:
+                try:
+                    message = self.conn.recv()
+                except (EOFError, OSError):
+                    raise CandidateCrashed(self.death()) from None
+                if message[0] != "warning":
+                    return message
+                _, category, subject, text, args = message
+                if isinstance(category, type) and issubclass(category, DejavuWarning):
+                    warn_once(category, subject, text, *args)
+                continue
+            if not ready:
+                self.kill()
+                raise CandidateTimedOut(f"no result within {timeout_s:g} s ({what}); worker killed")
+            raise CandidateCrashed(self.death())
 
     def death(self) -> str:
         """Why the worker is gone, in a few words."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import pickle
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Any
 
 from ... import _compat
 from ..._compat import Config
-from ..._log import log
+from ..._log import log, relay_warnings
 from ...codec import config_id, decode_config
 from ..evaluate import Evaluator, InProcessEvaluator
 from ..launch import LaunchContext, one_line
@@ -134,6 +135,7 @@ def worker_main(conn: Connection, inherited: Connection | None, bootstrap: Any) 
         inherited.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills its workers
     die_with_parent()
+    relay_warnings(functools.partial(_send_warning, conn))
     try:
         session = bootstrap.open(conn)
     except Exception as exc:
@@ -152,6 +154,17 @@ def worker_main(conn: Connection, inherited: Connection | None, bootstrap: Any) 
         conn.send(reply)
         if session.context_error is not None:
             os._exit(0)  # the CUDA context is unusable; exit without running its teardown
+
+
+def _send_warning(
+    conn: Connection, category: type[Warning], subject: str, message: str, args: tuple[Any, ...]
+) -> None:
+    """Send a warning to the parent, which issues it (its arguments as text if they cannot travel)."""
+    try:
+        pickle.dumps(args)
+    except Exception:
+        message, args = message % args, ()
+    conn.send(("warning", category, subject, message, args))
 
 
 def _decode(recipe: KernelRecipe, grids: _GridTable | None, description: Description) -> Config:
