@@ -208,3 +208,59 @@ def test_configs_that_crash_the_compiler_are_ruled_out_by_compile_workers(tmp_pa
     assert report["ok"] and report["best"][1] != 2
     assert len(report["ruled_out"]) == 4 and all(w == 2 for w, _ in report["ruled_out"])
     assert all("compile worker died" in reason for _, reason in report["ruled_out"])
+
+
+AUTOGRAD_ARGUMENT = textwrap.dedent(
+    """
+    import json
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    import triton_dejavu_like as tdl
+
+
+    @tdl.autotune(
+        key=["n"],
+        configs=[triton.Config({"BLOCK": b}) for b in (256, 1024)],
+        use_isolated_process=True,
+        numerical_check=True,
+        check_outputs=["out_ptr"],
+    )
+    @triton.jit
+    def double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+    if __name__ == "__main__":
+        n = 4096
+        weight = torch.nn.Parameter(torch.randn(n, device="cuda"))
+        x = weight * 3  # inside a model's forward: tracked by autograd, not a leaf
+        out = torch.empty(n, device="cuda")
+        double[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+        x.sum().backward()  # autograd still works on what was sent
+        print(json.dumps({
+            "ok": bool(torch.equal(out, x.detach() * 2)),
+            "grad_ok": bool(torch.equal(weight.grad, torch.full_like(weight, 3.0))),
+            "decision": double.last_decision,
+        }))
+    """
+)
+
+
+def test_an_argument_that_autograd_tracks_is_sent_to_an_isolated_worker(tmp_path):
+    # torch refuses to send a tensor that requires grad and is not a leaf: the worker needs its
+    # memory only, so it gets the tensor detached
+    script = tmp_path / "autograd_argument.py"
+    script.write_text(AUTOGRAD_ARGUMENT)
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "storage")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"ok": True, "grad_ok": True, "decision": "tuned"}

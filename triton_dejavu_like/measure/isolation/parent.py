@@ -55,7 +55,7 @@ from .settings import (
     Description,
     IsolationError,
 )
-from .transfer import KernelRef, launch_grid, private_copies, unpack_exception
+from .transfer import KernelRef, launch_grid, map_tensors, private_copies, unpack_exception
 from .worker import ForkBootstrap, RemoteBootstrap, worker_main
 
 log = logging.getLogger(__name__)
@@ -273,6 +273,9 @@ class _Link:
             del kwargs["grid"]
         # CPU tensors are sent through shared memory, which would move the caller's own storage there
         args, kwargs = private_copies((self.ctx.args, kwargs), lambda t: t.device.type == "cpu")
+        # the others go as they are (CUDA IPC), but torch refuses to send one that autograd tracks
+        # and that is not a leaf (an activation inside a model's forward): the worker needs its memory only
+        args, kwargs = map_tensors((args, kwargs), lambda t: t.detach() if t.requires_grad else t)
         try:
             worker.conn.send(("call", args, kwargs))
         except (BrokenPipeError, ConnectionResetError, EOFError):
