@@ -224,9 +224,10 @@ def code_version(kernel: Any) -> str:
     """Hash of the kernel's code and of everything its compiled code depends on in Python.
 
     It covers the function's source as an AST (so line numbers, decorators, comments, docstrings
-    and formatting do not matter), the @jit functions it calls (recursively) and the constexpr or
-    scalar globals and closure values it reads. Names that resolve to triton itself are covered by
-    the Triton version in the storage path.
+    and formatting do not matter), the ``@jit`` arguments that change the compiled code
+    (``do_not_specialize``, ``do_not_specialize_on_alignment``, ``noinline``, ``debug``), the @jit
+    functions it calls (recursively) and the constexpr or scalar globals and closure values it
+    reads. Names that resolve to triton itself are covered by the Triton version in the storage path.
     """
     return stable_hash(_describe_function(kernel, {}))
 
@@ -257,7 +258,11 @@ def _describe_function(obj: Any, seen: dict[Any, str]) -> Any:
         plain = _plain_value(value)
         if plain is not None:
             dependencies[dotted] = {"value": plain}
-    return {"name": fn.__name__, "ast": short_hash(_canonical_ast(node)), "deps": dependencies}
+    description = {"name": fn.__name__, "ast": short_hash(_canonical_ast(node)), "deps": dependencies}
+    options = _compat.jit_options(obj)
+    if options:  # only when given, so that the identity of a function without them is unchanged
+        description["jit"] = options
+    return description
 
 
 def callable_name(fn: Any) -> str | None:
