@@ -204,6 +204,37 @@ def test_jit_arguments_name_parameters_by_name_or_index_alike(tmp_path):
     assert _jit_code_version(tmp_path, "empty", "(do_not_specialize=[])") == plain
 
 
+CONSTEXPR_HELPER_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def activation(x):
+    return tl.maximum(x, {floor})
+
+
+ACTIVATION: tl.constexpr = tl.constexpr(activation)
+
+
+@triton.jit
+def kern(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, ACTIVATION(tl.load(x_ptr + offs)))
+"""
+
+
+def test_code_version_covers_a_jit_function_held_by_a_constexpr_global(tmp_path):
+    from triton_dejavu_like.store.identity import code_version
+
+    def version(name, floor):
+        module = load_module(tmp_path / f"{name}.py", CONSTEXPR_HELPER_MODULE.format(floor=floor))
+        return code_version(module.kern)
+
+    assert version("relu", 0) == version("relu_again", 0)
+    assert version("shifted", 1) != version("relu", 0)
+
+
 def _plain_kernel(x_ptr, n, BLOCK):
     pass
 

@@ -250,8 +250,9 @@ def _describe_function(obj: Any, seen: dict[Any, str]) -> Any:
         value = _resolve(chain, scope)
         if value is None:
             continue
-        if _compat.is_jit_callable(value):
-            dependencies[dotted] = {"jit": _describe_function(value, seen)}
+        target = _compat.constexpr_value(value)  # a constexpr global may hold a @jit function
+        if _compat.is_jit_callable(target):
+            dependencies[dotted] = {"jit": _describe_function(target, seen)}
             continue
         if not _compat.is_constexpr(value) and (_is_module_or_builtin(value) or callable(value)):
             continue
