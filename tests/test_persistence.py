@@ -235,6 +235,42 @@ def test_code_version_covers_a_jit_function_held_by_a_constexpr_global(tmp_path)
     assert version("shifted", 1) != version("relu", 0)
 
 
+AGGREGATE_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.aggregate
+class Pair:
+    a: tl.tensor
+    b: tl.tensor
+
+    @triton.jit
+    def total(self):
+        return self.a {op} self.b
+
+
+@triton.jit
+def kern(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(x_ptr + offs, Pair(x, x).total())
+"""
+
+
+@pytest.mark.skipif(not hasattr(triton, "aggregate"), reason="triton.aggregate is new in this Triton")
+def test_code_version_covers_the_methods_of_an_aggregate_the_kernel_uses(tmp_path, monkeypatch):
+    from triton_dejavu_like.store.identity import code_version
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the interpreter does not run aggregate methods
+
+    def version(name, op):
+        return code_version(load_module(tmp_path / f"{name}.py", AGGREGATE_MODULE.format(op=op)).kern)
+
+    assert version("add", "+") == version("add_again", "+")
+    assert version("mul", "*") != version("add", "+")
+
+
 def _plain_kernel(x_ptr, n, BLOCK):
     pass
 

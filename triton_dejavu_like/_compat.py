@@ -249,6 +249,15 @@ def constexpr_value(obj: Any) -> Any:
     return obj.value if is_constexpr(obj) else obj
 
 
+def aggregate_parts(obj: Any) -> tuple[dict[str, Any], list[Any]] | None:
+    """A ``@triton.aggregate`` class (3.5+): its fields' annotations and the functions Triton hashes
+    for it (``__init__`` and the methods, Triton's own generated ones included); None for anything
+    else."""
+    if not (isinstance(obj, type) and getattr(obj, "__triton_aggregate__", False)):
+        return None
+    return dict(getattr(obj, "__annotations__", {})), list(getattr(obj, "hash_attrs", ()))
+
+
 def upstream_init_kwargs(
     *,
     do_bench: Callable[..., Any],
