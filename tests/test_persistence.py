@@ -157,6 +157,137 @@ def test_code_version_covers_called_jit_functions_and_ignores_formatting(tmp_pat
     assert _code_version(tmp_path, "k4", body="tl.load(x_ptr + offs, mask=mask)") != base
 
 
+JIT_OPTIONS_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.jit{helper_options}
+def helper(x):
+    return x + 1
+
+
+@triton.jit{kernel_options}
+def kern(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, helper(tl.load(x_ptr + offs)))
+"""
+
+
+def _jit_code_version(tmp_path, name, kernel_options="", helper_options=""):
+    from triton_dejavu_like.store.identity import code_version
+
+    source = JIT_OPTIONS_MODULE.format(kernel_options=kernel_options, helper_options=helper_options)
+    return code_version(load_module(tmp_path / f"{name}.py", source).kern)
+
+
+@pytest.mark.parametrize(
+    ("kernel_options", "helper_options"),
+    [
+        ('(do_not_specialize=["n"])', ""),
+        ('(do_not_specialize_on_alignment=["x_ptr"])', ""),
+        ("(debug=True)", ""),
+        ("", "(noinline=True)"),
+    ],
+)
+def test_code_version_covers_the_jit_arguments_that_change_the_compiled_code(
+    tmp_path, kernel_options, helper_options
+):
+    base = _jit_code_version(tmp_path, "plain")
+    assert _jit_code_version(tmp_path, "changed", kernel_options, helper_options) != base
+
+
+def test_jit_arguments_name_parameters_by_name_or_index_alike(tmp_path):
+    by_name = _jit_code_version(tmp_path, "by_name", '(do_not_specialize=["n"])')
+    assert _jit_code_version(tmp_path, "by_index", "(do_not_specialize=[1])") == by_name
+    plain = _jit_code_version(tmp_path, "plain")
+    assert _jit_code_version(tmp_path, "empty", "(do_not_specialize=[])") == plain
+
+
+CONSTEXPR_HELPER_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def activation(x):
+    return tl.maximum(x, {floor})
+
+
+ACTIVATION: tl.constexpr = tl.constexpr(activation)
+
+
+@triton.jit
+def kern(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, ACTIVATION(tl.load(x_ptr + offs)))
+"""
+
+
+def test_code_version_covers_a_jit_function_held_by_a_constexpr_global(tmp_path):
+    from triton_dejavu_like.store.identity import code_version
+
+    def version(name, floor):
+        module = load_module(tmp_path / f"{name}.py", CONSTEXPR_HELPER_MODULE.format(floor=floor))
+        return code_version(module.kern)
+
+    assert version("relu", 0) == version("relu_again", 0)
+    assert version("shifted", 1) != version("relu", 0)
+
+
+AGGREGATE_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.aggregate
+class Pair:
+    a: tl.tensor
+    b: tl.tensor
+
+    @triton.jit
+    def total(self):
+        return self.a {op} self.b
+
+
+@triton.jit
+def kern(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(x_ptr + offs, Pair(x, x).total())
+"""
+
+
+@pytest.mark.skipif(not hasattr(triton, "aggregate"), reason="triton.aggregate is new in this Triton")
+def test_code_version_covers_the_methods_of_an_aggregate_the_kernel_uses(tmp_path, monkeypatch):
+    from triton_dejavu_like.store.identity import code_version
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the interpreter does not run aggregate methods
+
+    def version(name, op):
+        return code_version(load_module(tmp_path / f"{name}.py", AGGREGATE_MODULE.format(op=op)).kern)
+
+    assert version("add", "+") == version("add_again", "+")
+    assert version("mul", "*") != version("add", "+")
+
+
+def _plain_kernel(x_ptr, n, BLOCK):
+    pass
+
+
+@pytest.mark.parametrize("wrapper", ["JITFunction", "InterpretedFunction"])
+def test_jit_arguments_are_read_from_either_wrapper(wrapper):
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    from triton_dejavu_like._compat import jit_options
+
+    make = {"JITFunction": JITFunction, "InterpretedFunction": InterpretedFunction}[wrapper]
+    assert jit_options(make(_plain_kernel)) == {}
+    wrapped = make(_plain_kernel, do_not_specialize=[1], noinline=True, debug=False)
+    assert jit_options(wrapped) == {"do_not_specialize": ["n"], "noinline": True, "debug": False}
+
+
 def test_changing_the_key_or_ignore_dtypes_moves_the_storage():
     a = tuned_add(FakeBench(), key=["n"]).cache_path()
     b = tuned_add(FakeBench(), key=["n", "x_ptr"]).cache_path()

@@ -145,6 +145,40 @@ def jit_function(fn: Any) -> JITFunction | None:
     return None
 
 
+#: The ``@triton.jit`` arguments that change the code compiled for a function, its source aside.
+_JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "noinline", "debug")
+
+
+def _jit_arguments(fn: Any) -> dict[str, Any]:
+    """The ``@triton.jit`` arguments of the JITFunction or InterpretedFunction under ``fn``'s wrappers."""
+    current = fn
+    while current is not None and not inspect.isfunction(current):
+        if isinstance(current, JITFunction):
+            return {name: getattr(current, name, None) for name in _JIT_OPTIONS}
+        if type(current).__name__ == "InterpretedFunction":  # keeps the arguments it was given
+            return dict(getattr(current, "kwargs", None) or {})
+        current = getattr(current, "fn", None)
+    return {}
+
+
+def jit_options(fn: Any) -> dict[str, Any]:
+    """The ``@triton.jit`` arguments of ``fn`` that change its compiled code, those left at their
+    default omitted: the parameters not specialized (by name, sorted), ``noinline`` and ``debug``."""
+    given = _jit_arguments(fn)
+    names = list(inspect.signature(python_function(fn)).parameters)
+    options: dict[str, Any] = {}
+    for option in ("do_not_specialize", "do_not_specialize_on_alignment"):
+        given_params = given.get(option) or ()
+        params = {names[p] if isinstance(p, int) and 0 <= p < len(names) else str(p) for p in given_params}
+        if params:
+            options[option] = sorted(params)
+    if given.get("noinline"):
+        options["noinline"] = True
+    if given.get("debug") is not None:
+        options["debug"] = bool(given["debug"])
+    return options
+
+
 def is_interpreted(fn: Any) -> bool:
     """True when the kernel runs through the interpreter (``TRITON_INTERPRET=1`` at jit time)."""
     current = fn
@@ -213,6 +247,15 @@ def is_constexpr(obj: Any) -> bool:
 
 def constexpr_value(obj: Any) -> Any:
     return obj.value if is_constexpr(obj) else obj
+
+
+def aggregate_parts(obj: Any) -> tuple[dict[str, Any], list[Any]] | None:
+    """A ``@triton.aggregate`` class (3.5+): its fields' annotations and the functions Triton hashes
+    for it (``__init__`` and the methods, Triton's own generated ones included); None for anything
+    else."""
+    if not (isinstance(obj, type) and getattr(obj, "__triton_aggregate__", False)):
+        return None
+    return dict(getattr(obj, "__annotations__", {})), list(getattr(obj, "hash_attrs", ()))
 
 
 def upstream_init_kwargs(

@@ -224,9 +224,11 @@ def code_version(kernel: Any) -> str:
     """Hash of the kernel's code and of everything its compiled code depends on in Python.
 
     It covers the function's source as an AST (so line numbers, decorators, comments, docstrings
-    and formatting do not matter), the @jit functions it calls (recursively) and the constexpr or
-    scalar globals and closure values it reads. Names that resolve to triton itself are covered by
-    the Triton version in the storage path.
+    and formatting do not matter), the ``@jit`` arguments that change the compiled code
+    (``do_not_specialize``, ``do_not_specialize_on_alignment``, ``noinline``, ``debug``), the @jit
+    functions it calls (recursively, with the methods of the ``@triton.aggregate`` classes it uses)
+    and the constexpr or scalar globals and closure values it reads. Names that resolve to triton
+    itself are covered by the Triton version in the storage path.
     """
     return stable_hash(_describe_function(kernel, {}))
 
@@ -249,15 +251,38 @@ def _describe_function(obj: Any, seen: dict[Any, str]) -> Any:
         value = _resolve(chain, scope)
         if value is None:
             continue
-        if _compat.is_jit_callable(value):
-            dependencies[dotted] = {"jit": _describe_function(value, seen)}
+        target = _compat.constexpr_value(value)  # a constexpr global may hold a @jit function
+        if _compat.is_jit_callable(target):
+            dependencies[dotted] = {"jit": _describe_function(target, seen)}
+            continue
+        aggregate = _compat.aggregate_parts(target)
+        if aggregate is not None:
+            dependencies[dotted] = {"aggregate": _describe_aggregate(*aggregate, seen)}
             continue
         if not _compat.is_constexpr(value) and (_is_module_or_builtin(value) or callable(value)):
             continue
         plain = _plain_value(value)
         if plain is not None:
             dependencies[dotted] = {"value": plain}
-    return {"name": fn.__name__, "ast": short_hash(_canonical_ast(node)), "deps": dependencies}
+    description = {"name": fn.__name__, "ast": short_hash(_canonical_ast(node)), "deps": dependencies}
+    options = _compat.jit_options(obj)
+    if options:  # only when given, so that the identity of a function without them is unchanged
+        description["jit"] = options
+    return description
+
+
+def _describe_aggregate(fields: dict[str, Any], members: list[Any], seen: dict[Any, str]) -> Any:
+    """A ``@triton.aggregate`` class: its fields' types by name and the code of its methods (Triton's
+    own, such as a generated ``__init__``, are covered by the Triton version)."""
+    methods = {}
+    for member in members:
+        function = getattr(member, "__func__", member)
+        if getattr(function, "__triton_builtin__", False):
+            continue
+        if _compat.is_jit_callable(function) or inspect.isfunction(function):
+            methods[function.__name__] = _describe_function(function, seen)
+    types = {name: t if isinstance(t, str) else callable_name(t) for name, t in fields.items()}
+    return {"fields": types, "methods": methods}
 
 
 def callable_name(fn: Any) -> str | None:
