@@ -220,6 +220,8 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         lookup = self._keys.lookup(args, kwargs)
         launch = self._launch.get(lookup)
         if launch is None:
+            if kwargs.get("warmup"):
+                return self._warm_up(args, kwargs)
             launch = self._on_miss(lookup, args, kwargs)
         config, launch_kwargs, config_pre_hook = launch
         self.best_config = config
@@ -261,6 +263,21 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             )
         self.last_decision = "passthrough"
         return self.fn.run(*args, **kwargs)
+
+    def _warm_up(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """``warmup=True`` for a key not decided yet (``kernel.run(..., warmup=True)``, or ``.warmup()``
+        of ``@triton.heuristics`` above the autotuner): compile every candidate, as upstream's
+        ``Autotuner.warmup`` does, and decide nothing. A warmup launch runs no kernel, so timing it
+        would pick a config at random and store it for every later process."""
+        run = self.fn.run
+        return [run(*args, **kwargs, **self._launch_kwargs(c)) for c in self._candidates(args, kwargs)]
+
+    def _candidates(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Config]:
+        """The configs a call chooses among: upstream prunes only a choice (a single config is
+        launched as it is)."""
+        if len(self.configs) > 1:
+            return self.prune_configs(kwargs, dict(zip(self.arg_names, args)))
+        return list(self.configs)
 
     # --- a miss ---------------------------------------------------------------------------------------
 
@@ -307,8 +324,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         self, state: _ProcessState, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome:
         nargs = dict(zip(self.arg_names, args))
-        # upstream prunes only a choice: a single config is launched as it is
-        candidates = self.prune_configs(kwargs, nargs) if len(self.configs) > 1 else list(self.configs)
+        candidates = self._candidates(args, kwargs)
         if len(candidates) == 1:
             return Outcome(candidates[0], "single")
         if key.id is None:
