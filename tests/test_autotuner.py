@@ -578,3 +578,19 @@ def test_a_launch_leaves_out_options_equal_to_the_backend_defaults():
         assert launch_kwargs(config, hip)["num_stages"] == cuda["num_stages"]
     assert launch_kwargs(config, {}) == config.all_kwargs()
     assert launch_option_defaults("interpreter") == {}
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+def test_num_warps_in_the_call_is_upstreams_type_error_whatever_the_winner(monkeypatch, warps):
+    """Upstream launches with ``**config.all_kwargs()``, so a call's own ``num_warps=`` is a TypeError.
+    On a GPU ours leaves out options equal to the backend's defaults: a winner with the default
+    num_warps then launched with the call's value (not the one tuned), another winner raised."""
+    from triton_dejavu_like._compat import launch_option_defaults
+    from triton_dejavu_like.tuner.autotuner import launch_kwargs
+
+    tuner = tuned_add(FakeBench(), configs=[triton.Config({"BLOCK": 64}, num_warps=warps)])
+    cuda = launch_option_defaults("cuda")  # what a launch on a CUDA GPU leaves out
+    monkeypatch.setattr(tuner, "_launch_kwargs", lambda config: launch_kwargs(config, cuda))
+    x, y, out = torch.arange(100.0), torch.ones(100), torch.empty(100)
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'num_warps'"):
+        tuner[grid(100)](x, y, out, 100, num_warps=2)

@@ -42,6 +42,8 @@ from .upstream import UpstreamSemantics
 
 #: What a hit launches with: the config, its launch kwargs, and its pre_hook (or None).
 Launch = tuple[Config, dict[str, Any], Callable[..., Any] | None]
+#: The options a Config sets besides its kwargs (num_warps, num_stages, ...).
+_OPTION_NAMES = frozenset(_compat.CONFIG_FIELDS)
 
 
 @dataclass
@@ -223,11 +225,16 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             if kwargs.get("warmup"):
                 return self._warm_up(args, kwargs)
             launch = self._on_miss(lookup, args, kwargs)
-        config, launch_kwargs, config_pre_hook = launch
+        config, options, config_pre_hook = launch
+        if not _OPTION_NAMES.isdisjoint(kwargs):
+            # the call passes num_warps=... itself: launch with all of the config's options, so that
+            # it is upstream's TypeError whatever the backend's defaults are (with an option equal to
+            # its default left out, the call's value replaced the one that was tuned)
+            options = launch_kwargs(config, interpreted=_compat.is_interpreted(self.fn))
         self.best_config = config
         if config_pre_hook is not None:
             config_pre_hook(self._hook_args(args, kwargs, config))
-        return self._fn_run()(*args, **kwargs, **launch_kwargs)
+        return self._fn_run()(*args, **kwargs, **options)
 
     def _fn_run(self) -> Callable[..., Any]:
         """``fn.run``; with ``metadata_key``, preceded by recording the chosen config (so a tuner
