@@ -286,6 +286,37 @@ def test_passthrough_launches_given_meta_parameters_without_tuning():
     assert not tuner.cache
 
 
+def test_a_warmup_launch_of_a_new_key_compiles_the_candidates_and_decides_nothing():
+    """A warmup launch runs no kernel: it was timed as a tuning, and its random winner was stored and
+    restored by every later process. ``.warmup()`` of @triton.heuristics above the autotuner and
+    ``kernel.run(..., warmup=True)`` both come here."""
+    compiled: list[int] = []
+
+    class CountingCompiles:
+        def __init__(self, fn):
+            self.fn, self.arg_names = fn, fn.arg_names
+
+        def run(self, *args, warmup, **kwargs):
+            if warmup:
+                compiled.append(kwargs["BLOCK"])
+            return self.fn.run(*args, warmup=warmup, **kwargs)
+
+    bench = FakeBench()
+    tuner = tdl.autotune(key=["n"], configs=block_configs(), do_bench=bench, pre_hook=observe_block(bench))(
+        CountingCompiles(add_kernel)
+    )
+    x, y, out = torch.arange(100.0), torch.ones(100), torch.empty(100)
+    triton.heuristics({})(tuner).warmup(x, y, out, 100, grid=grid(100))
+    tuner.run(x, y, out, 100, grid=grid(100), warmup=True)
+    assert compiled == [16, 32, 64, 128] * 2
+    assert bench.calls == 0 and not tuner.cache and tuner.last_decision is None
+    assert not tuner.cache_path().exists()
+    run_add(tuner)  # the first real launch tunes
+    assert tuner.last_decision == "tuned" and bench.calls == 4
+    tuner.run(x, y, out, 100, grid=grid(100), warmup=True)  # a decided key compiles its config only
+    assert compiled[8:] == [128] and bench.calls == 4
+
+
 def test_partial_passthrough_is_a_clear_error():
     configs = [triton.Config({"BLOCK": 16, "flag": 1})]
     tuner = tdl.autotune(key=["n"], configs=configs)(noop_kernel)
@@ -547,3 +578,19 @@ def test_a_launch_leaves_out_options_equal_to_the_backend_defaults():
         assert launch_kwargs(config, hip)["num_stages"] == cuda["num_stages"]
     assert launch_kwargs(config, {}) == config.all_kwargs()
     assert launch_option_defaults("interpreter") == {}
+
+
+@pytest.mark.parametrize("warps", [4, 8])
+def test_num_warps_in_the_call_is_upstreams_type_error_whatever_the_winner(monkeypatch, warps):
+    """Upstream launches with ``**config.all_kwargs()``, so a call's own ``num_warps=`` is a TypeError.
+    On a GPU ours leaves out options equal to the backend's defaults: a winner with the default
+    num_warps then launched with the call's value (not the one tuned), another winner raised."""
+    from triton_dejavu_like._compat import launch_option_defaults
+    from triton_dejavu_like.tuner.autotuner import launch_kwargs
+
+    tuner = tuned_add(FakeBench(), configs=[triton.Config({"BLOCK": 64}, num_warps=warps)])
+    cuda = launch_option_defaults("cuda")  # what a launch on a CUDA GPU leaves out
+    monkeypatch.setattr(tuner, "_launch_kwargs", lambda config: launch_kwargs(config, cuda))
+    x, y, out = torch.arange(100.0), torch.ones(100), torch.empty(100)
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'num_warps'"):
+        tuner[grid(100)](x, y, out, 100, num_warps=2)

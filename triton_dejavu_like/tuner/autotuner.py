@@ -42,6 +42,8 @@ from .upstream import UpstreamSemantics
 
 #: What a hit launches with: the config, its launch kwargs, and its pre_hook (or None).
 Launch = tuple[Config, dict[str, Any], Callable[..., Any] | None]
+#: The options a Config sets besides its kwargs (num_warps, num_stages, ...).
+_OPTION_NAMES = frozenset(_compat.CONFIG_FIELDS)
 
 
 @dataclass
@@ -220,12 +222,19 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         lookup = self._keys.lookup(args, kwargs)
         launch = self._launch.get(lookup)
         if launch is None:
+            if kwargs.get("warmup"):
+                return self._warm_up(args, kwargs)
             launch = self._on_miss(lookup, args, kwargs)
-        config, launch_kwargs, config_pre_hook = launch
+        config, options, config_pre_hook = launch
+        if not _OPTION_NAMES.isdisjoint(kwargs):
+            # the call passes num_warps=... itself: launch with all of the config's options, so that
+            # it is upstream's TypeError whatever the backend's defaults are (with an option equal to
+            # its default left out, the call's value replaced the one that was tuned)
+            options = launch_kwargs(config, interpreted=_compat.is_interpreted(self.fn))
         self.best_config = config
         if config_pre_hook is not None:
             config_pre_hook(self._hook_args(args, kwargs, config))
-        return self._fn_run()(*args, **kwargs, **launch_kwargs)
+        return self._fn_run()(*args, **kwargs, **options)
 
     def _fn_run(self) -> Callable[..., Any]:
         """``fn.run``; with ``metadata_key``, preceded by recording the chosen config (so a tuner
@@ -261,6 +270,21 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             )
         self.last_decision = "passthrough"
         return self.fn.run(*args, **kwargs)
+
+    def _warm_up(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """``warmup=True`` for a key not decided yet (``kernel.run(..., warmup=True)``, or ``.warmup()``
+        of ``@triton.heuristics`` above the autotuner): compile every candidate, as upstream's
+        ``Autotuner.warmup`` does, and decide nothing. A warmup launch runs no kernel, so timing it
+        would pick a config at random and store it for every later process."""
+        run = self.fn.run
+        return [run(*args, **kwargs, **self._launch_kwargs(c)) for c in self._candidates(args, kwargs)]
+
+    def _candidates(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Config]:
+        """The configs a call chooses among: upstream prunes only a choice (a single config is
+        launched as it is)."""
+        if len(self.configs) > 1:
+            return self.prune_configs(kwargs, dict(zip(self.arg_names, args)))
+        return list(self.configs)
 
     # --- a miss ---------------------------------------------------------------------------------------
 
@@ -307,8 +331,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         self, state: _ProcessState, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome:
         nargs = dict(zip(self.arg_names, args))
-        # upstream prunes only a choice: a single config is launched as it is
-        candidates = self.prune_configs(kwargs, nargs) if len(self.configs) > 1 else list(self.configs)
+        candidates = self._candidates(args, kwargs)
         if len(candidates) == 1:
             return Outcome(candidates[0], "single")
         if key.id is None:
