@@ -1,9 +1,38 @@
-"""Helpers for tests that watch processes (Linux: they read ``/proc``)."""
+"""Helpers for tests that run scripts in fresh processes and watch processes (Linux: ``/proc``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_script(
+    tmp_path: Path, name: str, source: str, *argv: str, timeout: int = 300, **env_vars: str
+) -> dict[str, Any]:
+    """Run ``source`` as ``tmp_path / name`` in a fresh process without Triton's interpreter (this
+    repository's package first on its path; storage in ``tmp_path / "storage"`` and an empty Triton
+    cache in ``tmp_path / "triton-cache"`` unless ``env_vars`` say otherwise) and return the JSON
+    object its last line prints; fails if it exits non-zero."""
+    script = tmp_path / name
+    script.write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "storage")
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.update(env_vars)
+    done = subprocess.run(
+        [sys.executable, str(script), *argv], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def alive(pid: int) -> bool:

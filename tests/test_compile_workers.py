@@ -12,7 +12,7 @@ import sys
 import textwrap
 
 import pytest
-from process_helpers import all_exit
+from process_helpers import all_exit, run_script
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux", reason="forked compile workers are the Linux default"
@@ -85,14 +85,16 @@ SCRIPT = textwrap.dedent(
 
 
 def test_forked_workers_compile_for_the_gpu_and_rule_out_what_cannot_run(tmp_path):
-    script = tmp_path / "kernels.py"
-    script.write_text(SCRIPT)
     cache = tmp_path / "triton-cache"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(cache), TRITON_DEFAULT_FP_FUSION="1", TRITON_DEJAVU_STORAGE=str(tmp_path))
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_script(
+        tmp_path,
+        "kernels.py",
+        SCRIPT,
+        timeout=600,
+        TRITON_CACHE_DIR=str(cache),
+        TRITON_DEFAULT_FP_FUSION="1",
+        TRITON_DEJAVU_STORAGE=str(tmp_path),
+    )
     fits, too_big, invalid = result["verdicts"]
     assert fits is None  # compiled, and fits the device
     assert "shared memory" in too_big and "16384" in too_big  # the device's limit, no GPU needed
@@ -233,13 +235,7 @@ def test_a_forked_child_neither_uses_nor_shuts_down_its_parents_compile_workers(
     # the workers and their pipes belong to the parent: a child that submitted to them would
     # never see its results (the parent reads them), and one whose exit shut them down would
     # break the parent's next tuning run
-    script = tmp_path / "inherited.py"
-    script.write_text(INHERITED)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton-cache"), TRITON_DEJAVU_STORAGE=str(tmp_path))
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_script(tmp_path, "inherited.py", INHERITED)
     assert result["child"] == {"pool": False, "lock_free": True}  # it would start a pool of its own
     assert result["status"] == 0
     (pid, before), (after_pid, after) = result["before"], result["after"]
@@ -321,13 +317,7 @@ def test_a_config_that_crashes_the_compiler_is_ruled_out_and_the_run_goes_on(tmp
     # the crash ends a worker each time; the tuning process never compiles that config itself
     # (it would end with the same crash), and every other config is compiled by a worker and timed
     pytest.importorskip("triton.knobs")
-    script = tmp_path / "crashing.py"
-    script.write_text(CRASHING)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton-cache"), TRITON_DEJAVU_STORAGE=str(tmp_path))
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_script(tmp_path, "crashing.py", CRASHING)
     crashers = {i for i in range(6) if i % 2 == 0}  # num_warps=2
     assert result["timed"] == sorted(set(range(6)) - crashers)
     assert {int(i) for i in result["ruled_out"]} == crashers

@@ -11,18 +11,17 @@ CUDA context must still work, and the stored entry must give each bad candidate 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from process_helpers import run_script
 
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 20
+
 
 SCENARIO = textwrap.dedent(
     """
@@ -120,21 +119,9 @@ SCENARIO = textwrap.dedent(
 
 
 def test_faulting_hanging_and_wrong_candidates_are_ruled_out_on_the_gpu(tmp_path):
-    script = tmp_path / "gpu_isolation_scenario.py"
-    script.write_text(SCENARIO)
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
-    env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "storage")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        [sys.executable, str(script), "1000000", str(TIMEOUT_S)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=540,
+    report = run_script(
+        tmp_path, "gpu_isolation_scenario.py", SCENARIO, "1000000", str(TIMEOUT_S), timeout=540
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(report, indent=1))  # the reasons and timings, for the record (pytest -s)
     assert report["results_ok"]
     best = report["best"]
@@ -193,17 +180,12 @@ COMPILER_CRASH = textwrap.dedent(
 def test_configs_that_crash_the_compiler_are_ruled_out_by_compile_workers(tmp_path):
     # a crash in the compiler ends a compile worker, never the tuning process: the config is ruled
     # out and the others are tuned (before, the tuning process compiled it again, and died)
-    script = tmp_path / "compiler_crash.py"
-    script.write_text(COMPILER_CRASH)
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
-    env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "storage")
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    env["TRITON_DEJAVU_COMPILE_PROCESSES"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_script(
+        tmp_path,
+        "compiler_crash.py",
+        COMPILER_CRASH,
+        TRITON_DEJAVU_COMPILE_PROCESSES="1",
+    )
     print(json.dumps(report, indent=1))
     assert report["ok"] and report["best"][1] != 2
     assert len(report["ruled_out"]) == 4 and all(w == 2 for w, _ in report["ruled_out"])
@@ -254,13 +236,5 @@ AUTOGRAD_ARGUMENT = textwrap.dedent(
 def test_an_argument_that_autograd_tracks_is_sent_to_an_isolated_worker(tmp_path):
     # torch refuses to send a tensor that requires grad and is not a leaf: the worker needs its
     # memory only, so it gets the tensor detached
-    script = tmp_path / "autograd_argument.py"
-    script.write_text(AUTOGRAD_ARGUMENT)
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)
-    env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "storage")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_script(tmp_path, "autograd_argument.py", AUTOGRAD_ARGUMENT)
     assert report == {"ok": True, "grad_ok": True, "decision": "tuned"}
