@@ -347,6 +347,11 @@ def test_tune_tunes_in_a_read_only_environment(capsys, tmp_path, monkeypatch):
     assert status == 0 and statuses(report) == {f"add-{n}": "tuned" for n in SIZES}
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted(SIZES)
 
-    monkeypatch.setenv("TRITON_DEJAVU_DETERMINISTIC", "1")  # cannot tune: said, not "stored"
+
+@pytest.mark.parametrize("variable", ["TRITON_DEJAVU_DETERMINISTIC", "TRITON_DEJAVU_FORCE_FALLBACK"])
+def test_tune_refuses_an_environment_where_it_would_not_tune(capsys, tmp_path, monkeypatch, variable):
+    # either variable makes a miss answer without tuning (a heuristic, for a kernel that has one):
+    # said at once, never reported as "stored"
+    monkeypatch.setenv(variable, "1")
     assert cli.main(["tune", SPEC, "--root", str(tmp_path / "other")]) == 2
-    assert "TRITON_DEJAVU_DETERMINISTIC" in capsys.readouterr().err
+    assert variable in capsys.readouterr().err and not (tmp_path / "other").exists()

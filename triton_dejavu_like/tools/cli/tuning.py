@@ -118,6 +118,8 @@ def cmd_misses(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     if _env.deterministic():  # it turns tuning off whatever tuning() says: every case would tune nothing
         raise UsageError(f"{_env.DETERMINISTIC}=1 turns tuning off; unset it to tune")
+    if _env.force_fallback():  # kernels with a heuristic would answer it, and the case say "stored"
+        raise UsageError(f"{_env.FORCE_FALLBACK}=1 answers misses with heuristics; unset it to tune")
     if sum(bool(x) for x in (args.gpus, args.workers, args.ray is not None)) > 1:
         raise UsageError("choose one of --gpus, --workers and --ray")
     try:
