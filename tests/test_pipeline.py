@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import math
 import threading
+import time
 
 import pytest
 import triton
@@ -75,12 +76,20 @@ def make_pipeline(n, times, strategy="exhaustive", budget=None, batch_size=4):
 def test_streamed_times_each_candidate_as_soon_as_it_is_compiled():
     times = [5.0, 1.0, 3.0, 2.0, 4.0, 6.0]
     pipeline, search, log = make_pipeline(6, times, batch_size=3)
-    # compiles finish in this order; the pipeline must time them in the same order
+    # compiles finish in this order, each once the one before was timed; the pipeline must time
+    # them in the same order (one that waited for a batch, or timed in the order handed out, would
+    # never see the next compile finish)
     finish = [2, 0, 1, 4, 3, 5]
     pool = FakePool(workers=2, order=finish)
-    releaser = threading.Thread(
-        target=lambda: [pool.release(i) or threading.Event().wait(0.05) for i in finish]
-    )
+
+    def release_in_order() -> None:
+        for i in finish:
+            pool.release(i)
+            deadline = time.monotonic() + 10
+            while ("time", i) not in log and time.monotonic() < deadline:
+                time.sleep(0.005)
+
+    releaser = threading.Thread(target=release_in_order)
     releaser.start()
     pipeline.run_streamed(pool, call=None)
     releaser.join()
