@@ -90,19 +90,12 @@ class Pipeline:
 
     def run_streamed(self, pool: CompilePool, call: CallSpec) -> None:
         """Keep ``batch_size`` candidates compiling in ``pool`` while this process times the
-        compiled ones, in the order they finish compiling.
-
-        A worker that dies (a crash in the compiler) breaks the pool, which is replaced. Which of
-        the candidates in it ended the worker is unknown, so each is compiled again in a worker: one
-        at a time beside the others; one that is in a pool that breaks again is compiled once more
-        with nothing else in flight, and ruled out if that pool breaks too. A candidate is never
-        compiled in this process after a worker died with it, since the crash would end the program.
-        """
+        compiled ones, in the order they finish compiling. A worker that dies breaks the pool, which
+        is replaced; its candidates are tried again as :class:`_Retries` says, never compiled in
+        this process, since the crash would end the program."""
         flight: dict[cf.Future[str | None], tuple[int, CompilePool]] = {}
         ready: collections.deque[int] = collections.deque()
-        strikes: collections.Counter[int] = collections.Counter()  # breaks a candidate was in
-        suspects: collections.deque[int] = collections.deque()  # one break: beside the others
-        alone: collections.deque[int] = collections.deque()  # two breaks: with nothing else
+        retries = _Retries()
 
         def replace(broken: CompilePool) -> None:
             nonlocal pool
@@ -122,7 +115,7 @@ class Pipeline:
                 except (Unsupported, RuntimeError) as exc:  # RuntimeError: the pool was shut down
                     problem = exc
                     break
-            if strikes[index]:  # a worker died with it: it is not compiled here
+            if retries.struck(index):  # a worker died with it: it is not compiled here
                 reason = f"no compile worker took it again after one died with it ({problem})"
                 self._tell(index, self.rule_out(index, reason), timed=False)
             else:
@@ -133,14 +126,9 @@ class Pipeline:
             # compiles continue while this process times (its first launch may take most of a
             # second); a backlog of compiled candidates beyond a batch holds new ones back
             free = min(self.batch_size - len(flight), 2 * self.batch_size - len(flight) - len(ready))
-            flying = [strikes[i] for i, _ in flight.values()]
-            if alone or max(flying, default=0) > 1:  # the flight drains, then one goes alone
-                if alone and not flight:
-                    submit(alone.popleft())
-                free = 0
-            elif free > 0 and suspects and max(flying, default=0) == 0:
-                submit(suspects.popleft())
-                free -= 1
+            retry, free = retries.next([i for i, _ in flight.values()], free)
+            if retry is not None:
+                submit(retry)
             if free > 0:
                 for index in self.search.ask(free):
                     submit(index)
@@ -149,7 +137,7 @@ class Pipeline:
                 self._tell(index, self.measure(index), timed=True)
                 continue
             if not flight:
-                if suspects or alone:
+                if retries:
                     continue
                 return  # nothing compiling, nothing to time, and the search hands out nothing more
             done, _ = cf.wait(flight, return_when=cf.FIRST_COMPLETED)
@@ -159,11 +147,9 @@ class Pipeline:
                     reason = future.result()
                 except BrokenProcessPool:  # a worker died, with this candidate in its pool
                     replace(owner)
-                    strikes[index] += 1
-                    if strikes[index] < 3:
-                        (suspects if strikes[index] == 1 else alone).append(index)
+                    reason = retries.broke(index)
+                    if reason is None:
                         continue
-                    reason = "a compile worker died compiling it, with nothing else in flight"
                 except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
                     log.debug("compile worker failed on candidate %d: %s", index, exc)
                     reason = None
@@ -172,3 +158,43 @@ class Pipeline:
                     ready.append(index)
                 else:
                     self._tell(index, self.rule_out(index, reason), timed=False)
+
+
+@dataclass
+class _Retries:
+    """The candidates that were in a compile pool when one of its workers died (a crash in the
+    compiler). Which of them ended the worker is unknown, so each is compiled again in a worker: one
+    at a time beside the others after one break; after a second, with nothing else in flight; a
+    third break rules it out."""
+
+    strikes: collections.Counter[int] = field(default_factory=collections.Counter)
+    suspects: collections.deque[int] = field(default_factory=collections.deque)  # one break
+    alone: collections.deque[int] = field(default_factory=collections.deque)  # two breaks
+
+    def __bool__(self) -> bool:
+        return bool(self.suspects or self.alone)
+
+    def struck(self, index: int) -> bool:
+        """Whether a worker died with ``index`` in its pool."""
+        return self.strikes[index] > 0
+
+    def broke(self, index: int) -> str | None:
+        """A pool broke with ``index`` in it: None while it gets another try, else why it is ruled out."""
+        self.strikes[index] += 1
+        if self.strikes[index] == 1:
+            self.suspects.append(index)
+        elif self.strikes[index] == 2:
+            self.alone.append(index)
+        else:
+            return "a compile worker died compiling it, with nothing else in flight"
+        return None
+
+    def next(self, flying: list[int], free: int) -> tuple[int | None, int]:
+        """The candidate to compile again now (None: none yet), and how many of the ``free`` places
+        in flight are left for new ones, with ``flying`` the candidates compiling."""
+        worst = max((self.strikes[i] for i in flying), default=0)
+        if self.alone or worst > 1:  # the flight drains, then one goes alone
+            return (self.alone.popleft() if self.alone and not flying else None), 0
+        if free > 0 and self.suspects and worst == 0:
+            return self.suspects.popleft(), free - 1
+        return None, free
