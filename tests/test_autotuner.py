@@ -590,7 +590,11 @@ def test_num_warps_in_the_call_is_upstreams_type_error_whatever_the_winner(monke
 
     tuner = tuned_add(FakeBench(), configs=[triton.Config({"BLOCK": 64}, num_warps=warps)])
     cuda = launch_option_defaults("cuda")  # what a launch on a CUDA GPU leaves out
-    monkeypatch.setattr(tuner, "_launch_kwargs", lambda config: launch_kwargs(config, cuda))
+    monkeypatch.setattr(
+        tuner,
+        "_launch_kwargs",
+        lambda config, every_option=False: launch_kwargs(config, None if every_option else cuda),
+    )
     x, y, out = torch.arange(100.0), torch.ones(100), torch.empty(100)
     with pytest.raises(TypeError, match="multiple values for keyword argument 'num_warps'"):
         tuner[grid(100)](x, y, out, 100, num_warps=2)

@@ -230,7 +230,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             # the call passes num_warps=... itself: launch with all of the config's options, so that
             # it is upstream's TypeError whatever the backend's defaults are (with an option equal to
             # its default left out, the call's value replaced the one that was tuned)
-            options = launch_kwargs(config, interpreted=_compat.is_interpreted(self.fn))
+            options = self._launch_kwargs(config, every_option=True)
         self.best_config = config
         if config_pre_hook is not None:
             config_pre_hook(self._hook_args(args, kwargs, config))
@@ -255,9 +255,13 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         keywords and all of the config's values (as upstream passes them)."""
         return {**dict(zip(self.arg_names, args)), **kwargs, **config.all_kwargs()}
 
-    def _launch_kwargs(self, config: Config) -> dict[str, Any]:
+    def _launch_kwargs(self, config: Config, *, every_option: bool = False) -> dict[str, Any]:
+        """What a launch with ``config`` passes; its options equal to the backend's defaults are left
+        out unless ``every_option``."""
         if _compat.is_interpreted(self.fn):
             return launch_kwargs(config, interpreted=True)
+        if every_option:
+            return launch_kwargs(config)
         return launch_kwargs(config, _compat.launch_option_defaults(self._platform().backend))
 
     def _passthrough(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -277,13 +281,14 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         ``Autotuner.warmup`` does, and decide nothing. A warmup launch runs no kernel, so timing it
         would pick a config at random and store it for every later process."""
         run = self.fn.run
-        return [run(*args, **kwargs, **self._launch_kwargs(c)) for c in self._candidates(args, kwargs)]
+        candidates = self._candidates(dict(zip(self.arg_names, args)), kwargs)
+        return [run(*args, **kwargs, **self._launch_kwargs(c)) for c in candidates]
 
-    def _candidates(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Config]:
+    def _candidates(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> list[Config]:
         """The configs a call chooses among: upstream prunes only a choice (a single config is
         launched as it is)."""
         if len(self.configs) > 1:
-            return self.prune_configs(kwargs, dict(zip(self.arg_names, args)))
+            return self.prune_configs(kwargs, nargs)
         return list(self.configs)
 
     # --- a miss ---------------------------------------------------------------------------------------
@@ -331,7 +336,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         self, state: _ProcessState, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome:
         nargs = dict(zip(self.arg_names, args))
-        candidates = self._candidates(args, kwargs)
+        candidates = self._candidates(nargs, kwargs)
         if len(candidates) == 1:
             return Outcome(candidates[0], "single")
         if key.id is None:
