@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import filelock
 
@@ -142,20 +142,27 @@ def read_bounded(path: Path, max_bytes: int | None = None) -> bytes:
     when it cannot be opened or read.
     """
     limit = MAX_FILE_BYTES if max_bytes is None else max_bytes
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    if stat.S_ISDIR(os.fstat(fd).st_mode):  # someone's directory: refused, never moved aside
-        os.close(fd)
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidCacheFile("not a regular file")
-        if info.st_size > limit:
-            raise InvalidCacheFile(f"{info.st_size} bytes, over the {limit}-byte limit")
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            raise InvalidCacheFile(f"{size} bytes, over the {limit}-byte limit")
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise InvalidCacheFile(f"over the {limit}-byte limit")
     return data
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading in binary, refusing anything but a regular file (a FIFO would
+    block): :class:`InvalidCacheFile`, or ``IsADirectoryError`` for a directory."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):  # someone's directory: refused, never moved aside
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        raise InvalidCacheFile("not a regular file")
+    return os.fdopen(fd, "rb")
 
 
 def read_document(path: Path, *, parameters: Collection[str] | None = None) -> Document:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import stat
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -31,7 +30,7 @@ from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import DecodingError, EncodingError, decode_key, describe_config, encode_key
 from ..store import default_root
-from ..store.cache_file import InvalidCacheFile
+from ..store.cache_file import open_regular
 
 #: The answers a miss can get without tuning.
 ANSWERS = ("nearest", "heuristic", "default")
@@ -129,16 +128,12 @@ class MissSummary:
 
 def read_misses_file(path: Path) -> tuple[list[MissSummary], int]:
     """The lines of a misses file aggregated by (kernel, key, answer), most frequent first, and
-    the number of lines that could not be used. Raises ``OSError`` or ``InvalidCacheFile`` (not a
-    regular file).
+    the number of lines that could not be used. Raises ``OSError`` (a directory:
+    ``IsADirectoryError``) or ``InvalidCacheFile`` (not a regular file).
 
     The file only grows (every serving process appends to it), so it is read line by line, whatever
     its size; a line longer than :data:`MAX_LINE_BYTES` is counted as unusable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO would block; a folder is no misses file
-        os.close(fd)
-        raise InvalidCacheFile("not a regular file")
-    with os.fdopen(fd, "rb") as handle:
+    with open_regular(path) as handle:
         return aggregate(_lines(handle))
 
 
