@@ -235,6 +235,10 @@ def _combine(
     return result
 
 
+#: Why a destination file takes no results: it was made for another identity (or a newer schema).
+OTHER_IDENTITY = "it holds results for another identity"
+
+
 def _merge_group(
     target: storage.CacheFile, group: list[StoredFile], prefer: str, dry_run: bool
 ) -> tuple[EntryMap, MergeResult] | str:
@@ -250,7 +254,7 @@ def _merge_group(
         try:
             doc = storage.read_document(target.path) if target.path.exists() else None
         except storage.NewerSchemaFile:
-            return "it holds results for another identity"  # as update() refuses it
+            return OTHER_IDENTITY  # as update() refuses it
         except storage.InvalidCacheFile as exc:  # update() moves it aside and merges into nothing
             warn_once(
                 DejavuStorageWarning,
@@ -263,10 +267,10 @@ def _merge_group(
         except OSError as exc:
             return f"destination unreadable: {exc}"
         if doc is not None and doc.identity != target.identity:
-            return "it holds results for another identity"
+            return OTHER_IDENTITY
         change(doc.entries if doc is not None else {})
     elif not target.update(change):
-        return "it holds results for another identity" if not target.writable else "it cannot be written"
+        return OTHER_IDENTITY if not target.writable else "it cannot be written"
     return outcome[0]
 
 

@@ -366,7 +366,7 @@ def import_dejavu(
         except (OSError, ValueError):
             doc = None  # a bad destination is moved aside by the write below
         if doc is not None and doc.identity != ident:  # update() would refuse it: say so, count nothing
-            report.problems.append(inventory.Problem(str(cf.path), "it holds results for another identity"))
+            report.problems.append(inventory.Problem(str(cf.path), inventory.OTHER_IDENTITY))
             continue
         existing = doc.entries if doc is not None else {}
         kept = set(existing) & set(entries) if not overwrite else set()
