@@ -214,6 +214,18 @@ def test_force_fallback_without_a_heuristic(monkeypatch):
         launch(make_tuner(), 100)
 
 
+def test_force_fallback_without_a_heuristic_in_read_only_mode_says_nothing_is_tuned(monkeypatch):
+    monkeypatch.setenv(_env.FORCE_FALLBACK, "1")
+    monkeypatch.setenv(_env.READ_ONLY, "1")
+    bench = InstantBench()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        launch(make_tuner(bench=bench), 100)
+    [forced] = [str(w.message) for w in caught if "no fallback_heuristic" in str(w.message)]
+    assert forced.endswith("answering misses as with tuning off"), forced
+    assert bench.calls == 0
+
+
 @pytest.mark.parametrize(
     "options, names",
     [

@@ -57,7 +57,7 @@ class MissPolicy:
             if config is not None:
                 return Outcome(config, "restored", entry=entry)
         tuning = tuning_enabled()
-        outcome = self._fallback(key, candidates, restored) if _env.force_fallback() else None
+        outcome = self._fallback(key, candidates, restored, tuning) if _env.force_fallback() else None
         if outcome is None and not tuning:
             outcome = self.without_tuning(key, candidates, restored)
         if outcome is not None:
@@ -112,10 +112,11 @@ class MissPolicy:
         return outcome
 
     def _fallback(
-        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry]
+        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry], tuning: bool
     ) -> Outcome | None:
         """``TRITON_DEJAVU_FORCE_FALLBACK=1``: the informed fallback when results were restored, else
-        the fallback heuristic, else None (tune, with a warning)."""
+        the fallback heuristic, else None (with a warning: tune, or with ``tuning`` off answer as
+        any miss is then)."""
         if self.informed_fallback is not None and restored:
             cache = self._informed_cache(candidates, restored)
             try:
@@ -138,10 +139,11 @@ class MissPolicy:
         warn_once(
             DejavuConfigWarning,
             self.kernel_name,
-            "%s: %s=1 but no fallback_heuristic was given%s; tuning instead",
+            "%s: %s=1 but no fallback_heuristic was given%s; %s",
             self.kernel_name,
             _env.FORCE_FALLBACK,
             " (and nothing was restored for informed_fallback)" if self.informed_fallback else "",
+            "tuning instead" if tuning else "answering misses as with tuning off",
         )
         return None
 
