@@ -252,6 +252,20 @@ def test_timing_arguments_without_do_bench_are_not_warned_about():
         tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], warmup=25, rep=100)(double_kernel)
 
 
+def test_search_budget_arguments_without_a_search_strategy():
+    """Exhaustive search (neither use_random_search nor use_bo) measures every candidate: a budget
+    given to it has no effect, said once at decoration."""
+    with pytest.warns(
+        DejavuConfigWarning,
+        match="double_kernel: search_max_search_t, search_seed have no effect without use_random_search",
+    ):
+        make_tuner(search_max_search_t=5, search_seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        make_tuner(search_max_search_t=5, search_seed=3, use_random_search=True)
+        make_tuner(search_max_repeat=1, search_seed=0)  # the defaults
+
+
 @pytest.mark.parametrize(
     "name, value",
     [(_env.FORCE_FALLBACK, "maybe"), (_env.COMPILE_THREADS, "-3"), (_env.ISOLATION_TIMEOUT, "nan")],
