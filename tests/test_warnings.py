@@ -252,6 +252,18 @@ def test_timing_arguments_without_do_bench_are_not_warned_about():
         tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], warmup=25, rep=100)(double_kernel)
 
 
+def test_use_only_restored_without_a_stored_winner_tunes_everything_and_says_so(monkeypatch):
+    monkeypatch.setenv(_env.USE_ONLY_RESTORED, "1")
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench)
+    with pytest.warns(DejavuConfigWarning, match="USE_ONLY_RESTORED=1 but no stored winner.*all 3 of them"):
+        launch(tuner, 100)
+    assert bench.calls == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        launch(tuner, 200)  # restricted to the winner of n=100 now: nothing to say
+
+
 def test_search_budget_arguments_without_a_search_strategy():
     """Exhaustive search (neither use_random_search nor use_bo) measures every candidate: a budget
     given to it has no effect, said once at decoration."""

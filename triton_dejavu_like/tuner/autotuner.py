@@ -383,10 +383,9 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
 
         def adopt(entry: StoredEntry) -> Outcome | None:
             """A result another process (or rank) stored for this key, if it fits these candidates."""
-            found = self._policy.answer(key, answer, candidates_hash, {key.id or "": entry}, pruning=pruning)
-            if not isinstance(found, Outcome) or found.source != "restored":
-                return None
-            state.restored[key.id or ""] = entry
+            found = self._policy.restored(entry, answer, candidates_hash, pruning=pruning)
+            if found is not None:
+                state.restored[key.id or ""] = entry
             return found
 
         meeting_place = ranks.active_store()
