@@ -211,6 +211,21 @@ def test_export_writes_only_the_spec_kernels(capsys, tmp_path):
     assert status == 0 and set(statuses(served).values()) == {"stored"}
 
 
+def test_a_key_tuned_into_a_custom_data_storage_is_reported(tmp_path):
+    """A kernel with custom_data_storage stores outside the root 'tune' merges and exports (with
+    Ray, on the worker's machine): said, not dropped in silence."""
+    from kernels import FakeBench, run_add, tuned_add
+
+    from triton_dejavu_like.tools.aot.run import run_case
+
+    tuner = tuned_add(FakeBench(), custom_data_storage=tmp_path / "custom")
+    case = tdl.TuneCase("custom", lambda: run_add(tuner, 64))
+    with pytest.warns(tdl.DejavuStorageWarning, match="its custom_data_storage.*neither merges nor exports"):
+        result = run_case(case, tmp_path / "root")
+    assert (result.status, result.files) == ("tuned", [])
+    assert tuner.cache_path().is_relative_to(tmp_path / "custom")
+
+
 def _load(path: Path):
     spec = importlib.util.spec_from_file_location(f"heuristic_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
