@@ -264,6 +264,19 @@ def test_use_only_restored_without_a_stored_winner_tunes_everything_and_says_so(
         launch(tuner, 200)  # restricted to the winner of n=100 now: nothing to say
 
 
+def test_isolation_arguments_without_isolation():
+    """isolation_timeout_s bounds a candidate in an isolated worker only: without isolation (neither
+    use_isolated_process=True nor the variable) it is said to have no effect, at the first tuning."""
+    tuner = make_tuner(isolation_timeout_s=30, isolation_start_method="spawn")
+    with pytest.warns(DejavuConfigWarning) as shown:
+        launch(tuner, 100)
+    said = sorted(str(w.message) for w in shown if "isolated process" in str(w.message))
+    assert [s.split(" has no effect")[0] for s in said] == [
+        "double_kernel: isolation_start_method",
+        "double_kernel: isolation_timeout_s",
+    ]
+
+
 def test_search_budget_arguments_without_a_search_strategy():
     """Exhaustive search (neither use_random_search nor use_bo) measures every candidate: a budget
     given to it has no effect, said once at decoration."""
