@@ -370,3 +370,17 @@ def test_tune_refuses_an_environment_where_it_would_not_tune(capsys, tmp_path, m
     monkeypatch.setenv(variable, "1")
     assert cli.main(["tune", SPEC, "--root", str(tmp_path / "other")]) == 2
     assert variable in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def test_ray_options_without_ray_are_reported(capsys, tmp_path):
+    """--batch-size and --ray-start-timeout only shape a Ray run: given without --ray, said once each."""
+    with pytest.warns(tdl.DejavuConfigWarning) as shown:
+        status, report = tune(
+            capsys, SPEC, "--root", str(tmp_path / "root"), "--batch-size", "4", "--ray-start-timeout", "5"
+        )
+    assert status == 0 and set(statuses(report).values()) == {"tuned"}
+    said = sorted(str(w.message) for w in shown if "without --ray" in str(w.message))
+    assert said == [
+        "tune: --batch-size has no effect without --ray",
+        "tune: --ray-start-timeout has no effect without --ray",
+    ]
