@@ -211,6 +211,21 @@ def test_export_writes_only_the_spec_kernels(capsys, tmp_path):
     assert status == 0 and set(statuses(served).values()) == {"stored"}
 
 
+def test_a_key_tuned_into_a_custom_data_storage_is_reported(tmp_path):
+    """A kernel with custom_data_storage stores outside the root 'tune' merges and exports (with
+    Ray, on the worker's machine): said, not dropped in silence."""
+    from kernels import FakeBench, run_add, tuned_add
+
+    from triton_dejavu_like.tools.aot.run import run_case
+
+    tuner = tuned_add(FakeBench(), custom_data_storage=tmp_path / "custom")
+    case = tdl.TuneCase("custom", lambda: run_add(tuner, 64))
+    with pytest.warns(tdl.DejavuStorageWarning, match="its custom_data_storage.*neither merges nor exports"):
+        result = run_case(case, tmp_path / "root")
+    assert (result.status, result.files) == ("tuned", [])
+    assert tuner.cache_path().is_relative_to(tmp_path / "custom")
+
+
 def _load(path: Path):
     spec = importlib.util.spec_from_file_location(f"heuristic_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
@@ -355,3 +370,17 @@ def test_tune_refuses_an_environment_where_it_would_not_tune(capsys, tmp_path, m
     monkeypatch.setenv(variable, "1")
     assert cli.main(["tune", SPEC, "--root", str(tmp_path / "other")]) == 2
     assert variable in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+def test_ray_options_without_ray_are_reported(capsys, tmp_path):
+    """--batch-size and --ray-start-timeout only shape a Ray run: given without --ray, said once each."""
+    with pytest.warns(tdl.DejavuConfigWarning) as shown:
+        status, report = tune(
+            capsys, SPEC, "--root", str(tmp_path / "root"), "--batch-size", "4", "--ray-start-timeout", "5"
+        )
+    assert status == 0 and set(statuses(report).values()) == {"tuned"}
+    said = sorted(str(w.message) for w in shown if "without --ray" in str(w.message))
+    assert said == [
+        "tune: --batch-size has no effect without --ray",
+        "tune: --ray-start-timeout has no effect without --ray",
+    ]

@@ -194,6 +194,27 @@ def test_merge_into_a_corrupt_destination_sets_it_aside_and_a_dry_run_says_so(ca
         assert any(p.name.startswith("cache.json.corrupt-") for p in target.parent.iterdir())
 
 
+def test_a_warning_is_printed_once_with_default_settings(tmp_path):
+    """The command's logger handler prints the package's warnings: Python's own display of the same
+    warning would print it a second time."""
+    rank0, _ = rank_roots(tmp_path)
+    dest = tmp_path / "dest"
+    target = cache_file(dest).path
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"{ not json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONWARNINGS")}
+    result = subprocess.run(
+        [sys.executable, "-m", "triton_dejavu_like", "merge", str(rank0), "--root", str(dest), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("a merge would set it aside") == 1, result.stderr
+    assert "triton-dejavu-like: WARNING: tuning cache" in result.stderr
+
+
 @pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["merge", "dry run"])
 def test_merge_never_overwrites_a_file_of_another_identity(capsys, tmp_path, dry_run):
     rank0, _ = rank_roots(tmp_path)

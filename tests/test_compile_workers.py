@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,6 +144,44 @@ def test_compile_processes_values(monkeypatch, raw, mode):
 
     monkeypatch.setenv(_env.COMPILE_PROCESSES, raw)
     assert _env.compile_processes() == mode
+
+
+@pytest.mark.parametrize(
+    ("processes", "start", "main_harmless", "warned"),
+    [
+        ("on", "fork", True, "TRITON_DEJAVU_COMPILE_PROCESSES=1: an argument of type object"),
+        ("auto", "forkserver", False, 'TRITON_DEJAVU_COMPILE_START=forkserver: .*if __name__ == "__main__"'),
+        ("auto", "fork", True, None),  # auto chose processes: threads instead is no news
+    ],
+)
+def test_compiling_in_threads_where_processes_were_asked_for_is_reported(
+    monkeypatch, processes, start, main_harmless, warned
+):
+    """A run that would compile in worker processes but cannot (an argument that cannot travel, a main
+    script each fork-server worker would run again) compiles in threads: said once where the
+    environment asked for processes."""
+    import types
+    import warnings
+
+    from kernels import add_kernel
+
+    from triton_dejavu_like import DejavuConfigWarning, _env
+    from triton_dejavu_like.measure import compile_pool
+
+    monkeypatch.setenv(_env.COMPILE_PROCESSES, processes)
+    monkeypatch.setenv(_env.COMPILE_START, start)
+    monkeypatch.setattr(compile_pool, "main_reimport_is_harmless", lambda: main_harmless)
+    recipe = types.SimpleNamespace(fn=add_kernel, kernel_name="add_kernel")
+    ctx = types.SimpleNamespace(interpreted=False, args=(object(),), kwargs={})
+    configs = [None] * _env.PROCESS_COMPILE_MIN[start]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert compile_pool.compile_in_processes(recipe, ctx, configs) is None
+    said = [str(w.message) for w in caught if issubclass(w.category, DejavuConfigWarning)]
+    if warned is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and re.search(f"add_kernel: compiling in threads despite {warned}", said[0])
 
 
 LEFT_BEHIND = textwrap.dedent(

@@ -95,6 +95,15 @@ def test_add_store_rejects_what_is_not_a_folder(tmp_path):
         forget_stores()
 
 
+def test_a_storage_root_that_is_not_a_folder_is_reported_as_add_store_reports_it(roots):
+    _, layer1, layer2 = roots  # layer2 is never created (a typo in the variable, an unmounted disk)
+    tuner = tuned_add(FakeBench())
+    seed(tuner, layer1, {add_key(64): 32})
+    with pytest.warns(DejavuStorageWarning, match=f"TRITON_DEJAVU_STORAGE: {layer2} is not a folder"):
+        run_add(tuner, 64)
+    assert (tuner.last_decision, tuner.best_config.kwargs["BLOCK"]) == ("restored", 32)  # layer1 still used
+
+
 def test_a_layer_in_a_zip_is_read_without_extracting(tmp_path):
     tuner = tuned_add(FakeBench())
     seed(tuner, tmp_path / "tuned", {add_key(64): 64})

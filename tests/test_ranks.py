@@ -87,3 +87,32 @@ def test_a_rank_that_raises_does_not_hang_the_others(phases):
     others = [r for i, r in enumerate(results) if i != 2]
     assert all(not r["raised"] and len(r["configs"]) == 1 for r in others)
     assert len({json.dumps(r["configs"]) for r in others}) == 1
+
+
+def test_a_rank_that_joins_after_the_group_decided_nothing_tunes_alone_and_says_so():
+    """A rank that missed the key after the group closed and finds no decision (the leader died)
+    tunes alone: its config may differ from the other ranks', which the user must hear of."""
+    import triton
+
+    from triton_dejavu_like import DejavuTuningWarning
+    from triton_dejavu_like.tuner import ranks
+    from triton_dejavu_like.tuner.key import TuningKey
+    from triton_dejavu_like.tuner.tuning import Outcome
+
+    store = dist.HashStore()
+    candidates = [triton.Config({"BLOCK": b}) for b in (16, 32)]
+    scope = ["kernel", "key"]
+    store.add(f"{ranks._PREFIX}{ranks.stable_hash(scope)}/joined", ranks.CLOSED)  # closed, no decision
+    recorded = []
+    with pytest.warns(DejavuTuningWarning, match="on this rank alone"):
+        outcome = ranks.tune_together(
+            (store, 2),
+            scope,
+            TuningKey.of((64,)),
+            "add_kernel",
+            candidates,
+            lambda subset: Outcome(subset[1], "tuned"),
+            recorded.append,
+            0.2,
+        )
+    assert outcome.config is candidates[1] and recorded == [outcome]

@@ -563,7 +563,7 @@ configs = [
 
 
 @tdl.autotune(key=["M", "N", "K"], configs=configs, use_bo=STRATEGY == "bayesian",
-              search_max_share=0.25 if STRATEGY == "bayesian" else 1.0, search_seed=0)
+              search_max_share=0.25 if STRATEGY == "bayesian" else None, search_seed=0)
 @triton.jit
 def matmul(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     rm = tl.program_id(0) * BM + tl.arange(0, BM)

@@ -214,6 +214,18 @@ def test_force_fallback_without_a_heuristic(monkeypatch):
         launch(make_tuner(), 100)
 
 
+def test_force_fallback_without_a_heuristic_in_read_only_mode_says_nothing_is_tuned(monkeypatch):
+    monkeypatch.setenv(_env.FORCE_FALLBACK, "1")
+    monkeypatch.setenv(_env.READ_ONLY, "1")
+    bench = InstantBench()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        launch(make_tuner(bench=bench), 100)
+    [forced] = [str(w.message) for w in caught if "no fallback_heuristic" in str(w.message)]
+    assert forced.endswith("answering misses as with tuning off"), forced
+    assert bench.calls == 0
+
+
 @pytest.mark.parametrize(
     "options, names",
     [
@@ -238,6 +250,45 @@ def test_timing_arguments_without_do_bench_are_not_warned_about():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DejavuConfigWarning)
         tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], warmup=25, rep=100)(double_kernel)
+
+
+def test_use_only_restored_without_a_stored_winner_tunes_everything_and_says_so(monkeypatch):
+    monkeypatch.setenv(_env.USE_ONLY_RESTORED, "1")
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench)
+    with pytest.warns(DejavuConfigWarning, match="USE_ONLY_RESTORED=1 but no stored winner.*all 3 of them"):
+        launch(tuner, 100)
+    assert bench.calls == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        launch(tuner, 200)  # restricted to the winner of n=100 now: nothing to say
+
+
+def test_isolation_arguments_without_isolation():
+    """isolation_timeout_s bounds a candidate in an isolated worker only: without isolation (neither
+    use_isolated_process=True nor the variable) it is said to have no effect, at the first tuning."""
+    tuner = make_tuner(isolation_timeout_s=30, isolation_start_method="spawn")
+    with pytest.warns(DejavuConfigWarning) as shown:
+        launch(tuner, 100)
+    said = sorted(str(w.message) for w in shown if "isolated process" in str(w.message))
+    assert [s.split(" has no effect")[0] for s in said] == [
+        "double_kernel: isolation_start_method",
+        "double_kernel: isolation_timeout_s",
+    ]
+
+
+def test_search_budget_arguments_without_a_search_strategy():
+    """Exhaustive search (neither use_random_search nor use_bo) measures every candidate: a budget
+    given to it has no effect, said once at decoration."""
+    with pytest.warns(
+        DejavuConfigWarning,
+        match="double_kernel: search_max_search_t, search_seed have no effect without use_random_search",
+    ):
+        make_tuner(search_max_search_t=5, search_seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        make_tuner(search_max_search_t=5, search_seed=3, use_random_search=True)
+        make_tuner(search_max_repeat=1, search_seed=0)  # the defaults
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ from typing import Any
 
 from .. import _compat, _env
 from .._compat import Config
-from .._log import log
+from .._log import DejavuConfigWarning, log, warn_once
 from ..codec import EncodingError, decode_config, encode_config
 from .isolation.settings import FORKSERVER_PRELOAD, IsolationError
 from .isolation.transfer import KernelRef, exit_with_parent
@@ -421,16 +421,18 @@ def compile_in_processes(
     if ctx.interpreted or mode == "off" or few:
         return None
     if method == "forkserver" and not main_reimport_is_harmless():
-        log.debug(
-            "%s: compiling in threads: the main script has top-level code that each compile worker "
-            'would run again (put it under `if __name__ == "__main__":`)',
-            recipe.kernel_name,
+        _in_threads(
+            recipe,
+            mode,
+            method,
+            "the main script has top-level code that each compile worker would run again "
+            '(put it under `if __name__ == "__main__":`)',
         )
         return None
     try:
         call = CallSpec.of(recipe, ctx, forked=method == "fork")
     except Unsupported as exc:
-        log.debug("%s: compiling in threads (%s)", recipe.kernel_name, exc)
+        _in_threads(recipe, mode, method, str(exc))
         return None
     import torch
 
@@ -440,3 +442,28 @@ def compile_in_processes(
         pool.restart()  # forked before this kernel was registered: fork workers that know it
         pool = CompilePool.shared(device, method)
     return (pool, call) if pool is not None else None
+
+
+def _in_threads(recipe: KernelRecipe, mode: str, method: str, reason: str) -> None:
+    """Say why this run compiles in threads: a warning where the environment asked for worker
+    processes (``TRITON_DEJAVU_COMPILE_PROCESSES=1``, or ``TRITON_DEJAVU_COMPILE_START=forkserver``:
+    a fork server is the default only where the platform cannot fork), a debug record where
+    ``auto`` chose forked workers."""
+    asked = (
+        f"{_env.COMPILE_PROCESSES}=1"
+        if mode == "on"
+        else f"{_env.COMPILE_START}=forkserver"
+        if method == "forkserver"
+        else None
+    )
+    if asked is None:
+        log.debug("%s: compiling in threads (%s)", recipe.kernel_name, reason)
+        return
+    warn_once(
+        DejavuConfigWarning,
+        recipe.kernel_name,
+        "%s: compiling in threads despite %s: %s",
+        recipe.kernel_name,
+        asked,
+        reason,
+    )

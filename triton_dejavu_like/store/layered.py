@@ -162,18 +162,24 @@ def add_store(location: str | os.PathLike[str] | Traversable) -> None:
         raise TypeError(
             f"add_store takes a path or an importlib.resources folder, not {type(location).__name__}"
         )
+    if not usable(layer, "add_store"):
+        return
+    with _registered_lock:
+        if all(known.label != layer.label for known in _registered):
+            _registered.append(layer)
+
+
+def usable(layer: StoreLayer, named_by: str) -> bool:
+    """Whether ``layer`` is a folder; if not, it is reported once (``named_by``: what named it)."""
     try:
         is_dir = layer.location.is_dir()
     except OSError:
         is_dir = False
     if not is_dir:
         warn_once(
-            DejavuStorageWarning, layer.label, "add_store: %s is not a folder; not using it", layer.label
+            DejavuStorageWarning, layer.label, "%s: %s is not a folder; not using it", named_by, layer.label
         )
-        return
-    with _registered_lock:
-        if all(known.label != layer.label for known in _registered):
-            _registered.append(layer)
+    return is_dir
 
 
 def registered_stores() -> list[StoreLayer]:

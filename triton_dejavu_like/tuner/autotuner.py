@@ -94,7 +94,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
                 {"warmup": warmup, "rep": rep, "use_cuda_graph": use_cuda_graph, "do_bench": do_bench}
             )
         _names(arg_names, "check_outputs", settings.numerical_check.outputs)
-        _warn_overridden(_compat.python_function(fn).__name__, settings)
+        _warn_ignored(_compat.python_function(fn).__name__, settings)
         self.settings = settings
         self._config_space = config_space
         self._configs_list: list[Config] | None = None
@@ -383,10 +383,9 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
 
         def adopt(entry: StoredEntry) -> Outcome | None:
             """A result another process (or rank) stored for this key, if it fits these candidates."""
-            found = self._policy.answer(key, answer, candidates_hash, {key.id or "": entry}, pruning=pruning)
-            if not isinstance(found, Outcome) or found.source != "restored":
-                return None
-            state.restored[key.id or ""] = entry
+            found = self._policy.restored(entry, answer, candidates_hash, pruning=pruning)
+            if found is not None:
+                state.restored[key.id or ""] = entry
             return found
 
         meeting_place = ranks.active_store()
@@ -458,18 +457,31 @@ def _names(arg_names: list[str], what: str, names: Sequence[str] | str | None) -
     return names
 
 
-def _warn_overridden(kernel: str, settings: TunerSettings) -> None:
+def _warn_ignored(kernel: str, settings: TunerSettings) -> None:
+    """Arguments given that have no effect with the others: said once, at decoration."""
     overridden = settings.timing.overridden()
     if overridden:
         warn_once(
             DejavuConfigWarning,
             kernel,
-            "%s: do_bench is given, so %s %s no effect: your do_bench times every candidate "
+            "%s: do_bench is given, so %s no effect: your do_bench times every candidate "
             "(triton.autotune ignores do_bench when warmup, rep or use_cuda_graph is given)",
             kernel,
-            ", ".join(overridden),
-            "has" if len(overridden) == 1 else "have",
+            _have(overridden),
         )
+    if settings.ignored_budget:
+        warn_once(
+            DejavuConfigWarning,
+            kernel,
+            "%s: %s no effect without use_random_search=True or use_bo=True: exhaustive search "
+            "measures every candidate",
+            kernel,
+            _have(settings.ignored_budget),
+        )
+
+
+def _have(names: Sequence[str]) -> str:
+    return f"{', '.join(names)} {'has' if len(names) == 1 else 'have'}"
 
 
 def _check_configs(

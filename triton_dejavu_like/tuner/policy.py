@@ -7,8 +7,8 @@ In order: a stored entry for the key (when pruning cannot have changed the candi
 benchmarking by the nearest tuned key (:mod:`.nearest`), else the ``fallback_heuristic``, else the
 first candidate; with tuning off, a miss is counted (:mod:`.misses`) whichever of these (the forced
 fallback included) answered it. Otherwise ``TRITON_DEJAVU_USE_ONLY_RESTORED=1``
-restricts tuning to configs that won a restored key, and what is left is tuned over the remaining
-candidates.
+restricts tuning to configs that won a restored key (all candidates, with a warning, when none of
+them won one), and what is left is tuned over the remaining candidates.
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ class MissPolicy:
         """An :class:`Outcome` that needs no tuning, or the candidates to tune among."""
         entry = restored.get(key.id) if key.id is not None else None
         if entry is not None:
-            config = self._restore(entry, candidates, candidates_hash, pruning)
-            if config is not None:
-                return Outcome(config, "restored", entry=entry)
+            found = self.restored(entry, candidates, candidates_hash, pruning=pruning)
+            if found is not None:
+                return found
         tuning = tuning_enabled()
-        outcome = self._fallback(key, candidates, restored) if _env.force_fallback() else None
+        outcome = self._fallback(key, candidates, restored, tuning) if _env.force_fallback() else None
         if outcome is None and not tuning:
             outcome = self.without_tuning(key, candidates, restored)
         if outcome is not None:
@@ -71,6 +71,15 @@ class MissPolicy:
                 return Outcome(restricted[0], "single")
             if restricted:
                 return restricted
+            warn_once(
+                DejavuConfigWarning,
+                self.kernel_name,
+                "%s: %s=1 but no stored winner is among the candidates; tuning all %d of them "
+                "(is this kernel's store where it should be?)",
+                self.kernel_name,
+                _env.USE_ONLY_RESTORED,
+                len(candidates),
+            )
         return candidates
 
     def without_tuning(
@@ -112,10 +121,11 @@ class MissPolicy:
         return outcome
 
     def _fallback(
-        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry]
+        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry], tuning: bool
     ) -> Outcome | None:
         """``TRITON_DEJAVU_FORCE_FALLBACK=1``: the informed fallback when results were restored, else
-        the fallback heuristic, else None (tune, with a warning)."""
+        the fallback heuristic, else None (with a warning: tune, or with ``tuning`` off answer as
+        any miss is then)."""
         if self.informed_fallback is not None and restored:
             cache = self._informed_cache(candidates, restored)
             try:
@@ -138,10 +148,11 @@ class MissPolicy:
         warn_once(
             DejavuConfigWarning,
             self.kernel_name,
-            "%s: %s=1 but no fallback_heuristic was given%s; tuning instead",
+            "%s: %s=1 but no fallback_heuristic was given%s; %s",
             self.kernel_name,
             _env.FORCE_FALLBACK,
             " (and nothing was restored for informed_fallback)" if self.informed_fallback else "",
+            "tuning instead" if tuning else "answering misses as with tuning off",
         )
         return None
 
@@ -160,9 +171,11 @@ class MissPolicy:
         self._prepared = prepared
         return prepared
 
-    def _restore(
-        self, entry: StoredEntry, candidates: list[Config], candidates_hash: str, pruning: bool
-    ) -> Config | None:
+    def restored(
+        self, entry: StoredEntry, candidates: list[Config], candidates_hash: str, *, pruning: bool
+    ) -> Outcome | None:
+        """The outcome of a stored ``entry`` for the key, if it fits these candidates (also for an
+        entry another process or rank stored meanwhile)."""
         if pruning and entry.candidates != candidates_hash:
             log.debug(
                 "%s: pruning gives another candidate set than the stored one; re-tuning", self.kernel_name
@@ -170,7 +183,7 @@ class MissPolicy:
             return None
         for config in candidates:
             if self.config_id(config) == entry.config_id:
-                return config
+                return Outcome(config, "restored", entry=entry)
         warn_once(
             DejavuTuningWarning,
             self.kernel_name + entry.config_id,

@@ -12,7 +12,8 @@ Per key (see docs/consensus.md):
 1. *Join.* ``add(joined, 1)`` gives each rank its join order; the first (the leader) waits until
    every rank of the group joined or :data:`JOIN_WINDOW_S` passed, then closes the group with
    ``add(joined, CLOSED)`` and publishes the number of members. A rank that joins after the close
-   is not a member: it waits for the decision.
+   is not a member: it waits for the decision. A rank left without a decision or without the
+   number of members tunes alone, with a warning (its config may differ from the others').
 2. *Split.* Member ``j`` of ``m`` measures the candidates ``i`` with ``i % m == j`` (the search
    strategy sees only that share) and publishes their timings.
 3. *Decide.* The leader gathers the timings (a member that does not publish within the wait is left
@@ -193,7 +194,14 @@ def tune_together(
     order = int(store.add(meeting.key("joined"), 1)) - 1
 
     def alone(why: str) -> Outcome:
-        log.info("%s: %s for key %s; tuning alone", kernel_name, why, key.values)
+        warn_once(
+            DejavuTuningWarning,
+            f"{kernel_name}:ranks",
+            "%s: %s for key %s; tuning it on this rank alone (ranks may use different configs for it)",
+            kernel_name,
+            why,
+            key.values,
+        )
         outcome = measure(candidates)
         record(outcome)
         return outcome

@@ -23,6 +23,13 @@ from ..search import Budget, require_smac
 from ..store.identity import callable_name
 
 STRATEGIES = ("exhaustive", "random", "bayesian")
+#: The search budget's arguments and their defaults: used by random search and BO only.
+BUDGET_ARGUMENTS = {
+    "search_max_search_t": None,
+    "search_max_share": None,
+    "search_max_repeat": 1,
+    "search_seed": 0,
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ class TunerSettings:
     tag: str | None = None
     isolation: IsolationSettings = field(default_factory=IsolationSettings)
     numerical_check: NumericalCheck = field(default_factory=NumericalCheck)
+    #: Budget arguments given to an exhaustive search, which measures every candidate (no effect).
+    ignored_budget: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -63,6 +72,7 @@ class TunerSettings:
         if use_bo:
             require_smac(load=False)  # imported when a tuning run starts, not here
         strategy = "bayesian" if use_bo else ("random" if use_random else "exhaustive")
+        given = [name for name, default in BUDGET_ARGUMENTS.items() if a.get(name, default) != default]
         budget = (
             Budget()
             if strategy == "exhaustive"
@@ -103,6 +113,7 @@ class TunerSettings:
                 a.get("check_rtol"),
                 a.get("check_atol"),
             ),
+            ignored_budget=tuple(given) if strategy == "exhaustive" else (),
         )
 
     def identity(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from ..store import (
     registered_stores,
 )
 from ..store.identity import code_version, stable_hash
+from ..store.layered import usable
 from .settings import TunerSettings
 
 
@@ -93,6 +94,8 @@ class StorageIdentity:
     @staticmethod
     def _layers(root: Path) -> list[StoreLayer]:
         """The read-only layers: the other roots of ``TRITON_DEJAVU_STORAGE``, then the stores
-        registered with :func:`~triton_dejavu_like.add_store` (the writable root is never a layer)."""
+        registered with :func:`~triton_dejavu_like.add_store` (the writable root is never a layer). A
+        root of the variable that is not a folder is reported once and skipped, as by ``add_store``."""
         env = [StoreLayer(p) for p in _env.storage_roots()[1:] if p != root]
+        env = [layer for layer in env if usable(layer, _env.STORAGE)]
         return env + [layer for layer in registered_stores() if layer.location != root]

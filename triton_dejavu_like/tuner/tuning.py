@@ -145,6 +145,16 @@ class TuningRun:
         start = time.perf_counter()
         ctx = self.recipe.context(args, kwargs, interpreted=self.interpreted, benchmarker=self.benchmarker)
         isolated = self.recipe.isolation.active()
+        for argument in self.recipe.isolation.ignored():
+            warn_once(
+                DejavuConfigWarning,
+                f"{name}:{argument}",
+                "%s: %s has no effect: candidates are not measured in an isolated process "
+                "(use_isolated_process=True or %s=1)",
+                name,
+                argument,
+                _env.USE_ISOLATED_PROCESS,
+            )
         streamed = None if isolated else compile_in_processes(self.recipe, ctx, candidates)
         if streamed is not None:
             streamed[0].start()  # the workers start while the strategy (SMAC's import) is set up

@@ -60,6 +60,13 @@ class IsolationSettings:
         """``use_isolated_process``, or ``TRITON_DEJAVU_USE_ISOLATED_PROCESS`` when it is None."""
         return bool(self.enabled) if self.enabled is not None else _env.use_isolated_process()
 
+    def ignored(self) -> list[str]:
+        """The isolation arguments given that have no effect: candidates are not isolated."""
+        if self.active():
+            return []
+        given = {"isolation_timeout_s": self.timeout_s, "isolation_start_method": self.start_method}
+        return [name for name, value in given.items() if value is not None]
+
     def timeout(self) -> float:
         """``isolation_timeout_s``, else ``TRITON_DEJAVU_ISOLATION_TIMEOUT``, else the default."""
         if self.timeout_s is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _env
+from ..._log import DejavuStorageWarning, warn_once
 from ...tuner.mode import tuning
 from ...tuner.report import Decision, observe_decisions
 from .case import TuneCase
@@ -58,13 +59,24 @@ def _synchronize() -> None:
 
 
 def _relative_files(decisions: list[Decision], root: Path) -> list[str]:
+    """The cache files under ``root`` that the decisions used; a key tuned into a file elsewhere (a
+    kernel's ``custom_data_storage``) is reported: ``tune`` neither merges nor exports it."""
     files = set()
     for d in decisions:
         if d.source in ("tuned", "restored") and d.where != "memory":
             try:
                 files.add(Path(d.where).resolve().relative_to(root.resolve()).as_posix())
-            except ValueError:  # a kernel with custom_data_storage: stored elsewhere, not merged
-                continue
+            except ValueError:  # restored from a read-only layer, or stored under custom_data_storage
+                if d.source == "tuned":
+                    warn_once(
+                        DejavuStorageWarning,
+                        d.where,
+                        "%s: results stored in %s (its custom_data_storage), outside %s: "
+                        "'tune' neither merges nor exports them",
+                        d.kernel,
+                        d.where,
+                        root,
+                    )
     return sorted(files)
 
 

@@ -11,7 +11,9 @@ when the winners agree, 1 when they differ and 2 when a source cannot be read; e
 that removes or replaces stored data (``prune``, ``merge``, ``export``, ``import-dejavu --overwrite``)
 lists what it removes or replaces and takes ``--dry-run``. Every value read from a file is printed
 through :func:`printable`, so a stored name cannot send terminal control sequences. Output cut short
-by a closed pipe (``list | head -1``) ends quietly.
+by a closed pipe (``list | head -1``) ends quietly. The package's warnings are printed once, as
+``triton-dejavu-like: WARNING: ...`` lines of the package logger (``-W error::UserWarning`` still makes
+them errors).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from ... import __version__, _env
+from ..._log import DejavuWarning
 from . import managing, reading, tuning
 from .output import PROG, CliError, CommandParser, UsageError, printable
 
@@ -60,7 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.WARNING)
     try:
-        status = args.func(args)
+        with warnings.catch_warnings():
+            # the logger's handler prints each of the package's warnings: not a second time through
+            # warnings (appended, so that the interpreter's -W options still apply first)
+            warnings.filterwarnings("ignore", category=DejavuWarning, append=True)
+            status = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return status
     except BrokenPipeError:

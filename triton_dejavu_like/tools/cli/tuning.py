@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _env
+from ..._log import DejavuConfigWarning, warn_once
 from ...store import InvalidCacheFile, inventory
 from ...tuner import misses as miss_log
 from .. import dejavu_import, heuristic
@@ -122,6 +123,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError(f"{_env.FORCE_FALLBACK}=1 answers misses with heuristics; unset it to tune")
     if sum(bool(x) for x in (args.gpus, args.workers, args.ray is not None)) > 1:
         raise UsageError("choose one of --gpus, --workers and --ray")
+    if args.ray is None:
+        ray_only = {
+            "--batch-size": args.batch_size != 1,
+            "--ray-start-timeout": args.ray_start_timeout != START_TIMEOUT_S,
+        }
+        for option in (name for name, given in ray_only.items() if given):
+            warn_once(DejavuConfigWarning, option, "tune: %s has no effect without --ray", option)
     try:
         gpus = aot.parse_gpus(args.gpus) if args.gpus else None
     except ValueError as exc:
