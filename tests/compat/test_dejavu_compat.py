@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 import triton
-from compat_helpers import Bench, add_kernel, key_for, run_add
+from compat_helpers import Bench, add_kernel, blocks_of, key_for, run_add
 
 import triton_dejavu_like as tdl
 
@@ -253,6 +253,44 @@ def test_disable_jitcache_returns_the_kernel_itself(monkeypatch):
 def test_a_misspelt_keyword_names_the_right_one():
     with pytest.raises(TypeError, match=r"'quantile'.*did you mean 'quantiles'"):
         tdl.autotune(key=["n"], configs=Bench().configs(), quantile=(0.5,))
+
+
+# --- ConfigSpace -------------------------------------------------------------------------------------------
+
+
+def test_config_space_lists_configs_in_dejavu_order():
+    """triton-dejavu crosses the kwargs in the order given, then the Config fields in alphabetical
+    order (num_stages before num_warps) whatever order they were passed in: the same list, so the
+    same tie-break, the same input to early_config_prune and the same ``kernel.configs``."""
+    space = tdl.ConfigSpace({"BLOCK": [16, 32]}, num_warps=[4, 8], num_stages=[1, 2])
+    listed = [(c.kwargs["BLOCK"], c.num_stages, c.num_warps) for c in space.generate_config_list()]
+    assert listed == [(b, s, w) for b in (16, 32) for s in (1, 2) for w in (4, 8)]
+
+
+def test_config_space_has_dejavu_attributes():
+    hook = lambda nargs: None  # noqa: E731
+    space = tdl.ConfigSpace({"BLOCK": [16, 32], "GROUP": [1]}, num_warps=[4, 8], pre_hook=hook)
+    assert space.kwargs == {"BLOCK": [16, 32], "GROUP": [1]}
+    assert space.kwarg_keys == ["BLOCK", "GROUP"]
+    assert space.num_warps == [4, 8]
+    assert space.num_stages == [triton.Config({}).num_stages], "a field not given: [its default]"
+    assert space.get_global_pre_hook() is hook
+    with pytest.raises(AttributeError, match="build a new ConfigSpace"):
+        space.num_warps = [16]
+
+
+def test_generate_config_list_returns_a_new_list():
+    space = tdl.ConfigSpace({"BLOCK": [16, 32]})
+    listed = space.generate_config_list()
+    listed.append(triton.Config({"BLOCK": 64}))
+    assert [c.kwargs["BLOCK"] for c in space.generate_config_list()] == [16, 32]
+    tuner = tdl.autotune(key=["n"], config_space=space)(add_kernel)
+    assert blocks_of(tuner.configs) == [16, 32]
+
+
+def test_config_space_pre_hook_third_as_before_dejavu_0_7_5_is_a_clear_error():
+    with pytest.raises(TypeError, match="pass pre_hook= by keyword"):
+        tdl.ConfigSpace({"BLOCK": [16]}, [lambda kw: True], lambda nargs: None)
 
 
 # --- environment variables ---------------------------------------------------------------------------------
