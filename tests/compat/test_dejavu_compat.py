@@ -211,6 +211,25 @@ def test_metadata_key_records_the_chosen_config():
     assert "BLOCK:32" in expected
 
 
+def test_dejavu_utils_module_serves_the_proton_metadata_recipe():
+    """triton-dejavu's proton recipe: ``from triton_dejavu.utils import unpack_grid, get_random_key,
+    global_metadata_store``, a metadata_key from get_random_key, read back in a metadata_fn."""
+    from triton_dejavu_like.utils import get_random_key, global_metadata_store, unpack_grid
+
+    assert global_metadata_store is tdl.global_metadata_store
+    key = get_random_key(prefix="add")
+    assert key.startswith("add-") and len(key) == len("add-") + 8 and key[4:].isalnum()
+    assert get_random_key() != get_random_key() and len(get_random_key()) == 8
+    assert [unpack_grid(g) for g in ((4,), [4, 2], (4, 2, 3))] == [(4, 1, 1), (4, 2, 1), (4, 2, 3)]
+    with pytest.raises(ValueError, match="one to three"):
+        unpack_grid(())
+    bench = Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench, metadata_key=key)(add_kernel)
+    run_add(tuner)
+    expected = f"<autotune:{tuner.best_config}>".replace(" ", "")
+    assert global_metadata_store.get(key, "<no-autotune>") == expected
+
+
 # --- jitcache -----------------------------------------------------------------------------------------------
 
 
