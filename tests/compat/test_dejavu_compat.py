@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +19,7 @@ import triton
 from compat_helpers import Bench, add_kernel, blocks_of, key_for, run_add
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like._log import forget_warnings
 
 # --- arguments implemented since the start (a smoke test each, in dejavu's keyword spelling) -------------
 
@@ -322,6 +325,38 @@ def test_storage_and_tag_variables(tmp_path, monkeypatch):
     path = tuner.cache_path()
     assert path.is_file()
     assert str(path).startswith(str(tmp_path / "root")) and "deploy-a" in path.parts
+
+
+def _dejavu_tree(root, kernel="add_kernel"):
+    """A triton-dejavu 0.7 cache file of ``kernel`` under ``root``, at the path triton-dejavu writes."""
+    folder = root.joinpath(
+        "dejavu_0.7", "triton_3.2.0", "cuda_12.4", "gpu_NVIDIA_H100_80GB_HBM3", kernel, "autotune_config-1a",
+        "code_version-2b", "tune_features-3c", "kernel_configs-4d", "default",
+    )  # fmt: skip
+    folder.mkdir(parents=True)
+    key = "('100', 'torch.float32', 'torch.float32', 'torch.float32')"
+    doc = {"signature": f"JITFunction(compat_helpers:{kernel})", "cache": {key: "BLOCK: 64, num_warps: 1"}}
+    (folder / "cache.json").write_text(json.dumps(doc))
+
+
+def test_triton_dejavu_results_in_the_storage_root_are_named_with_the_import_command(tmp_path):
+    """triton-dejavu's files under TRITON_DEJAVU_STORAGE are not read: without a word, a switching
+    user's kernels were tuned again (or answered by the fallback in production). One warning per
+    kernel says so and gives the import-dejavu command; none once results of ours are stored."""
+    root = Path(os.environ["TRITON_DEJAVU_STORAGE"])
+    _dejavu_tree(root)
+    _dejavu_tree(root, kernel="other_kernel")
+    with pytest.warns(tdl.DejavuStorageWarning) as caught:
+        _tune_once()
+    texts = [str(w.message) for w in caught if issubclass(w.category, tdl.DejavuStorageWarning)]
+    assert len(texts) == 1
+    assert "1 triton-dejavu cache file" in texts[0]
+    assert f"import-dejavu {root} --kernel compat_helpers:add_kernel" in texts[0]
+    forget_warnings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tdl.DejavuStorageWarning)
+        tuner = _tune_once()  # a later process: its own result is restored, nothing to say
+    assert tuner.last_decision == "restored"
 
 
 def test_force_fallback_uses_fallback_heuristic(monkeypatch):
