@@ -10,13 +10,16 @@ import json
 import os
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
 import triton
-from compat_helpers import Bench, add_kernel, key_for, run_add
+from compat_helpers import Bench, add_kernel, blocks_of, key_for, run_add
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like._log import forget_warnings
 
 # --- arguments implemented since the start (a smoke test each, in dejavu's keyword spelling) -------------
 
@@ -83,6 +86,32 @@ def test_dejavu_positional_fallback_heuristic_is_twelfth(monkeypatch):
     run_add(tuner)
     assert bench.timed == []
     assert tuner.best_config.kwargs == {"BLOCK": 128}
+
+
+# --- search budget -----------------------------------------------------------------------------------------
+
+
+def _random_search(share):
+    bench = Bench()
+    tuner = tdl.autotune(
+        key=["n"], configs=bench.configs(), do_bench=bench, use_random_search=True, search_max_share=share
+    )(add_kernel)
+    run_add(tuner)
+    return bench
+
+
+def test_a_share_below_dejavus_fifty_trials_is_said_once(monkeypatch):
+    """triton-dejavu measures at least min(50, candidates) whatever search_max_share; ours takes the
+    share as given, and says so when it measures fewer."""
+    with pytest.warns(tdl.DejavuConfigWarning, match=r"measure 2 of 4 candidates.*at least 4.*share=1\b"):
+        bench = _random_search(0.5)
+    assert len(bench.timed) == 2
+    forget_warnings()
+    monkeypatch.setenv("_TRITON_DEJAVU_MIN_SEARCH_SAMPLES", "2")  # the floor it names is dejavu's setting
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tdl.DejavuConfigWarning)
+        _random_search(0.5)
+        _random_search(None)
 
 
 # --- quantiles -------------------------------------------------------------------------------------------
@@ -211,6 +240,25 @@ def test_metadata_key_records_the_chosen_config():
     assert "BLOCK:32" in expected
 
 
+def test_dejavu_utils_module_serves_the_proton_metadata_recipe():
+    """triton-dejavu's proton recipe: ``from triton_dejavu.utils import unpack_grid, get_random_key,
+    global_metadata_store``, a metadata_key from get_random_key, read back in a metadata_fn."""
+    from triton_dejavu_like.utils import get_random_key, global_metadata_store, unpack_grid
+
+    assert global_metadata_store is tdl.global_metadata_store
+    key = get_random_key(prefix="add")
+    assert key.startswith("add-") and len(key) == len("add-") + 8 and key[4:].isalnum()
+    assert get_random_key() != get_random_key() and len(get_random_key()) == 8
+    assert [unpack_grid(g) for g in ((4,), [4, 2], (4, 2, 3))] == [(4, 1, 1), (4, 2, 1), (4, 2, 3)]
+    with pytest.raises(ValueError, match="one to three"):
+        unpack_grid(())
+    bench = Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench, metadata_key=key)(add_kernel)
+    run_add(tuner)
+    expected = f"<autotune:{tuner.best_config}>".replace(" ", "")
+    assert global_metadata_store.get(key, "<no-autotune>") == expected
+
+
 # --- jitcache -----------------------------------------------------------------------------------------------
 
 
@@ -255,6 +303,44 @@ def test_a_misspelt_keyword_names_the_right_one():
         tdl.autotune(key=["n"], configs=Bench().configs(), quantile=(0.5,))
 
 
+# --- ConfigSpace -------------------------------------------------------------------------------------------
+
+
+def test_config_space_lists_configs_in_dejavu_order():
+    """triton-dejavu crosses the kwargs in the order given, then the Config fields in alphabetical
+    order (num_stages before num_warps) whatever order they were passed in: the same list, so the
+    same tie-break, the same input to early_config_prune and the same ``kernel.configs``."""
+    space = tdl.ConfigSpace({"BLOCK": [16, 32]}, num_warps=[4, 8], num_stages=[1, 2])
+    listed = [(c.kwargs["BLOCK"], c.num_stages, c.num_warps) for c in space.generate_config_list()]
+    assert listed == [(b, s, w) for b in (16, 32) for s in (1, 2) for w in (4, 8)]
+
+
+def test_config_space_has_dejavu_attributes():
+    hook = lambda nargs: None  # noqa: E731
+    space = tdl.ConfigSpace({"BLOCK": [16, 32], "GROUP": [1]}, num_warps=[4, 8], pre_hook=hook)
+    assert space.kwargs == {"BLOCK": [16, 32], "GROUP": [1]}
+    assert space.kwarg_keys == ["BLOCK", "GROUP"]
+    assert space.num_warps == [4, 8]
+    assert space.num_stages == [triton.Config({}).num_stages], "a field not given: [its default]"
+    assert space.get_global_pre_hook() is hook
+    with pytest.raises(AttributeError, match="build a new ConfigSpace"):
+        space.num_warps = [16]
+
+
+def test_generate_config_list_returns_a_new_list():
+    space = tdl.ConfigSpace({"BLOCK": [16, 32]})
+    listed = space.generate_config_list()
+    listed.append(triton.Config({"BLOCK": 64}))
+    assert [c.kwargs["BLOCK"] for c in space.generate_config_list()] == [16, 32]
+    tuner = tdl.autotune(key=["n"], config_space=space)(add_kernel)
+    assert blocks_of(tuner.configs) == [16, 32]
+
+
+def test_config_space_pre_hook_third_as_before_dejavu_0_7_5_is_a_clear_error():
+    with pytest.raises(TypeError, match="pass pre_hook= by keyword"):
+        tdl.ConfigSpace({"BLOCK": [16]}, [lambda kw: True], lambda nargs: None)
+
+
 # --- environment variables ---------------------------------------------------------------------------------
 
 
@@ -265,6 +351,38 @@ def test_storage_and_tag_variables(tmp_path, monkeypatch):
     path = tuner.cache_path()
     assert path.is_file()
     assert str(path).startswith(str(tmp_path / "root")) and "deploy-a" in path.parts
+
+
+def _dejavu_tree(root, kernel="add_kernel"):
+    """A triton-dejavu 0.7 cache file of ``kernel`` under ``root``, at the path triton-dejavu writes."""
+    folder = root.joinpath(
+        "dejavu_0.7", "triton_3.2.0", "cuda_12.4", "gpu_NVIDIA_H100_80GB_HBM3", kernel, "autotune_config-1a",
+        "code_version-2b", "tune_features-3c", "kernel_configs-4d", "default",
+    )  # fmt: skip
+    folder.mkdir(parents=True)
+    key = "('100', 'torch.float32', 'torch.float32', 'torch.float32')"
+    doc = {"signature": f"JITFunction(compat_helpers:{kernel})", "cache": {key: "BLOCK: 64, num_warps: 1"}}
+    (folder / "cache.json").write_text(json.dumps(doc))
+
+
+def test_triton_dejavu_results_in_the_storage_root_are_named_with_the_import_command(tmp_path):
+    """triton-dejavu's files under TRITON_DEJAVU_STORAGE are not read: without a word, a switching
+    user's kernels were tuned again (or answered by the fallback in production). One warning per
+    kernel says so and gives the import-dejavu command; none once results of ours are stored."""
+    root = Path(os.environ["TRITON_DEJAVU_STORAGE"])
+    _dejavu_tree(root)
+    _dejavu_tree(root, kernel="other_kernel")
+    with pytest.warns(tdl.DejavuStorageWarning) as caught:
+        _tune_once()
+    texts = [str(w.message) for w in caught if issubclass(w.category, tdl.DejavuStorageWarning)]
+    assert len(texts) == 1
+    assert "1 triton-dejavu cache file" in texts[0]
+    assert f"import-dejavu {root} --kernel compat_helpers:add_kernel" in texts[0]
+    forget_warnings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tdl.DejavuStorageWarning)
+        tuner = _tune_once()  # a later process: its own result is restored, nothing to say
+    assert tuner.last_decision == "restored"
 
 
 def test_force_fallback_uses_fallback_heuristic(monkeypatch):

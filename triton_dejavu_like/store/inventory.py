@@ -8,6 +8,7 @@ these operations next to live tuning processes is safe. Nothing here prints; the
 from __future__ import annotations
 
 import datetime as _dt
+import glob
 import io
 import json
 import os
@@ -63,6 +64,29 @@ class Problem:
 
     source: str
     reason: str
+
+
+def triton_dejavu_files(root: Path, kernel: str) -> list[Path]:
+    """triton-dejavu's cache files of ``kernel`` under ``root``, which the tuner does not read
+    (``import-dejavu`` converts them): files at this layout's depth, outside this package's own
+    version level, holding triton-dejavu's document (a ``signature`` text and a ``cache`` object)."""
+    pattern, ours = layout.dejavu_level_pattern(root, kernel)
+    found: list[Path] = []
+    for name in sorted(glob.glob(pattern)):
+        path = Path(name)
+        if path.relative_to(root).parts[0] == ours:
+            continue
+        try:
+            doc = json.loads(storage.read_bounded(path))
+        except (OSError, ValueError, RecursionError):  # InvalidCacheFile and bad JSON are ValueErrors
+            continue
+        if (
+            isinstance(doc, dict)
+            and isinstance(doc.get("signature"), str)
+            and isinstance(doc.get("cache"), dict)
+        ):
+            found.append(path)
+    return found
 
 
 def is_archive(path: Path) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _env
 from .._log import log
-from .identity import sanitize
+from .identity import package_major_minor, sanitize
 
 CACHE_FILE_NAME = "cache.json"
 DEFAULT_TAG = "default"
@@ -84,6 +84,14 @@ def sibling_pattern(root: Path, identity: Mapping[str, Any], varying: tuple[str,
         "*" if name in varying else glob.escape(component(name, identity[name])) for name in IDENTITY_FIELDS
     ]
     return str(Path(glob.escape(str(root)), *parts, CACHE_FILE_NAME))
+
+
+def dejavu_level_pattern(root: Path, kernel: str) -> tuple[str, str]:
+    """A glob for every cache file of ``kernel`` under ``root`` at this layout's depth, whatever its
+    version level (triton-dejavu writes the same levels under ``dejavu_<its version>``), and the
+    version level of this package's own files."""
+    varying = tuple(name for name in IDENTITY_FIELDS if name != "kernel")
+    return sibling_pattern(root, {"kernel": kernel}, varying), component("dejavu", package_major_minor())
 
 
 def is_aside_file(path: Path) -> bool:

@@ -329,6 +329,8 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             store, identity = self._open_store(platform)
             # with tuning off, reading the store writes nothing (no lock file, nothing set aside)
             restored = store.load(repair=tuning_enabled())
+            if not restored and identity is not None:
+                self._note_dejavu_results()
             self._state = _ProcessState(platform, benchmarker, store, restored, identity)
         return self._state
 

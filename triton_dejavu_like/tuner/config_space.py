@@ -37,6 +37,12 @@ class ConfigSpace:
 
     The space knows its raw size (the product of the list lengths) without enumerating anything,
     and its exact size by counting; it lists and encodes points as tuples of indices.
+
+    Points are listed as triton-dejavu lists them: the kwargs in the order given (the first varies
+    slowest), then the Config fields in alphabetical order (``num_stages`` before ``num_warps``),
+    whatever order they were passed in. triton-dejavu's attributes can be read: ``kwargs`` (each
+    meta-parameter's list), ``kwarg_keys``, one list per Config field of the installed Triton
+    (``space.num_warps``; ``[default]`` when not given) and ``get_global_pre_hook()``.
     """
 
     def __init__(
@@ -73,11 +79,10 @@ class ConfigSpace:
                     f"ConfigSpace got an unknown Config field {name!r}; Config fields are: {known}"
                 )
             self.options[name] = self._as_values(name, values)
-        self.kwarg_conditions: list[KwargCondition] = list(kwarg_conditions or [])
-        self.conditions: list[ConfigCondition] = list(conditions or [])
-        for cond in (*self.kwarg_conditions, *self.conditions):
-            if not callable(cond):
-                raise TypeError(f"conditions must be callables, got {cond!r}")
+        # triton-dejavu crosses the Config fields in alphabetical order (of the names)
+        self.options = dict(sorted(self.options.items()))
+        self.kwarg_conditions: list[KwargCondition] = _as_conditions("kwarg_conditions", kwarg_conditions)
+        self.conditions: list[ConfigCondition] = _as_conditions("conditions", conditions)
         self.pre_hook = pre_hook
         self._size: int | None = None
         self._listed: dict[PlatformCheck | None, list[Config]] = {}
@@ -94,6 +99,34 @@ class ConfigSpace:
         if len(values) == 0:
             raise ValueError(f"ConfigSpace: {name} has an empty list of values")
         return tuple(values)
+
+    # --- triton-dejavu's attributes -----------------------------------------------------------------
+
+    @property
+    def kwargs(self) -> dict[str, list[Any]]:
+        """Each meta-parameter's list of values (triton-dejavu's name; a copy)."""
+        return {name: list(values) for name, values in self.kwargs_with_lists.items()}
+
+    @property
+    def kwarg_keys(self) -> list[str]:
+        return list(self.kwargs_with_lists)
+
+    def get_global_pre_hook(self) -> Callable[..., Any] | None:
+        return self.pre_hook
+
+    def __getattr__(self, name: str) -> list[Any]:
+        """A Config field's list (``space.num_warps``): the one given, else ``[its default]``."""
+        options = self.__dict__.get("options")
+        if options is None or name not in _compat.CONFIG_FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return list(options.get(name, (_compat.CONFIG_FIELDS[name],)))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _compat.CONFIG_FIELDS or name in ("kwargs", "kwarg_keys"):
+            raise AttributeError(
+                f"ConfigSpace.{name} cannot be changed: a space is fixed when made; build a new ConfigSpace"
+            )
+        super().__setattr__(name, value)
 
     # --- structure ------------------------------------------------------------------------------
 
@@ -178,12 +211,28 @@ class ConfigSpace:
         return listed
 
     def generate_config_list(self) -> list[Config]:
-        """Alias of :meth:`configs` under the name triton-dejavu uses."""
-        return self.configs()
+        """:meth:`configs` under the name triton-dejavu uses, as a new list (changing it leaves the
+        space alone)."""
+        return list(self.configs())
 
     def __repr__(self) -> str:
         dims = ", ".join(f"{k}={list(v)}" for k, v in self.parameters.items())
         return f"ConfigSpace({dims}; {len(self.kwarg_conditions) + len(self.conditions)} conditions)"
+
+
+def _as_conditions(name: str, conditions: Any) -> list[Any]:
+    """A list of condition callables (None: none)."""
+    if conditions is None:
+        return []
+    if callable(conditions) or isinstance(conditions, (str, bytes)) or not isinstance(conditions, Sequence):
+        raise TypeError(
+            f"ConfigSpace: {name} must be a list of callables, got {conditions!r} (triton-dejavu "
+            "before 0.7.5 took pre_hook as the third positional argument: pass pre_hook= by keyword)"
+        )
+    for cond in conditions:
+        if not callable(cond):
+            raise TypeError(f"ConfigSpace: {name} must be callables, got {cond!r}")
+    return list(conditions)
 
 
 @functools.lru_cache(maxsize=8)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import _env
+from .. import _compat, _env
 from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import EncodingError, config_id
@@ -20,6 +20,7 @@ from ..store import (
     StoreLayer,
     default_root,
     default_tag,
+    inventory,
     registered_stores,
 )
 from ..store.identity import code_version, stable_hash
@@ -90,6 +91,34 @@ class StorageIdentity:
         if not layers:
             return primary, identity
         return LayeredStore(primary, layers, identity, self.arg_names), identity
+
+    def _note_dejavu_results(self) -> None:
+        """One warning when the root holds triton-dejavu's results for this kernel: they are not read,
+        so without an import every key would be tuned again (or, under ``TRITON_DEJAVU_FORCE_FALLBACK=1``,
+        answered by the fallback instead of the stored winner)."""
+        root = self._root()
+        files = inventory.triton_dejavu_files(root, self._name)
+        if files:
+            fn = _compat.python_function(self.fn)
+            module = getattr(fn, "__module__", None)
+            if module in (None, "__main__"):  # the command imports the kernel: a script is named by its file
+                module = getattr(getattr(fn, "__code__", None), "co_filename", None) or "MODULE"
+            warn_once(
+                DejavuStorageWarning,
+                f"{root}:{self._name}",
+                "%s: %s holds %d triton-dejavu cache file(s) for this kernel (%s), which are not read "
+                "here; nothing of this package's own is stored for it, so its keys are tuned again (or "
+                "answered by the fallback under %s=1). Import them once: python -m triton_dejavu_like "
+                "import-dejavu %s --kernel %s:%s",
+                self._name,
+                root,
+                len(files),
+                files[0],
+                _env.FORCE_FALLBACK,
+                root,
+                module,
+                self._name,
+            )
 
     @staticmethod
     def _layers(root: Path) -> list[StoreLayer]:
