@@ -42,9 +42,6 @@ MISSES_FILE = "TRITON_DEJAVU_MISSES_FILE"
 SINGLE_FLIGHT = "TRITON_DEJAVU_SINGLE_FLIGHT"
 SINGLE_FLIGHT_TIMEOUT = "TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT"
 DISTRIBUTED = "TRITON_DEJAVU_DISTRIBUTED"
-#: triton-dejavu's least number of trials of random search and BO (default 50), whatever the share;
-#: read only to say when a ``search_max_share`` here measures fewer (the share is taken as given).
-MIN_SEARCH_SAMPLES = "_TRITON_DEJAVU_MIN_SEARCH_SAMPLES"
 CUDA_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_CUDA_VERSION"
 ROCM_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_ROCM_VERSION"
 
@@ -73,7 +70,6 @@ ALL = (
     SINGLE_FLIGHT,
     SINGLE_FLIGHT_TIMEOUT,
     DISTRIBUTED,
-    MIN_SEARCH_SAMPLES,
     CUDA_VERSION_OVERRIDE,
     ROCM_VERSION_OVERRIDE,
 )
@@ -216,9 +212,11 @@ def isolation_timeout_s() -> float | None:
     return _positive_seconds(ISOLATION_TIMEOUT, "120 s")
 
 
-def _whole_number(name: str, default: int) -> int:
-    """A whole number >= 0; unset: ``default``; anything else warns once and gives ``default``."""
-    raw = _raw(name)
+def compile_threads() -> int:
+    """Threads or processes that compile candidates: ``TRITON_DEJAVU_COMPILE_THREADS`` (0 or 1: serial),
+    default ``min(16, cores)``."""
+    default = min(DEFAULT_COMPILE_THREADS_CAP, os.cpu_count() or 1)
+    raw = _raw(COMPILE_THREADS)
     if not raw:
         return default
     try:
@@ -226,21 +224,9 @@ def _whole_number(name: str, default: int) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        _invalid(name, raw, "a whole number >= 0", default)
+        _invalid(COMPILE_THREADS, raw, "a whole number >= 0", default)
         return default
     return value
-
-
-def dejavu_min_search_samples() -> int:
-    """``_TRITON_DEJAVU_MIN_SEARCH_SAMPLES`` (default 50): the fewest candidates triton-dejavu's random
-    search and BO measured; a whole number >= 0."""
-    return _whole_number(MIN_SEARCH_SAMPLES, 50)
-
-
-def compile_threads() -> int:
-    """Threads or processes that compile candidates: ``TRITON_DEJAVU_COMPILE_THREADS`` (0 or 1: serial),
-    default ``min(16, cores)``."""
-    return _whole_number(COMPILE_THREADS, min(DEFAULT_COMPILE_THREADS_CAP, os.cpu_count() or 1))
 
 
 #: Under ``TRITON_DEJAVU_COMPILE_PROCESSES=auto`` (the default), tuning runs with at least this many

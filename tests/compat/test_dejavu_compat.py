@@ -88,32 +88,6 @@ def test_dejavu_positional_fallback_heuristic_is_twelfth(monkeypatch):
     assert tuner.best_config.kwargs == {"BLOCK": 128}
 
 
-# --- search budget -----------------------------------------------------------------------------------------
-
-
-def _random_search(share):
-    bench = Bench()
-    tuner = tdl.autotune(
-        key=["n"], configs=bench.configs(), do_bench=bench, use_random_search=True, search_max_share=share
-    )(add_kernel)
-    run_add(tuner)
-    return bench
-
-
-def test_a_share_below_dejavus_fifty_trials_is_said_once(monkeypatch):
-    """triton-dejavu measures at least min(50, candidates) whatever search_max_share; ours takes the
-    share as given, and says so when it measures fewer."""
-    with pytest.warns(tdl.DejavuConfigWarning, match=r"measure 2 of 4 candidates.*at least 4.*share=1\b"):
-        bench = _random_search(0.5)
-    assert len(bench.timed) == 2
-    forget_warnings()
-    monkeypatch.setenv("_TRITON_DEJAVU_MIN_SEARCH_SAMPLES", "2")  # the floor it names is dejavu's setting
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", tdl.DejavuConfigWarning)
-        _random_search(0.5)
-        _random_search(None)
-
-
 # --- quantiles -------------------------------------------------------------------------------------------
 
 

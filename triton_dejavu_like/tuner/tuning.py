@@ -111,27 +111,6 @@ class Trial:
         return ranked[0][0] if ranked else None
 
 
-def _note_share_below_dejavu_floor(name: str, budget: Budget, size: int, limit: int) -> None:
-    """Say once when ``search_max_share`` lets the search measure fewer candidates than triton-dejavu
-    would have (at least ``_TRITON_DEJAVU_MIN_SEARCH_SAMPLES``, 50, whatever the share)."""
-    floor = min(size, _env.dejavu_min_search_samples())
-    if budget.max_share is None or limit >= floor:
-        return
-    warn_once(
-        DejavuConfigWarning,
-        name,
-        "%s: search_max_share=%s lets the search measure %d of %d candidates; triton-dejavu measured "
-        "at least %d (%s) whatever the share. Pass search_max_share=%.6g for as many",
-        name,
-        budget.max_share,
-        limit,
-        size,
-        floor,
-        _env.MIN_SEARCH_SAMPLES,
-        floor / size,
-    )
-
-
 @dataclass
 class TuningRun:
     """Tunes one key of one kernel: ``recipe`` says how to measure, ``strategy``/``budget`` how to search."""
@@ -182,7 +161,6 @@ class TuningRun:
             self.benchmarker.compile_ahead(streamed[0].submit_job)
         with open_evaluator(self.recipe, ctx) as evaluator:
             search = BatchSearch(make_strategy(self.strategy), space, self.budget, warm_start)
-            _note_share_below_dejavu_floor(name, self.budget, len(space), search.limit)
             bar = progress_bar(search.limit, f"tuning {name}")
             pipeline = Pipeline(
                 search,
