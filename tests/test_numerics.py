@@ -207,6 +207,69 @@ def test_a_failing_reference_function_fails_tuning_with_its_error():
         run_tiled(tuner)
 
 
+# --- where the reference starts, and which candidate may be it --------------------------------------
+
+
+@triton.jit
+def add_into_in_tiles(x_ptr, out_ptr, n, BLOCK: tl.constexpr, TILE: tl.constexpr):
+    """out += x with atomic adds, tiled as in double_in_tiles: a TILE larger than BLOCK adds nothing."""
+    pid = tl.program_id(0)
+    for t in range(BLOCK // TILE):
+        offs = pid * BLOCK + t * TILE + tl.arange(0, TILE)
+        mask = offs < n
+        tl.atomic_add(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+BLOCK_TIMES = {32: 0.5, 64: 2.0, 128: 3.0}  # 32 is the fastest
+IN_PROCESS_OR_ISOLATED = pytest.mark.parametrize("isolated", [False, True], ids=["in_process", "isolated"])
+
+
+def tiled_configs(tiles, hooks=None):
+    """Configs of (BLOCK, TILE) pairs; ``hooks``: a config pre_hook by BLOCK."""
+    return [triton.Config({"BLOCK": b, "TILE": t}, pre_hook=(hooks or {}).get(b)) for b, t in tiles]
+
+
+def accumulating_tuner(tiles, **options):
+    """``add_into_in_tiles`` with reset_to_zero on its output, checked. The block is observed by a
+    post_hook: a tuner pre_hook would replace the one that resets."""
+    bench = FakeBench(BLOCK_TIMES)
+
+    def observe_block_after(nargs, exception):
+        bench.current_block = nargs["BLOCK"]
+
+    return tdl.autotune(
+        key=["n"],
+        configs=tiled_configs(tiles),
+        do_bench=bench,
+        post_hook=observe_block_after,
+        reset_to_zero=["out_ptr"],
+        numerical_check=True,
+        **options,
+    )(add_into_in_tiles)
+
+
+def run_accumulating(tuner, n=1000):
+    x = torch.arange(1, n + 1, dtype=torch.float32)
+    out = torch.full((n,), 7.0)  # what an earlier call left: reset_to_zero clears it before each launch
+    tuner[grid(n)](x, out, n)
+    return x, out
+
+
+def add_reference(x_ptr, out_ptr, n):
+    out_ptr += x_ptr  # as the kernel does: into the output as the launch finds it
+
+
+@IN_PROCESS_OR_ISOLATED
+def test_a_reference_function_starts_from_the_outputs_reset_to_zero(isolated):
+    tuner = accumulating_tuner(
+        [(32, 16), (64, 32), (128, 128)], reference_fn=add_reference, use_isolated_process=isolated
+    )
+    x, out = run_accumulating(tuner)
+    assert ruled_out(tuner) == {}
+    assert tuner.best_config.kwargs == {"BLOCK": 32, "TILE": 16}
+    assert torch.equal(out, x)
+
+
 # --- compare: dtype-aware tolerances --------------------------------------------------------------
 
 

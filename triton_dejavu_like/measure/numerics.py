@@ -54,8 +54,9 @@ class NumericalCheck:
     ``enabled``: True/False force the check on/off; None turns it on when
     ``TRITON_DEJAVU_NUMERICAL_CHECK=1`` or when any other field is given. ``reference_fn`` is called
     with the kernel's arguments by name (as passed to the launch, without ``grid``, ``warmup`` and
-    tuned meta-parameters) and either writes the expected outputs into them and returns None, or
-    returns ``{argument name: expected tensor}``. ``rtol``/``atol`` replace the dtype defaults
+    tuned meta-parameters), after the tuner's ``pre_hook`` reset them as before each candidate's
+    launch, and either writes the expected outputs into them and returns None, or returns
+    ``{argument name: expected tensor}``. ``rtol``/``atol`` replace the dtype defaults
     (``atol`` is then absolute).
     """
 
@@ -239,16 +240,24 @@ class CheckedEvaluator(Evaluator):
 
     ``reference_config``: a candidate known to have run (a worker that replaces a crashed one
     recomputes the reference from it in :meth:`prepare`). After a :meth:`measure`, it names the
-    candidate that serves as the reference.
+    candidate that serves as the reference. ``hook_config``: the config whose values the tuner's
+    ``pre_hook`` sees with the call's arguments when it resets them for ``reference_fn`` (the
+    kernel's first: upstream's hooks always see a config's values).
     """
 
     def __init__(
-        self, inner: Evaluator, check: NumericalCheck, *, reference_config: Config | None = None
+        self,
+        inner: Evaluator,
+        check: NumericalCheck,
+        *,
+        reference_config: Config | None = None,
+        hook_config: Config | None = None,
     ) -> None:
         super().__init__(inner.ctx)
         self.inner = inner
         self.check = check
         self.reference_config = reference_config
+        self._hook_values = hook_config.all_kwargs() if hook_config is not None else {}
         ctx = inner.ctx
         self._arguments = kernel_arguments(ctx.fn, ctx.nargs, ctx.kwargs)
         self._tensors = CallTensors(self._arguments)
@@ -342,10 +351,15 @@ class CheckedEvaluator(Evaluator):
         return names
 
     def _run_reference_fn(self) -> dict[str, Any]:
+        """``reference_fn``'s outputs, from where every candidate's launch starts: the original
+        contents, then the tuner's ``pre_hook`` (``reset_to_zero``). The hook is called with
+        ``reset_only=True``, as upstream calls it before the launch that follows tuning: it resets and
+        takes no ``restore_value`` copies, which no ``post_hook`` would put back."""
         import torch
 
         assert self.check.reference_fn is not None
         self._tensors.restore()
+        self.ctx.pre_hook({**self.ctx.nargs, **self.ctx.kwargs, **self._hook_values}, reset_only=True)
         result = self.check.reference_fn(**self._arguments)
         if result is None:
             expected = self._tensors.capture(self._output_names())

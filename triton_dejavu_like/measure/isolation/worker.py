@@ -18,7 +18,6 @@ from ..._log import log, relay_warnings
 from ...codec import config_id, decode_config
 from ..evaluate import Evaluator, InProcessEvaluator
 from ..launch import LaunchContext, one_line
-from ..numerics import CheckedEvaluator
 from ..recipe import KernelRecipe
 from ._cuda import cuda_context_error, synchronize
 from .settings import Description, IsolationError
@@ -86,11 +85,8 @@ class _Session:
     def of(cls, ctx: LaunchContext, recipe: KernelRecipe, reference: Description | None) -> _Session:
         grid = ctx.kwargs.get("grid")
         decode = functools.partial(_decode, recipe, grid if isinstance(grid, _GridTable) else None)
-        evaluator: Evaluator = InProcessEvaluator(ctx)
-        if recipe.check is not None:
-            reference_config = decode(reference) if reference is not None else None
-            evaluator = CheckedEvaluator(evaluator, recipe.check, reference_config=reference_config)
-        return cls(evaluator, decode)
+        reference_config = decode(reference) if reference is not None else None
+        return cls(recipe.checked(InProcessEvaluator(ctx), reference_config), decode)
 
     def handle(self, request: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The reply to a request, or None to stop."""
