@@ -18,6 +18,7 @@ from ..._log import log, relay_warnings
 from ...codec import config_id, decode_config
 from ..evaluate import Evaluator, InProcessEvaluator
 from ..launch import LaunchContext, one_line
+from ..numerics import CheckedEvaluator
 from ..recipe import KernelRecipe
 from ._cuda import cuda_context_error, synchronize
 from .settings import Description, IsolationError
@@ -100,10 +101,15 @@ class _Session:
         return None
 
     def _measure(self, description: Description) -> tuple[Any, ...]:
+        """The timings, whether the candidate became the numerical check's reference (and then why a
+        candidate that writes nothing mismatches it), and whether it was timed with no reference."""
         config = self.decode(description)
         timings = self.evaluator.measure(config)
-        became_reference = getattr(self.evaluator, "reference_config", None) is config
-        return ("ok", [float(t) for t in timings], became_reference)
+        check = self.evaluator if isinstance(self.evaluator, CheckedEvaluator) else None
+        became_reference = check is not None and check.reference_config is config
+        unchecked = check is not None and config in check.unchecked
+        mismatch = check.unwritten_mismatch() if check is not None and became_reference else None
+        return ("ok", [float(t) for t in timings], became_reference, unchecked, mismatch)
 
     def _prepare(self, descriptions: list[Description]) -> tuple[Any, ...]:
         configs = [self.decode(d) for d in descriptions]
