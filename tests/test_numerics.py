@@ -299,6 +299,22 @@ def test_a_first_candidate_that_writes_nothing_is_checked_once_another_writes(is
     assert dejavu_warnings(recwarn) == []  # the others write: no warning that nothing is written
 
 
+@IN_PROCESS_OR_ISOLATED
+def test_outputs_reset_to_zero_are_not_taken_for_a_first_candidate_s_writes(isolated):
+    """32/64 adds nothing: the zeros in its output are reset_to_zero's, not its writes (the output
+    held 7s), so it must not become the reference that rules the others out."""
+    tuner = accumulating_tuner(SKIPPING_FIRST, use_isolated_process=isolated)
+    x, out = run_accumulating(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 64, "TILE": 32}
+    reasons = ruled_out(tuner)
+    assert list(reasons) == [32]
+    assert reasons[32].startswith(
+        "NumericalMismatch: it wrote none of the outputs; 'out_ptr': 1000 of 1000 elements differ, "
+        "max abs err 1e+03"  # from zeros, where the launch started
+    )
+    assert torch.equal(out, x)
+
+
 def test_a_candidate_that_wrote_nothing_in_a_dead_worker_is_still_checked():
     """32/64 is timed unchecked in the first worker, 256 kills it, 64/32 becomes the reference in the
     next one: the verdict on 32/64 must not die with the worker that timed it."""

@@ -11,7 +11,9 @@ matches that reference or rules it out.
 
 Outputs are the tensor arguments named in ``check_outputs``, or, without them, the tensor arguments
 whose contents the reference run changed. Every tensor argument is restored to its original
-contents before each checked run, so in-place kernels are compared on the same inputs.
+contents before each checked run, so in-place kernels are compared on the same inputs; what a run
+changed is judged against where its launch started, after the tuner's ``pre_hook`` (zeros that
+``reset_to_zero`` put into an output are not the candidate's writes).
 
 :class:`CheckedEvaluator` wraps any evaluator that launches kernels in the current process: the
 in-process evaluator, and the one inside an isolated worker (see :mod:`.isolation`).
@@ -194,19 +196,28 @@ class CallTensors:
 
         self.tensors = {n: _alias(v) for n, v in arguments.items() if isinstance(v, torch.Tensor)}
         self._saved = {n: t.clone() for n, t in self.tensors.items() if _writable(t)}
+        self._start = self._saved
 
     def restore(self) -> None:
         """Put the original contents back (every tensor argument, inputs and outputs alike)."""
         for name, saved in self._saved.items():
             self.tensors[name].copy_(saved)
 
+    def mark_start(self) -> None:
+        """Take the current contents as where a launch starts: the originals, some of them reset by
+        the tuner's ``pre_hook`` (``reset_to_zero``). :meth:`changed` and :meth:`start` refer to it."""
+        self._start = {**self._saved, **self.capture(self._differing(self._saved))}
+
     def changed(self, names: Sequence[str] | None = None) -> list[str]:
-        """Of ``names`` (default: every tensor argument), those whose contents differ (bitwise) from the
-        original."""
+        """Of ``names`` (default: every tensor argument), those whose contents differ (bitwise) from
+        where the launch started."""
+        return self._differing(self._start, names)
+
+    def _differing(self, contents: Mapping[str, Any], names: Sequence[str] | None = None) -> list[str]:
         import torch
 
-        names = self._saved if names is None else [n for n in names if n in self._saved]
-        return [n for n in names if not torch.equal(_bits(self.tensors[n]), _bits(self._saved[n]))]
+        names = contents if names is None else [n for n in names if n in contents]
+        return [n for n in names if not torch.equal(_bits(self.tensors[n]), _bits(contents[n]))]
 
     def capture(self, names: Sequence[str]) -> dict[str, Any]:
         return {n: self.tensors[n].clone() for n in names}
@@ -214,7 +225,7 @@ class CallTensors:
     def start(self, names: Sequence[str]) -> dict[str, Any]:
         """The contents of ``names`` where a launch starts: what a launch that writes none of them
         leaves there."""
-        return {n: self._saved.get(n, self.tensors[n]) for n in names}
+        return {n: self._start.get(n, self.tensors[n]) for n in names}
 
 
 def _alias(tensor: Any) -> Any:
@@ -380,7 +391,8 @@ class CheckedEvaluator(Evaluator):
 
     def _run(self, config: Config) -> tuple[dict[str, Any], bool]:
         """One launch of ``config`` from the original inputs: the outputs it wrote, copied, and (while
-        there is no reference) whether it changed any of them.
+        there is no reference) whether it changed any of them from where the launch started, after
+        the hooks before it.
 
         The copy is taken before the tuner's ``post_hook`` (which may restore ``restore_value``
         arguments) and after its ``pre_hook`` (``reset_to_zero``), as the kernel left them.
@@ -388,7 +400,12 @@ class CheckedEvaluator(Evaluator):
         self._tensors.restore()
         captured: dict[str, Any] = {}
         wrote = False
-        post_hook = self.ctx.post_hook
+        pre_hook, post_hook = self.ctx.pre_hook, self.ctx.post_hook
+
+        def pre_hook_then_mark_start(nargs: dict[str, Any], **options: Any) -> None:
+            pre_hook(nargs, **options)
+            if self._expected is None:
+                self._tensors.mark_start()
 
         def capture_then_post_hook(nargs: dict[str, Any], exception: BaseException | None = None) -> None:
             nonlocal wrote
@@ -398,7 +415,8 @@ class CheckedEvaluator(Evaluator):
                 captured.update(self._tensors.capture(self._outputs or ()))
             post_hook(nargs, exception=exception)
 
-        make_kernel_call(dataclasses.replace(self.ctx, post_hook=capture_then_post_hook), config)()
+        hooks = {"pre_hook": pre_hook_then_mark_start, "post_hook": capture_then_post_hook}
+        make_kernel_call(dataclasses.replace(self.ctx, **hooks), config)()
         return captured, wrote
 
     def _written(self) -> list[str]:
@@ -429,6 +447,7 @@ class CheckedEvaluator(Evaluator):
         assert self.check.reference_fn is not None
         self._tensors.restore()
         self.ctx.pre_hook({**self.ctx.nargs, **self.ctx.kwargs, **self._hook_values}, reset_only=True)
+        self._tensors.mark_start()
         result = self.check.reference_fn(**self._arguments)
         if result is None:
             if not self._written() and self._outputs is None:
