@@ -207,6 +207,132 @@ def test_a_failing_reference_function_fails_tuning_with_its_error():
         run_tiled(tuner)
 
 
+# --- where the reference starts, and which candidate may be it --------------------------------------
+
+
+@triton.jit
+def add_into_in_tiles(x_ptr, out_ptr, n, BLOCK: tl.constexpr, TILE: tl.constexpr):
+    """out += x with atomic adds, tiled as in double_in_tiles: a TILE larger than BLOCK adds nothing."""
+    pid = tl.program_id(0)
+    for t in range(BLOCK // TILE):
+        offs = pid * BLOCK + t * TILE + tl.arange(0, TILE)
+        mask = offs < n
+        tl.atomic_add(out_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+#: 32/64 runs no tile, so it writes nothing; it is the fastest.
+SKIPPING_FIRST = [(32, 64), (64, 32), (128, 128)]
+BLOCK_TIMES = {32: 0.5, 64: 2.0, 128: 3.0}  # 32 is the fastest
+IN_PROCESS_OR_ISOLATED = pytest.mark.parametrize("isolated", [False, True], ids=["in_process", "isolated"])
+
+
+def tiled_configs(tiles, hooks=None):
+    """Configs of (BLOCK, TILE) pairs; ``hooks``: a config pre_hook by BLOCK."""
+    return [triton.Config({"BLOCK": b, "TILE": t}, pre_hook=(hooks or {}).get(b)) for b, t in tiles]
+
+
+def accumulating_tuner(tiles, **options):
+    """``add_into_in_tiles`` with reset_to_zero on its output, checked. The block is observed by a
+    post_hook: a tuner pre_hook would replace the one that resets."""
+    bench = FakeBench(BLOCK_TIMES)
+
+    def observe_block_after(nargs, exception):
+        bench.current_block = nargs["BLOCK"]
+
+    return tdl.autotune(
+        key=["n"],
+        configs=tiled_configs(tiles),
+        do_bench=bench,
+        post_hook=observe_block_after,
+        reset_to_zero=["out_ptr"],
+        numerical_check=True,
+        **options,
+    )(add_into_in_tiles)
+
+
+def run_accumulating(tuner, n=1000):
+    x = torch.arange(1, n + 1, dtype=torch.float32)
+    out = torch.full((n,), 7.0)  # what an earlier call left: reset_to_zero clears it before each launch
+    tuner[grid(n)](x, out, n)
+    return x, out
+
+
+def add_reference(x_ptr, out_ptr, n):
+    out_ptr += x_ptr  # as the kernel does: into the output as the launch finds it
+
+
+def dejavu_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, tdl.DejavuWarning)]
+
+
+@IN_PROCESS_OR_ISOLATED
+def test_a_reference_function_starts_from_the_outputs_reset_to_zero(isolated):
+    tuner = accumulating_tuner(
+        [(32, 16), (64, 32), (128, 128)], reference_fn=add_reference, use_isolated_process=isolated
+    )
+    x, out = run_accumulating(tuner)
+    assert ruled_out(tuner) == {}
+    assert tuner.best_config.kwargs == {"BLOCK": 32, "TILE": 16}
+    assert torch.equal(out, x)
+
+
+@IN_PROCESS_OR_ISOLATED
+@pytest.mark.parametrize("declared", [False, True], ids=["detected", "declared"])
+def test_a_first_candidate_that_writes_nothing_is_checked_once_another_writes(isolated, declared, recwarn):
+    """Neither the reference (the others would mismatch it) nor timed unchecked (it would win)."""
+    tuner = timed_by_block(
+        double_in_tiles,
+        BLOCK_TIMES,
+        configs=tiled_configs(SKIPPING_FIRST),
+        numerical_check=True,
+        use_isolated_process=isolated,
+        check_outputs=["out_ptr"] if declared else None,
+    )
+    x, out = run_tiled(tuner)
+    assert torch.equal(out, 2 * x)
+    assert tuner.best_config.kwargs == {"BLOCK": 64, "TILE": 32}
+    reasons = ruled_out(tuner)
+    assert list(reasons) == [32]
+    assert reasons[32].startswith(
+        "NumericalMismatch: it wrote none of the outputs; 'out_ptr': 1000 of 1000 elements differ"
+    )
+    assert dejavu_warnings(recwarn) == []  # the others write: no warning that nothing is written
+
+
+@IN_PROCESS_OR_ISOLATED
+def test_outputs_reset_to_zero_are_not_taken_for_a_first_candidate_s_writes(isolated):
+    """32/64 adds nothing: the zeros in its output are reset_to_zero's, not its writes (the output
+    held 7s), so it must not become the reference that rules the others out."""
+    tuner = accumulating_tuner(SKIPPING_FIRST, use_isolated_process=isolated)
+    x, out = run_accumulating(tuner)
+    assert tuner.best_config.kwargs == {"BLOCK": 64, "TILE": 32}
+    reasons = ruled_out(tuner)
+    assert list(reasons) == [32]
+    assert reasons[32].startswith(
+        "NumericalMismatch: it wrote none of the outputs; 'out_ptr': 1000 of 1000 elements differ, "
+        "max abs err 1e+03"  # from zeros, where the launch started
+    )
+    assert torch.equal(out, x)
+
+
+def test_a_candidate_that_wrote_nothing_in_a_dead_worker_is_still_checked():
+    """32/64 is timed unchecked in the first worker, 256 kills it, 64/32 becomes the reference in the
+    next one: the verdict on 32/64 must not die with the worker that timed it."""
+    tiles = [SKIPPING_FIRST[0], (256, 256), *SKIPPING_FIRST[1:]]
+    tuner = timed_by_block(
+        double_in_tiles,
+        BLOCK_TIMES,
+        configs=tiled_configs(tiles, {256: exit_4}),
+        numerical_check=True,
+        use_isolated_process=True,
+    )
+    x, out = run_tiled(tuner)
+    assert torch.equal(out, 2 * x)
+    reasons = ruled_out(tuner)
+    assert set(reasons) == {32, 256}
+    assert reasons[32].startswith("NumericalMismatch: it wrote none of the outputs; 'out_ptr'")
+
+
 # --- compare: dtype-aware tolerances --------------------------------------------------------------
 
 
@@ -272,16 +398,23 @@ def reads_only(x_ptr, n, BLOCK: tl.constexpr):
     tl.load(x_ptr + offs, mask=offs < n)
 
 
+def writes_nothing(**arguments):
+    return None
+
+
 @pytest.mark.parametrize("isolated", [False, True], ids=["in_process", "isolated"])
-def test_a_check_with_no_output_to_compare_warns_the_user_once(tmp_path, isolated):
-    """Isolated, the check runs in workers: their warning must reach this process, once, although
-    the candidate that kills the first worker makes its replacement find the same problem again."""
+@pytest.mark.parametrize("reference", [None, writes_nothing], ids=["candidates", "reference_fn"])
+def test_a_check_with_no_output_to_compare_warns_the_user_once(tmp_path, isolated, reference):
+    """No candidate writes anything (the tuning run tells when its search is over), or reference_fn
+    writes nothing. Isolated, reference_fn runs in workers: their warning must reach this process,
+    once, although the candidate that kills the first worker makes its replacement run it again."""
     killer = [triton.Config({"BLOCK": 32}, pre_hook=exit_4)] if isolated else []
     tuner = timed_by_block(
         reads_only,
         {16: 2.0, 32: 1.0, 64: 3.0},
         configs=[triton.Config({"BLOCK": 16}), *killer, triton.Config({"BLOCK": 64})],
         numerical_check=True,
+        reference_fn=reference,
         use_isolated_process=isolated,
         custom_data_storage=tmp_path,
     )

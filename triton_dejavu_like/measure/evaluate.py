@@ -34,6 +34,11 @@ class Evaluator(ABC):
         """Careful timings of the finalists, or None when timing has a single stage."""
         return None
 
+    def late_rule_outs(self) -> dict[Config, str]:
+        """Candidates already timed that are found invalid only now, with their reasons (the numerical
+        check judges those it timed before it had a reference). Asked once, after the search."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional for evaluators that hold nothing
         """Release what the evaluator holds (workers, buffers)."""
 

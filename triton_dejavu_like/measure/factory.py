@@ -6,7 +6,6 @@ from __future__ import annotations
 from .evaluate import Evaluator, InProcessEvaluator
 from .isolation.parent import IsolatedEvaluator
 from .launch import LaunchContext
-from .numerics import CheckedEvaluator
 from .recipe import KernelRecipe
 
 
@@ -14,5 +13,4 @@ def open_evaluator(recipe: KernelRecipe, ctx: LaunchContext) -> Evaluator:
     """An evaluator for the call in ``ctx`` (use it as a context manager: it may hold a worker)."""
     if recipe.isolation.active():
         return IsolatedEvaluator(ctx, recipe=recipe)
-    evaluator = InProcessEvaluator(ctx)
-    return CheckedEvaluator(evaluator, recipe.check) if recipe.check is not None else evaluator
+    return recipe.checked(InProcessEvaluator(ctx))

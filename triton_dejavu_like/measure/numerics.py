@@ -4,11 +4,16 @@ A config can be fast because it is wrong (a tile size that breaks masking, a rac
 reduction). With the check on, every candidate first runs once from the call's original inputs; the
 tensors it writes are compared with the reference's, and a mismatching candidate is ruled out
 before it is timed. The reference is a user-given ``reference_fn`` or, without one, the first
-candidate that runs (put a trusted config first).
+candidate that runs and writes one of the outputs (put a trusted config first). A candidate that
+writes none of them while there is no reference yet is timed, and judged once a later candidate
+becomes the reference (:meth:`CheckedEvaluator.late_rule_outs`): leaving the outputs as they were
+matches that reference or rules it out.
 
 Outputs are the tensor arguments named in ``check_outputs``, or, without them, the tensor arguments
 whose contents the reference run changed. Every tensor argument is restored to its original
-contents before each checked run, so in-place kernels are compared on the same inputs.
+contents before each checked run, so in-place kernels are compared on the same inputs; what a run
+changed is judged against where its launch started, after the tuner's ``pre_hook`` (zeros that
+``reset_to_zero`` put into an output are not the candidate's writes).
 
 :class:`CheckedEvaluator` wraps any evaluator that launches kernels in the current process: the
 in-process evaluator, and the one inside an isolated worker (see :mod:`.isolation`).
@@ -54,8 +59,9 @@ class NumericalCheck:
     ``enabled``: True/False force the check on/off; None turns it on when
     ``TRITON_DEJAVU_NUMERICAL_CHECK=1`` or when any other field is given. ``reference_fn`` is called
     with the kernel's arguments by name (as passed to the launch, without ``grid``, ``warmup`` and
-    tuned meta-parameters) and either writes the expected outputs into them and returns None, or
-    returns ``{argument name: expected tensor}``. ``rtol``/``atol`` replace the dtype defaults
+    tuned meta-parameters), after the tuner's ``pre_hook`` reset them as before each candidate's
+    launch, and either writes the expected outputs into them and returns None, or returns
+    ``{argument name: expected tensor}``. ``rtol``/``atol`` replace the dtype defaults
     (``atol`` is then absolute).
     """
 
@@ -190,22 +196,36 @@ class CallTensors:
 
         self.tensors = {n: _alias(v) for n, v in arguments.items() if isinstance(v, torch.Tensor)}
         self._saved = {n: t.clone() for n, t in self.tensors.items() if _writable(t)}
+        self._start = self._saved
 
     def restore(self) -> None:
         """Put the original contents back (every tensor argument, inputs and outputs alike)."""
         for name, saved in self._saved.items():
             self.tensors[name].copy_(saved)
 
-    def changed(self) -> list[str]:
-        """Names of the tensor arguments whose contents differ (bitwise) from the original."""
+    def mark_start(self) -> None:
+        """Take the current contents as where a launch starts: the originals, some of them reset by
+        the tuner's ``pre_hook`` (``reset_to_zero``). :meth:`changed` and :meth:`start` refer to it."""
+        self._start = {**self._saved, **self.capture(self._differing(self._saved))}
+
+    def changed(self, names: Sequence[str] | None = None) -> list[str]:
+        """Of ``names`` (default: every tensor argument), those whose contents differ (bitwise) from
+        where the launch started."""
+        return self._differing(self._start, names)
+
+    def _differing(self, contents: Mapping[str, Any], names: Sequence[str] | None = None) -> list[str]:
         import torch
 
-        return [
-            n for n, saved in self._saved.items() if not torch.equal(_bits(self.tensors[n]), _bits(saved))
-        ]
+        names = contents if names is None else [n for n in names if n in contents]
+        return [n for n in names if not torch.equal(_bits(self.tensors[n]), _bits(contents[n]))]
 
     def capture(self, names: Sequence[str]) -> dict[str, Any]:
         return {n: self.tensors[n].clone() for n in names}
+
+    def start(self, names: Sequence[str]) -> dict[str, Any]:
+        """The contents of ``names`` where a launch starts: what a launch that writes none of them
+        leaves there."""
+        return {n: self._start.get(n, self.tensors[n]) for n in names}
 
 
 def _alias(tensor: Any) -> Any:
@@ -231,6 +251,37 @@ def kernel_arguments(fn: Any, nargs: Mapping[str, Any], kwargs: Mapping[str, Any
     return {**nargs, **{k: v for k, v in kwargs.items() if k in parameters}}
 
 
+# --- candidates timed before there was a reference ------------------------------------------------
+
+
+def rule_out_unwritten(
+    kernel_name: str,
+    declared: Sequence[str] | None,
+    unchecked: Sequence[Config],
+    *,
+    reference: bool,
+    mismatch: str | None,
+) -> dict[Config, str]:
+    """The verdict, once the search is over, on the candidates timed while there was no reference
+    (each wrote none of the outputs): with a reference (a later candidate wrote), ``mismatch`` (why
+    leaving the outputs unwritten does not match it, or None) rules them all out; without one, no
+    candidate wrote anything, the check compared nothing, and the user is told."""
+    if not unchecked:
+        return {}
+    if not reference:
+        _warn_nothing_written(kernel_name, declared)
+        return {}
+    return dict.fromkeys(unchecked, mismatch) if mismatch is not None else {}
+
+
+def _warn_nothing_written(kernel_name: str, declared: Sequence[str] | None) -> None:
+    if declared is None:
+        message = "found no tensor argument that the kernel writes; declare them with check_outputs"
+    else:
+        message = f"compared nothing: no candidate changed check_outputs ({', '.join(declared)})"
+    warn_once(DejavuConfigWarning, kernel_name, "%s: the numerical check %s", kernel_name, message)
+
+
 # --- the evaluator ----------------------------------------------------------------------------------
 
 
@@ -239,16 +290,25 @@ class CheckedEvaluator(Evaluator):
 
     ``reference_config``: a candidate known to have run (a worker that replaces a crashed one
     recomputes the reference from it in :meth:`prepare`). After a :meth:`measure`, it names the
-    candidate that serves as the reference.
+    candidate that serves as the reference, and :attr:`unchecked` lists the candidates timed while
+    there was none (they wrote none of the outputs). ``hook_config``: the config whose values the tuner's
+    ``pre_hook`` sees with the call's arguments when it resets them for ``reference_fn`` (the
+    kernel's first: upstream's hooks always see a config's values).
     """
 
     def __init__(
-        self, inner: Evaluator, check: NumericalCheck, *, reference_config: Config | None = None
+        self,
+        inner: Evaluator,
+        check: NumericalCheck,
+        *,
+        reference_config: Config | None = None,
+        hook_config: Config | None = None,
     ) -> None:
         super().__init__(inner.ctx)
         self.inner = inner
         self.check = check
         self.reference_config = reference_config
+        self._hook_values = hook_config.all_kwargs() if hook_config is not None else {}
         ctx = inner.ctx
         self._arguments = kernel_arguments(ctx.fn, ctx.nargs, ctx.kwargs)
         self._tensors = CallTensors(self._arguments)
@@ -262,6 +322,7 @@ class CheckedEvaluator(Evaluator):
                 )
             self._outputs = tuple(check.outputs)
         self._expected: dict[str, Any] | None = None
+        self.unchecked: list[Config] = []
 
     def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
         ruled_out = self.inner.prepare(configs)
@@ -270,24 +331,46 @@ class CheckedEvaluator(Evaluator):
 
     def measure(self, config: Config) -> list[float]:
         self._ensure_reference()
-        outputs = self._run(config)
-        becomes_reference = self._expected is None and bool(outputs)
+        outputs, wrote = self._run(config)
+        becomes_reference = self._expected is None and wrote
         if becomes_reference:
             self._expected, self.reference_config = outputs, config
         elif self._expected is not None:
-            for name, expected in self._expected.items():
-                reason = compare(name, outputs[name], expected, rtol=self.check.rtol, atol=self.check.atol)
-                if reason is not None:
-                    raise NumericalMismatch(reason)
+            reason = self._mismatch(outputs)
+            if reason is not None:
+                raise NumericalMismatch(reason)
         try:
-            return self.inner.measure(config)
+            timings = self.inner.measure(config)
         except BaseException:
             if becomes_reference:  # a reference must be a candidate that runs
                 self._expected, self.reference_config = None, None
             raise
+        if self._expected is None:  # it wrote nothing, and nothing says yet whether it should have
+            self.unchecked.append(config)
+        return timings
 
     def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
         return self.inner.refine(configs)
+
+    def late_rule_outs(self) -> dict[Config, str]:
+        mismatch = self.unwritten_mismatch() if self.unchecked else None
+        return rule_out_unwritten(
+            self.ctx.kernel_name,
+            self.check.outputs,
+            self.unchecked,
+            reference=self._expected is not None,
+            mismatch=mismatch,
+        )
+
+    def unwritten_mismatch(self) -> str | None:
+        """Why a candidate that wrote none of the outputs does not match the reference, as a reason
+        for ruling it out; None when it matches or when there is no reference."""
+        if self._expected is None:
+            return None
+        reason = self._mismatch(self._tensors.start(list(self._expected)))
+        if reason is None:
+            return None
+        return f"{NumericalMismatch.__name__}: it wrote none of the outputs; {reason}"
 
     def close(self) -> None:
         try:
@@ -304,51 +387,72 @@ class CheckedEvaluator(Evaluator):
         if self.check.reference_fn is not None:
             self._expected = self._run_reference_fn()
         elif self.reference_config is not None:
-            self._expected = self._run(self.reference_config)
+            self._expected = self._run(self.reference_config)[0]
 
-    def _run(self, config: Config) -> dict[str, Any]:
-        """One launch of ``config`` from the original inputs; the outputs it wrote, copied.
+    def _run(self, config: Config) -> tuple[dict[str, Any], bool]:
+        """One launch of ``config`` from the original inputs: the outputs it wrote, copied, and (while
+        there is no reference) whether it changed any of them from where the launch started, after
+        the hooks before it.
 
         The copy is taken before the tuner's ``post_hook`` (which may restore ``restore_value``
         arguments) and after its ``pre_hook`` (``reset_to_zero``), as the kernel left them.
         """
         self._tensors.restore()
         captured: dict[str, Any] = {}
-        post_hook = self.ctx.post_hook
+        wrote = False
+        pre_hook, post_hook = self.ctx.pre_hook, self.ctx.post_hook
+
+        def pre_hook_then_mark_start(nargs: dict[str, Any], **options: Any) -> None:
+            pre_hook(nargs, **options)
+            if self._expected is None:
+                self._tensors.mark_start()
 
         def capture_then_post_hook(nargs: dict[str, Any], exception: BaseException | None = None) -> None:
+            nonlocal wrote
             if exception is None:
-                captured.update(self._tensors.capture(self._output_names()))
+                if self._expected is None:
+                    wrote = bool(self._written())
+                captured.update(self._tensors.capture(self._outputs or ()))
             post_hook(nargs, exception=exception)
 
-        make_kernel_call(dataclasses.replace(self.ctx, post_hook=capture_then_post_hook), config)()
-        return captured
+        hooks = {"pre_hook": pre_hook_then_mark_start, "post_hook": capture_then_post_hook}
+        make_kernel_call(dataclasses.replace(self.ctx, **hooks), config)()
+        return captured, wrote
 
-    def _output_names(self) -> Sequence[str]:
-        if self._outputs is not None:
-            return self._outputs
-        names = self._tensors.changed()
-        if names:
-            self._outputs = tuple(names)
-            log.debug("%s: numerical check compares %s", self.ctx.kernel_name, ", ".join(names))
-        else:
-            warn_once(
-                DejavuConfigWarning,
-                self.ctx.kernel_name,
-                "%s: the numerical check found no tensor argument that the kernel writes; "
-                "declare them with check_outputs",
-                self.ctx.kernel_name,
-            )
-        return names
+    def _written(self) -> list[str]:
+        """The outputs whose contents the run changed; without declared outputs, the first run that
+        changes any tensor argument decides which are the outputs."""
+        written = self._tensors.changed(self._outputs)
+        if written and self._outputs is None:
+            self._outputs = tuple(written)
+            log.debug("%s: numerical check compares %s", self.ctx.kernel_name, ", ".join(written))
+        return written
+
+    def _mismatch(self, outputs: Mapping[str, Any]) -> str | None:
+        """Why ``outputs`` differ from the reference's (the first output that does), or None."""
+        assert self._expected is not None
+        for name, expected in self._expected.items():
+            reason = compare(name, outputs[name], expected, rtol=self.check.rtol, atol=self.check.atol)
+            if reason is not None:
+                return reason
+        return None
 
     def _run_reference_fn(self) -> dict[str, Any]:
+        """``reference_fn``'s outputs, from where every candidate's launch starts: the original
+        contents, then the tuner's ``pre_hook`` (``reset_to_zero``). The hook is called with
+        ``reset_only=True``, as upstream calls it before the launch that follows tuning: it resets and
+        takes no ``restore_value`` copies, which no ``post_hook`` would put back."""
         import torch
 
         assert self.check.reference_fn is not None
         self._tensors.restore()
+        self.ctx.pre_hook({**self.ctx.nargs, **self.ctx.kwargs, **self._hook_values}, reset_only=True)
+        self._tensors.mark_start()
         result = self.check.reference_fn(**self._arguments)
         if result is None:
-            expected = self._tensors.capture(self._output_names())
+            if not self._written() and self._outputs is None:
+                _warn_nothing_written(self.ctx.kernel_name, None)
+            expected = self._tensors.capture(self._outputs or ())
         elif isinstance(result, Mapping):
             expected = {}
             for name, value in result.items():

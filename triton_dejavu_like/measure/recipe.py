@@ -13,9 +13,10 @@ from typing import Any
 
 from .._compat import Config
 from .bench import Benchmarker, TimingPolicy, make_benchmarker
+from .evaluate import Evaluator
 from .isolation.settings import IsolationSettings
 from .launch import LaunchContext
-from .numerics import NumericalCheck
+from .numerics import CheckedEvaluator, NumericalCheck
 
 
 @dataclass(frozen=True)
@@ -85,3 +86,11 @@ class KernelRecipe:
             kernel_name=self.kernel_name,
             interpreted=interpreted,
         )
+
+    def checked(self, evaluator: Evaluator, reference_config: Config | None = None) -> Evaluator:
+        """``evaluator`` behind the numerical check when it is on (see :class:`CheckedEvaluator`; the
+        tuner's ``pre_hook`` resets the arguments for ``reference_fn`` with the first config's values)."""
+        if self.check is None:
+            return evaluator
+        first = self.configs[0] if self.configs else None
+        return CheckedEvaluator(evaluator, self.check, reference_config=reference_config, hook_config=first)

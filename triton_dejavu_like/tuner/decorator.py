@@ -125,9 +125,9 @@ def autotune(
     be a module-level global. ``numerical_check=True`` (None: on with ``TRITON_DEJAVU_NUMERICAL_CHECK=1``
     or any of the next arguments) rules out candidates whose outputs differ from the reference's:
     ``reference_fn(**kernel_args)`` (writes the expected outputs, or returns ``{name: tensor}``) or
-    else the first candidate that runs. ``check_outputs`` names the output arguments (default: the
-    tensor arguments the reference changes); ``check_rtol``/``check_atol`` replace the dtype-aware
-    tolerances. See docs/isolation.md.
+    else the first candidate that runs and writes an output. ``check_outputs`` names the output
+    arguments (default: the tensor arguments the reference changes); ``check_rtol``/``check_atol``
+    replace the dtype-aware tolerances. See docs/isolation.md.
 
     Positional arguments: ``autotune(configs, key, prune_configs_by, reset_to_zero, restore_value,
     pre_hook, post_hook, warmup, rep, use_cuda_graph, do_bench, cache_results)`` as upstream when the

@@ -96,6 +96,11 @@ class Trial:
         valid = [(c, t) for c, t in source.items() if math.isfinite(t[0])]
         return sorted(valid, key=lambda item: item[1][0])
 
+    def rule_out_late(self, evaluator: Evaluator) -> None:
+        """Rule out the candidates the evaluator found invalid after timing them."""
+        for config, reason in evaluator.late_rule_outs().items():
+            self.rule_out(config, reason)
+
     def refine(self, evaluator: Evaluator, finalists: int) -> None:
         """Re-measure the ``finalists`` best screened candidates carefully, if timing has two stages."""
         if finalists <= 0:
@@ -183,6 +188,7 @@ class TuningRun:
                         pipeline.run_batched(len(space) if self.strategy == "exhaustive" else None)
             finally:
                 bar.close()
+            trial.rule_out_late(evaluator)  # before finalists are chosen
             with trial.phase("refine"):
                 trial.refine(evaluator, self.benchmarker.finalists)
         duration = time.perf_counter() - start

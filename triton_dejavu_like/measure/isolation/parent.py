@@ -44,6 +44,7 @@ from ..._log import DejavuTuningWarning, DejavuWarning, warn_once
 from ...codec import EncodingError, config_id, encode_config
 from ..evaluate import Evaluator
 from ..launch import LaunchContext, one_line
+from ..numerics import rule_out_unwritten
 from ..recipe import KernelRecipe
 from ._cuda import current_device
 from .settings import (
@@ -68,7 +69,9 @@ class IsolatedEvaluator(Evaluator):
 
     The numerical check, when given, runs in the worker (where the outputs are); the candidate that
     became the reference is remembered here, and a replacement worker recomputes the reference from
-    it before timing anything.
+    it before timing anything. So are the candidates timed before there was a reference (they wrote
+    nothing), and the verdict on them that the worker gave with the reference: a worker that timed
+    them may be gone when the search ends.
     """
 
     def __init__(self, ctx: LaunchContext, *, recipe: KernelRecipe) -> None:
@@ -80,6 +83,8 @@ class IsolatedEvaluator(Evaluator):
         self._worker: _Worker | None = None
         self._broken: IsolationError | None = None
         self._reference: Description | None = None
+        self._unchecked: list[Config] = []
+        self._unwritten_mismatch: str | None = None
         self._descriptions: dict[Config, Description] = {}
         #: How many worker processes this evaluator started (the first one, then one per crash or hang).
         self.worker_starts = 0
@@ -117,11 +122,13 @@ class IsolatedEvaluator(Evaluator):
 
     def measure(self, config: Config) -> list[float]:
         description = self._describe(config)
-        _, timings, became_reference = self._request(
+        _, timings, became_reference, unchecked, mismatch = self._request(
             ("measure", description), self.timeout_s, "compiling and timing it"
         )
         if became_reference:
-            self._reference = description
+            self._reference, self._unwritten_mismatch = description, mismatch
+        if unchecked:
+            self._unchecked.append(config)
         return timings
 
     def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
@@ -138,6 +145,15 @@ class IsolatedEvaluator(Evaluator):
             )
             return None
         return None if timings is None else dict(zip(configs, timings))
+
+    def late_rule_outs(self) -> dict[Config, str]:
+        return rule_out_unwritten(
+            self.ctx.kernel_name,
+            self.check.outputs if self.check is not None else None,
+            self._unchecked,
+            reference=self._reference is not None,
+            mismatch=self._unwritten_mismatch,
+        )
 
     def close(self) -> None:
         if self._worker is not None:

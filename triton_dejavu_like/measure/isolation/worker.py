@@ -86,11 +86,8 @@ class _Session:
     def of(cls, ctx: LaunchContext, recipe: KernelRecipe, reference: Description | None) -> _Session:
         grid = ctx.kwargs.get("grid")
         decode = functools.partial(_decode, recipe, grid if isinstance(grid, _GridTable) else None)
-        evaluator: Evaluator = InProcessEvaluator(ctx)
-        if recipe.check is not None:
-            reference_config = decode(reference) if reference is not None else None
-            evaluator = CheckedEvaluator(evaluator, recipe.check, reference_config=reference_config)
-        return cls(evaluator, decode)
+        reference_config = decode(reference) if reference is not None else None
+        return cls(recipe.checked(InProcessEvaluator(ctx), reference_config), decode)
 
     def handle(self, request: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The reply to a request, or None to stop."""
@@ -104,10 +101,15 @@ class _Session:
         return None
 
     def _measure(self, description: Description) -> tuple[Any, ...]:
+        """The timings, whether the candidate became the numerical check's reference (and then why a
+        candidate that writes nothing mismatches it), and whether it was timed with no reference."""
         config = self.decode(description)
         timings = self.evaluator.measure(config)
-        became_reference = getattr(self.evaluator, "reference_config", None) is config
-        return ("ok", [float(t) for t in timings], became_reference)
+        check = self.evaluator if isinstance(self.evaluator, CheckedEvaluator) else None
+        became_reference = check is not None and check.reference_config is config
+        unchecked = check is not None and config in check.unchecked
+        mismatch = check.unwritten_mismatch() if check is not None and became_reference else None
+        return ("ok", [float(t) for t in timings], became_reference, unchecked, mismatch)
 
     def _prepare(self, descriptions: list[Description]) -> tuple[Any, ...]:
         configs = [self.decode(d) for d in descriptions]
