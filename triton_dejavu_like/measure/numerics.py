@@ -28,7 +28,7 @@ from .._compat import Config
 from .._log import DejavuConfigWarning, warn_once
 from ..store.identity import callable_name
 from .evaluate import Evaluator
-from .launch import make_kernel_call
+from .launch import Failure, make_kernel_call
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ class CheckedEvaluator(Evaluator):
             self._outputs = tuple(check.outputs)
         self._expected: dict[str, Any] | None = None
 
-    def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
+    def prepare(self, configs: Sequence[Config]) -> dict[Config, Failure]:
         ruled_out = self.inner.prepare(configs)
         self._ensure_reference()
         return ruled_out
