@@ -8,7 +8,8 @@ random time per config (ranks tuning alone would disagree). Prints one JSON line
 Phases, one after the other: ``same`` (every rank misses key 500); ``different`` (rank r misses key
 600 + r, then all miss 700); ``raise`` (all miss key 800; rank 2 raises from its benchmark, a
 BaseException, and goes on). Each phase reports the benchmarks run, the configs chosen, the entries
-recorded and whether the rank raised.
+recorded and whether the rank raised. Then ``fail``: every config raises ``OutOfResources`` on every
+rank (key 900); the rank reports the classes of the error it raised.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
 from storage_helpers import InstantBench, launch, make_tuner  # noqa: E402
+from triton.runtime.errors import OutOfResources  # noqa: E402
 
 import triton_dejavu_like as tdl  # noqa: E402
 
@@ -36,6 +38,15 @@ CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 64, 128) f
 
 class Boom(BaseException):
     pass
+
+
+def out_of_resources(nargs: dict) -> None:
+    raise OutOfResources(nargs["BLOCK"] * 1000, 1000, "shared memory")
+
+
+def launching_bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):  # type: ignore[no-untyped-def]
+    kernel_call()
+    return [1.0] * len(quantiles)
 
 
 class RandomBench(InstantBench):
@@ -83,6 +94,15 @@ def main() -> None:
             "recorded": len(recorded),
             "raised": raised,
         }
+    configs = [triton.Config(c.kwargs, num_warps=c.num_warps, pre_hook=out_of_resources) for c in CONFIGS]
+    failing = make_tuner(bench=launching_bench, configs=configs)
+    dist.barrier()
+    try:
+        launch(failing, 900)
+        phases["fail"] = {"raised": []}
+    except Exception as exc:
+        classes = (OutOfResources, tdl.AutotuningError)
+        phases["fail"] = {"raised": [cls.__name__ for cls in classes if isinstance(exc, cls)]}
     print(json.dumps({"rank": rank, **phases}), flush=True)
     os._exit(0)  # no teardown collective: a rank that finished early must not wait for the others
 

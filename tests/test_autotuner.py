@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
+import pickle
+import weakref
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,9 +24,13 @@ from kernels import (
     scale_kernel,
     tuned_add,
 )
+from triton.compiler.errors import CompilationError
 from triton.runtime.autotuner import Autotuner as UpstreamAutotuner
+from triton.runtime.errors import OutOfResources
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like import _compat
+from triton_dejavu_like.tuner.tuning import Trial
 
 
 def test_is_an_upstream_autotuner_and_picks_the_fastest():
@@ -369,6 +377,86 @@ def test_all_candidates_failing_names_the_kernel():
         tdl.AutotuningError, match=r"add_kernel: all 2 candidate configs failed.*does not compile"
     ):
         run_add(tuner)
+
+
+def out_of_resources(nargs):
+    raise OutOfResources(nargs["BLOCK"] * 1000, 1000, "shared memory")
+
+
+def test_every_candidate_failing_raises_the_first_candidates_error_as_an_autotuning_error():
+    """The error an except clause written for upstream's autotuner expects (upstream launches the
+    first config after all were skipped, which raises its error again), and ours."""
+    configs = [triton.Config({"BLOCK": b}, pre_hook=out_of_resources) for b in (16, 32)]
+    tuner = tuned_add(FakeBench(), configs=configs)
+    with pytest.raises(OutOfResources) as info:
+        run_add(tuner)
+    error = info.value
+    assert isinstance(error, tdl.AutotuningError)
+    assert error.error_message.startswith("add_kernel: all 2 candidate configs failed")
+    assert "Required: 16000" in str(error) and "Required: 32000" in str(error)
+    assert isinstance(error.__cause__, OutOfResources) and error.__cause__.required == 16000
+    assert (error.required, error.limit, error.name) == (16000, 1000, "shared memory")
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, OutOfResources) and isinstance(copy, tdl.AutotuningError)
+    assert (str(copy), copy.required) == (str(error), 16000)
+
+
+def test_the_first_error_upstream_does_not_skip_is_the_one_raised():
+    """Upstream skips OutOfResources and goes on, but a KeyError ends its tuning: ours raises that."""
+
+    def missing_argument(nargs):
+        raise KeyError("acc_ptr")
+
+    configs = [
+        triton.Config({"BLOCK": 16}, pre_hook=out_of_resources),
+        triton.Config({"BLOCK": 32}, pre_hook=missing_argument),
+        triton.Config({"BLOCK": 64}, pre_hook=lambda nargs: 1 / 0),
+    ]
+    with pytest.raises(KeyError) as info:
+        run_add(tuned_add(FakeBench(), configs=configs))
+    assert not isinstance(info.value, (OutOfResources, ZeroDivisionError))
+    assert "'torch.float32'): [BLOCK=32" in str(info.value)  # its reason comes first
+
+
+def test_a_ruled_out_candidates_exception_is_let_go_when_tuning_ends():
+    """Kept in case no candidate runs, it would hold the run's frames (its tensors) in a reference
+    cycle until the garbage collector ran."""
+    raised = []
+
+    def tracked(error):
+        raised.append(weakref.ref(error))
+        return error
+
+    def fails(nargs):  # no local holds the error: its own frame is in its traceback
+        raise tracked(OutOfResources(1, 0, "shared memory"))
+
+    configs = [triton.Config({"BLOCK": 16}, pre_hook=fails), *block_configs((32,))]
+    gc.disable()
+    try:
+        run_add(tuned_add(FakeBench(), configs=configs))
+        assert raised and raised[0]() is None
+    finally:
+        gc.enable()
+
+
+def test_the_reasons_worker_processes_give_name_the_class_of_the_error():
+    """A candidate compiled in a worker process comes back as a reason: its ``Type`` names the class
+    (the worker's shared-memory verdict too); a reason naming no class makes a plain AutotuningError."""
+    configs = block_configs((16, 32, 64))
+    kernel = SimpleNamespace(metadata=SimpleNamespace(shared=70000))
+    answers = _compat.DriverAnswers(0, None, {"max_shared_mem": 65536})
+    trial = Trial("k", configs)
+    trial.rule_out(configs[1], _compat.shared_memory_shortfall(kernel, answers))
+    trial.rule_out(configs[0], "a compile worker died compiling it, with nothing else in flight")
+    assert isinstance(trial.all_failed("k: all 2 candidate configs failed"), OutOfResources)
+    trial.rule_out(configs[2], "CompilationError: at 3:4: BLOCK must be a power of 2")
+    error = trial.all_failed("k: all 3 candidate configs failed")
+    assert isinstance(error, CompilationError) and isinstance(error, tdl.AutotuningError)
+    assert error.error_message.startswith("k: all 3 candidate configs failed: [BLOCK=64")
+    assert type(Trial("k", configs).all_failed("none")) is tdl.AutotuningError
+    only = Trial("k", configs)
+    only.rule_out(configs[0], "the benchmark returned nan ms")
+    assert type(only.all_failed("k: all 1 candidate configs failed")) is tdl.AutotuningError
 
 
 def test_fallback_heuristic_answers_a_miss_without_tuning(monkeypatch):

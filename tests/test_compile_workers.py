@@ -100,6 +100,8 @@ def test_forked_workers_compile_for_the_gpu_and_rule_out_what_cannot_run(tmp_pat
     assert fits is None  # compiled, and fits the device
     assert "shared memory" in too_big and "16384" in too_big  # the device's limit, no GPU needed
     assert invalid and "shared memory" not in invalid  # 48 is not a power of 2: a compile error
+    # each reason names its error's class: when no candidate runs, the error raised is one of it
+    assert too_big.startswith("OutOfResources: ") and invalid.startswith("CompilationError: ")
     assert result["inherited"]  # Triton's own hash is computed once, before the fork, not per worker
     assert result["handed_back"]  # a worker that does not know the kernel never rules a candidate out
     assert len(result["children"]) == 2  # the pool's size

@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 from kernels import FakeBench, accumulate_kernel, add_kernel, grid, observe_block
+from triton.runtime.errors import InterpreterError
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like.measure import isolation
@@ -256,6 +257,17 @@ def test_every_candidate_crashing_is_a_clear_error():
         tdl.AutotuningError, match=r"all 3 candidate configs failed.*worker exited with code 3"
     ):
         launch_add(tuner)
+
+
+def test_every_candidate_failing_in_a_worker_raises_the_workers_error_class():
+    """The worker's error comes back as itself: the error raised is an instance of its class (here
+    the interpreter's, for a failed static assertion), as upstream's autotuner would raise."""
+    configs = [triton.Config({"BLOCK": b, "MODE": 1}) for b in (16, 32)]
+    tuner = tdl.autotune(key=["n"], configs=configs, use_isolated_process=True)(faulty_add)
+    with pytest.raises(InterpreterError) as info:
+        launch_add(tuner)
+    assert isinstance(info.value, tdl.AutotuningError)
+    assert "all 2 candidate configs failed" in str(info.value)
 
 
 def test_decorator_checks_isolation_arguments():

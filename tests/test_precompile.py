@@ -9,7 +9,7 @@ import pytest
 import triton
 
 from triton_dejavu_like import _compat
-from triton_dejavu_like.measure import LaunchContext
+from triton_dejavu_like.measure import LaunchContext, one_line_reason
 from triton_dejavu_like.measure.precompile import precompile
 
 
@@ -40,7 +40,8 @@ def context(kernel) -> LaunchContext:
 
 
 @pytest.mark.parametrize("threads", [1, 4])
-def test_failed_compilations_are_ruled_out_with_one_line_reasons(threads):
+def test_failed_compilations_are_ruled_out_with_their_errors(threads):
+    """The error itself (in this process), for the error a tuning run raises when none compiled."""
     if threads > 1 and not _compat.HAS_ASYNC_COMPILE:
         pytest.skip("this Triton compiles serially")
     kernel = CompileOnlyKernel()
@@ -48,7 +49,9 @@ def test_failed_compilations_are_ruled_out_with_one_line_reasons(threads):
     failures = precompile(context(kernel), configs, threads=threads)
     assert kernel.compiled == [16, 32]
     assert list(failures) == [configs[1]]
-    assert failures[configs[1]].startswith("CompilationError") and "\n" not in failures[configs[1]]
+    assert isinstance(failures[configs[1]], triton.compiler.errors.CompilationError)
+    reason = one_line_reason(failures[configs[1]])
+    assert reason.startswith("CompilationError") and "\n" not in reason
 
 
 @pytest.mark.parametrize("threads", [1, 4])

@@ -81,6 +81,11 @@ def test_ranks_missing_different_keys_do_not_deadlock(phases):
     assert sum(r["recorded"] for r in results) == WORLD + 1
 
 
+def test_every_candidate_failing_on_every_rank_raises_the_candidates_error_class(phases):
+    """On each rank, as without ranks: an AutotuningError that is also the candidates' error."""
+    assert [r["fail"]["raised"] for r in phases] == [["OutOfResources", "AutotuningError"]] * WORLD
+
+
 def test_a_rank_that_raises_does_not_hang_the_others(phases):
     results = [r["raise"] for r in phases]
     assert results[2]["raised"] and results[2]["configs"] == []

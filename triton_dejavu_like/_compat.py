@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import triton
+from triton.compiler import errors as _compiler_errors
 from triton.runtime import autotuner as _upstream_autotuner
 from triton.runtime import errors as _runtime_errors
 from triton.runtime import interpreter as _interpreter
@@ -77,6 +78,32 @@ class _AutotunerError(RuntimeError):
 #: Base class for our tuning errors: upstream's ``AutotunerError`` where it exists (3.6+), else a
 #: ``RuntimeError`` with its attribute and text, so the message is the same on every release.
 AutotunerErrorBase: type[Exception] = getattr(_runtime_errors, "AutotunerError", _AutotunerError)
+
+#: What upstream's ``Autotuner._bench`` turns into an infinite time, going on with the next config:
+#: ``OutOfResources`` and ``CompileTimeAssertionFailure`` on every release, ``PTXASError`` from 3.3 on
+#: (3.2 has no such class: a ptxas failure is a ``RuntimeError`` there). Anything else a benchmark
+#: launch raises ends upstream's tuning at once. When every config got an infinite time, upstream
+#: launches the first one, which raises its error again.
+UPSTREAM_SKIPPED_ERRORS: tuple[type[Exception], ...] = tuple(
+    cls
+    for cls in (
+        _runtime_errors.OutOfResources,
+        _compiler_errors.CompileTimeAssertionFailure,
+        getattr(_runtime_errors, "PTXASError", None),
+    )
+    if cls is not None
+)
+
+
+def triton_error_class(name: str) -> type[Exception] | None:
+    """The exception class called ``name`` in ``triton.runtime.errors`` or ``triton.compiler.errors``
+    (those of the installed release), or None."""
+    for module in (_runtime_errors, _compiler_errors):
+        found = getattr(module, name, None)
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+    return None
+
 
 #: The compile options the interpreter's ``run`` accepts and drops. 3.2's interpreter strips only
 #: these (``RESERVED_KWS``) and passes any other option (3.2's Config has ``num_buffers_warp_spec``
@@ -419,11 +446,12 @@ def _shared_memory_error(required: Any, limit: Any) -> Exception | None:
 
 
 def shared_memory_shortfall(kernel: Any, answers: DriverAnswers) -> str | None:
-    """Why ``kernel`` cannot be loaded for lack of shared memory (Triton's own message), or None: the
-    check ``CompiledKernel`` makes when it loads, made without a GPU."""
+    """Why ``kernel`` cannot be loaded for lack of shared memory (``OutOfResources: `` and Triton's own
+    message, as a candidate's reason names its error), or None: the check ``CompiledKernel`` makes
+    when it loads, made without a GPU."""
     required = getattr(getattr(kernel, "metadata", None), "shared", None)
     error = _shared_memory_error(required, answers.properties.get("max_shared_mem"))
-    return None if error is None else str(error)
+    return None if error is None else f"{type(error).__name__}: {error}"
 
 
 def stop_compiles_over_shared_memory(answers: DriverAnswers) -> bool:
@@ -555,6 +583,7 @@ __all__ = [
     "INTERPRETER_OPTIONS",
     "KNOWN_COMPILE_OPTIONS",
     "TRITON_VERSION_STR",
+    "UPSTREAM_SKIPPED_ERRORS",
     "AutotunerErrorBase",
     "Config",
     "UpstreamAutotuner",

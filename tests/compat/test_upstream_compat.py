@@ -9,10 +9,13 @@ on older ones and ours must already behave like the newest release.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 import triton
+import triton.language as tl
 from compat_helpers import (
     BLOCKS,
     TRITON,
@@ -29,6 +32,12 @@ from compat_helpers import (
     scaled_add_kernel,
 )
 from triton.runtime.autotuner import Autotuner as UpstreamAutotuner
+from triton.runtime.errors import InterpreterError, OutOfResources
+
+try:  # 3.3+
+    from triton.runtime.errors import PTXASError
+except ImportError:  # 3.2 has no such class
+    PTXASError = None
 
 import triton_dejavu_like as tdl
 
@@ -330,6 +339,91 @@ def test_a_single_config_list_is_not_pruned(autotune):
     run_add(tuner)
     assert calls == [] and bench.timed == []
     assert tuner.best_config is configs[0]
+
+
+# --- candidates that fail --------------------------------------------------------------------------------
+
+
+@triton.jit
+def asserting_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Fails for every BLOCK of ``BLOCKS``: under the interpreter, as an ``InterpreterError``."""
+    tl.static_assert(BLOCK >= 256, "BLOCK must be at least 256")
+
+
+def failing(error: Exception) -> Callable[[dict[str, Any]], None]:
+    """A config pre_hook raising ``error`` at every launch of its config, benchmark or not, as a
+    config that cannot run does (upstream launches its choice once more after benchmarking)."""
+
+    def hook(nargs: dict[str, Any]) -> None:
+        raise error
+
+    return hook
+
+
+def failing_configs(*errors: Exception) -> list[triton.Config]:
+    return [triton.Config({"BLOCK": b}, num_warps=1, pre_hook=failing(e)) for b, e in zip(BLOCKS, errors)]
+
+
+def out_of_resources() -> Exception:
+    return OutOfResources(99999, 1000, "shared memory")
+
+
+def raising_pre_hook(nargs: dict[str, Any], reset_only: bool = False) -> None:
+    raise KeyError("acc_ptr")
+
+
+#: name -> (kernel, configs, decorator options, the error upstream raises), made per test
+EVERY_CANDIDATE_FAILS: dict[str, Callable[[], tuple[Any, list[triton.Config], dict[str, Any], type]]] = {
+    "static-assert": lambda: (asserting_kernel, Bench().configs(), {}, InterpreterError),
+    "out-of-resources": lambda: (add_kernel, failing_configs(*[out_of_resources()] * 4), {}, OutOfResources),
+    "pre-hook": lambda: (add_kernel, Bench().configs(), {"pre_hook": raising_pre_hook}, KeyError),
+    "skipped-then-raised": lambda: (
+        add_kernel,
+        failing_configs(out_of_resources(), ValueError("BLOCK"), out_of_resources(), KeyError("BLOCK")),
+        {},
+        ValueError,
+    ),
+}
+if PTXASError is not None:  # 3.3+: a PTXASError is skipped as OutOfResources is
+    EVERY_CANDIDATE_FAILS["ptxas-skipped"] = lambda: (
+        add_kernel,
+        failing_configs(PTXASError("ptxas"), PTXASError("ptxas"), KeyError("BLOCK"), out_of_resources()),
+        {},
+        KeyError,
+    )
+
+
+@pytest.mark.parametrize("scenario", list(EVERY_CANDIDATE_FAILS))
+@pytest.mark.parametrize("autotune", both())
+def test_every_candidate_failing_raises_what_upstream_raises(autotune, scenario):
+    """Upstream skips a config whose benchmark raises ``OutOfResources``, ``CompileTimeAssertionFailure``
+    or (3.3+) ``PTXASError``, and launches the first config when every one was skipped, which raises
+    its error again; any other error ends its tuning at once. Ours raises an ``AutotuningError`` that
+    is an instance of that same class, so an ``except`` clause written for upstream catches it."""
+    kernel, configs, options, expected = EVERY_CANDIDATE_FAILS[scenario]()
+    tuner = autotune(configs=configs, key=["n"], do_bench=Bench(), **options)(kernel)
+    x, y, out = add_inputs()
+    with pytest.raises(expected) as info:
+        tuner[grid(100)](x, y, out, 100)
+    if is_ours(autotune):
+        assert isinstance(info.value, tdl.AutotuningError)
+        assert "all 4 candidate configs failed" in str(info.value)
+        assert isinstance(info.value.__cause__, expected)  # the candidate's own error, with its traceback
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_a_config_failing_with_an_error_upstream_does_not_skip(autotune):
+    """Upstream's tuning ends at the first error it does not skip; ours rules that config out and
+    tunes the others (docs/compat.md: a failing config is only ruled out)."""
+    bench = Bench()
+    configs = [*failing_configs(KeyError("BLOCK")), *bench.configs(BLOCKS[1:])]
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench)(add_kernel)
+    if is_ours(autotune):
+        run_add(tuner)
+        assert tuner.best_config is configs[1]
+    else:
+        with pytest.raises(KeyError):
+            run_add(tuner)
 
 
 # --- benchmark arguments ----------------------------------------------------------------------------------

@@ -5,13 +5,14 @@ from __future__ import annotations
 from .bench import QUANTILES, Benchmarker, TimingPolicy, make_benchmarker
 from .evaluate import Evaluator, InProcessEvaluator
 from .factory import open_evaluator
-from .launch import LaunchContext, make_kernel_call, one_line_reason
+from .launch import Failure, LaunchContext, make_kernel_call, one_line_reason
 from .recipe import KernelRecipe, TimingSettings
 
 __all__ = [
     "QUANTILES",
     "Benchmarker",
     "Evaluator",
+    "Failure",
     "InProcessEvaluator",
     "KernelRecipe",
     "LaunchContext",

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from .._compat import Config
-from .launch import LaunchContext, make_kernel_call
+from .launch import Failure, LaunchContext, make_kernel_call
 from .precompile import precompile
 
 
@@ -22,7 +22,7 @@ class Evaluator(ABC):
     def __init__(self, ctx: LaunchContext) -> None:
         self.ctx = ctx
 
-    def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
+    def prepare(self, configs: Sequence[Config]) -> dict[Config, Failure]:
         """Work done once before timing (e.g. compiling); returns candidates already ruled out."""
         return {}
 
@@ -52,7 +52,7 @@ class Evaluator(ABC):
 class InProcessEvaluator(Evaluator):
     """Compile candidates in parallel, then launch and time them in this process."""
 
-    def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
+    def prepare(self, configs: Sequence[Config]) -> dict[Config, Failure]:
         if self.ctx.interpreted:
             return {}
         return precompile(self.ctx, configs, ahead=self.ctx.benchmarker.compile_ahead)

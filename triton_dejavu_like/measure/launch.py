@@ -58,8 +58,16 @@ def one_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def one_line_reason(exc: BaseException) -> str:
-    """``Type: first non-empty line of the message`` (compile errors span many lines), capped."""
+#: Why a candidate cannot run: the exception it raised in this process, or the one-line reason
+#: (``Type: message``) a worker process gave for it; what a worker raised stays in the worker.
+Failure = BaseException | str
+
+
+def one_line_reason(exc: BaseException | str) -> str:
+    """``Type: first non-empty line of the message`` (compile errors span many lines), capped; a
+    reason given as text is kept as it is, capped."""
+    if isinstance(exc, str):
+        return exc[:500]
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return (f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__)[:500]
 

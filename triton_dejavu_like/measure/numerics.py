@@ -33,7 +33,7 @@ from .._compat import Config
 from .._log import DejavuConfigWarning, warn_once
 from ..store.identity import callable_name
 from .evaluate import Evaluator
-from .launch import make_kernel_call
+from .launch import Failure, make_kernel_call
 
 log = logging.getLogger(__name__)
 
@@ -324,7 +324,7 @@ class CheckedEvaluator(Evaluator):
         self._expected: dict[str, Any] | None = None
         self.unchecked: list[Config] = []
 
-    def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
+    def prepare(self, configs: Sequence[Config]) -> dict[Config, Failure]:
         ruled_out = self.inner.prepare(configs)
         self._ensure_reference()
         return ruled_out

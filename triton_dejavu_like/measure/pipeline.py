@@ -24,6 +24,7 @@ from typing import Any
 from .._compat import Config
 from .._log import log
 from .compile_pool import CallSpec, CompilePool, Unsupported
+from .launch import Failure
 
 
 @dataclass
@@ -43,15 +44,15 @@ class Counters:
 @dataclass
 class Pipeline:
     """Runs one search to its end. ``measure(i)`` times candidate ``i`` (compiling it in this process
-    if needed) and returns its median in ms (``inf`` if it failed); ``rule_out(i, reason)`` records a
-    candidate that cannot run; ``prepare(indices)`` compiles a batch in this process (threads) and
-    returns the ones that failed with their reasons."""
+    if needed) and returns its median in ms (``inf`` if it failed); ``rule_out(i, failure)`` records a
+    candidate that cannot run (its error, or a worker's reason); ``prepare(indices)`` compiles a batch
+    in this process (threads) and returns the ones that failed with their errors."""
 
     search: Any  # BatchSearch
     candidates: Sequence[Config]
     measure: Callable[[int], float]
-    rule_out: Callable[[int, str], float]
-    prepare: Callable[[list[int]], dict[int, str]]
+    rule_out: Callable[[int, Failure], float]
+    prepare: Callable[[list[int]], dict[int, Failure]]
     batch_size: int
     on_progress: Callable[[Counters], None] = lambda counters: None
     counters: Counters = field(default_factory=Counters)
@@ -82,9 +83,9 @@ class Pipeline:
                     for unmeasured in batch[position:]:
                         self.search.cancel(unmeasured)
                     break
-                reason = failures.get(index)
-                if reason is not None:
-                    self._tell(index, self.rule_out(index, reason), timed=False)
+                failure = failures.get(index)
+                if failure is not None:
+                    self._tell(index, self.rule_out(index, failure), timed=False)
                 else:
                     self._tell(index, self.measure(index), timed=True)
 

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from .. import _compat, _env
 from .._compat import Config
 from .bench import SubmitCompile
-from .launch import LaunchContext, one_line_reason, prepare_launcher
+from .launch import LaunchContext, prepare_launcher
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,8 @@ def precompile(
     configs: Sequence[Config],
     threads: int | None = None,
     ahead: Callable[[SubmitCompile], None] | None = None,
-) -> dict[Config, str]:
-    """Compile ``configs`` for the call in ``ctx``; return the candidates that failed, with reasons.
+) -> dict[Config, BaseException]:
+    """Compile ``configs`` for the call in ``ctx``; return the candidates that failed, with their errors.
 
     Nothing is launched and no hook runs. A failure here is final for the candidate (the same
     compilation would fail again when it is timed). ``ahead`` (the benchmarker's
@@ -42,14 +42,14 @@ def precompile(
         return {}
     grid = ctx.kwargs.get("grid")
     meta = {k: v for k, v in ctx.kwargs.items() if k not in ("grid", "warmup")}
-    failures: dict[Config, str] = {}
+    failures: dict[Config, BaseException] = {}
 
     def warm(config: Config) -> bool:
         """Compile (or, in async mode, hand over) one candidate; False if it failed already."""
         try:
             ctx.fn.run(*ctx.args, grid=grid, warmup=True, **meta, **config.all_kwargs())
         except Exception as exc:  # in async mode: raised before the hand-over (binding, front end)
-            failures[config] = one_line_reason(exc)
+            failures[config] = exc
             return False
         return True
 
@@ -91,7 +91,7 @@ def precompile(
     for config, future in submitted.items():
         exc = future.exception()
         if exc is not None:
-            failures[config] = one_line_reason(exc)
+            failures[config] = exc
     log.debug(
         "%s: compiled %d candidates on %d threads (%d failed)",
         ctx.kernel_name,

@@ -40,7 +40,7 @@ from .._log import DejavuTuningWarning, log, warn_once
 from ..store import StoredEntry
 from ..store.identity import stable_hash
 from .key import TuningKey
-from .tuning import AutotuningError, Outcome
+from .tuning import AutotuningError, Outcome, candidates_failed
 
 #: Seconds the first rank to miss a key waits for others to miss it too.
 JOIN_WINDOW_S = 2.0
@@ -231,16 +231,18 @@ def tune_together(
     log.debug("%s: key %s: rank %d of %d tuning together", kernel_name, key.values, order, members)
     share = [c for i, c in enumerate(candidates) if i % members == order]
     own: Timings = {}
+    failed: AutotuningError | None = None  # raised as its class if no rank has a valid candidate
     with _failure_published(meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
         if share:
             try:
                 own = _indexed(candidates, measure(share))
-            except AutotuningError:  # every candidate of the share failed
+            except AutotuningError as error:  # every candidate of the share failed
                 own = {candidates.index(c): [math.inf] for c in share}
+                failed = error
     meeting.publish(f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}})
     if order == 0:
-        return _lead(meeting, key, kernel_name, candidates, members, own, measure, record, start)
-    return _follow(meeting, key, kernel_name, candidates, members, own, start)
+        return _lead(meeting, key, kernel_name, candidates, members, own, measure, record, start, failed)
+    return _follow(meeting, key, kernel_name, candidates, members, own, start, failed)
 
 
 def _decided(decision: Any, n: int) -> int | None:
@@ -270,13 +272,14 @@ def _lead(
     measure: Measure,
     record: Callable[[Outcome], None],
     start: float,
+    failed: AutotuningError | None,
 ) -> Outcome:
     with _failure_published(meeting, "decision"):
         gathered = _gather(meeting, candidates, members, 0, own)
         ranked = _pick(gathered)
-        if not ranked:
-            raise AutotuningError(
-                f"{kernel_name}: every candidate failed on every rank for key {key.values!r}"
+        if not ranked:  # raised as this rank's share failed (the first candidate is in it)
+            raise candidates_failed(
+                f"{kernel_name}: every candidate failed on every rank for key {key.values!r}", failed
             )
         finalists = [candidates[i] for i in ranked[:FINALISTS]]
         careful = measure(finalists)  # the leader's careful verdict
@@ -308,6 +311,7 @@ def _follow(
     members: int,
     own: Timings,
     start: float,
+    failed: AutotuningError | None,
 ) -> Outcome:
     decision = meeting.read("decision", 2 * meeting.timeout_s)  # the leader gathers, then re-measures
     index = _decided(decision, len(candidates))
@@ -328,6 +332,7 @@ def _follow(
         members,
     )
     if not ranked:
-        raise AutotuningError(f"{kernel_name}: no rank measured a valid candidate for key {key.values!r}")
+        message = f"{kernel_name}: no rank measured a valid candidate for key {key.values!r}"
+        raise candidates_failed(message, failed)  # as this rank's share failed
     timings = {candidates[i]: t for i, t in gathered.items()}
     return Outcome(candidates[ranked[0]], "tuned", timings, time.perf_counter() - start)

@@ -9,18 +9,28 @@ over, re-measures the finalists, and returns an :class:`Outcome` with the winner
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import _env
+from .. import _compat, _env
 from .._compat import AutotunerErrorBase, Config
 from .._log import DejavuConfigWarning, DejavuStorageWarning, log, warn_once
 from ..codec import EncodingError, describe_config
-from ..measure import QUANTILES, Benchmarker, Evaluator, KernelRecipe, one_line_reason, open_evaluator
+from ..measure import (
+    QUANTILES,
+    Benchmarker,
+    Evaluator,
+    Failure,
+    KernelRecipe,
+    one_line_reason,
+    open_evaluator,
+)
 from ..measure.compile_pool import compile_in_processes
 from ..measure.pipeline import Counters, Pipeline
 from ..measure.progress import progress_bar
@@ -35,7 +45,89 @@ MAX_RULED_OUT = 64
 
 
 class AutotuningError(AutotunerErrorBase):
-    """Tuning could not produce a config (every candidate failed, or a bad heuristic)."""
+    """Tuning could not produce a config (every candidate failed, or a bad heuristic).
+
+    When every candidate failed, the error raised is also an instance of the class of the error that
+    upstream's autotuner would have raised (see :func:`candidates_failed`)."""
+
+
+def candidates_failed(message: str, failure: Failure | None) -> AutotuningError:
+    """The error that says no candidate could run: an :class:`AutotuningError` with ``message`` that
+    is also an instance of ``failure``'s class, so that an ``except`` clause written for upstream's
+    autotuner (which lets the candidate's own error through) still catches it.
+
+    ``failure`` is the candidate's exception, which becomes the cause (its attributes, such as
+    ``OutOfResources.required``, are copied; ``error_message`` and ``str()`` are the summary), or a
+    worker's reason, whose ``Type`` names the class (one of Triton's errors or a built-in one). A
+    class Python cannot combine with ours (or none known) gives a plain :class:`AutotuningError`."""
+    error = _failed_as(None if failure is None else _error_class(failure), message)
+    if isinstance(failure, BaseException):
+        if type(error) is not AutotuningError:
+            for name, value in vars(failure).items():
+                if name != "error_message":
+                    setattr(error, name, value)
+        error.__cause__ = failure  # as ``raise error from failure``
+        error.__suppress_context__ = True
+    return error
+
+
+def _error_class(failure: Failure) -> type[Exception] | None:
+    """The class of a candidate's failure: its exception's, or the one a worker's ``Type: message``
+    names; None when it is not an ``Exception`` class known here."""
+    found: Any = type(failure)
+    if isinstance(failure, str):
+        name = failure.split(":", 1)[0]
+        found = name.isidentifier() and (_compat.triton_error_class(name) or getattr(builtins, name, None))
+    return found if isinstance(found, type) and issubclass(found, Exception) else None
+
+
+def _precedence(failure: Failure) -> int:
+    """Which failure upstream's autotuner would raise, lowest first: 0, one it lets through at once
+    (a known class, not one of :data:`_compat.UPSTREAM_SKIPPED_ERRORS`); 1, one it skips (and raises
+    again when it launches the first config after all were skipped); 2, a reason naming no class
+    (a crashed worker, a time that is no time)."""
+    known = _error_class(failure)
+    if known is None:
+        return 2
+    return 1 if issubclass(known, _compat.UPSTREAM_SKIPPED_ERRORS) else 0
+
+
+@functools.cache
+def _failing_as(cls: type[Exception]) -> type[AutotuningError] | None:
+    """``AutotuningError[cls]``, a subclass of both (one per class); ``cls`` itself when it is one
+    already; None when Python cannot combine them (two exception layouts, a final class)."""
+    if issubclass(cls, AutotuningError):
+        return cls
+    try:
+        combined = type(
+            f"AutotuningError[{cls.__name__}]",
+            (AutotuningError, cls),
+            {"__module__": __name__, "__reduce__": _reduce_failed, "_candidate_class": cls},
+        )
+        _failed_error(combined, "")  # an instance can be made
+    except Exception:  # a layout conflict, a class that refuses subclasses or instances made so
+        return None
+    return combined
+
+
+def _failed_error(cls: type[AutotuningError], message: str) -> AutotuningError:
+    """An instance of ``cls`` saying ``message``, made without the other class's constructor."""
+    error = cls.__new__(cls, message)
+    error.args = (message,)
+    error.error_message = message
+    return error
+
+
+def _failed_as(cls: type[Exception] | None, message: str) -> AutotuningError:
+    """An ``AutotuningError[cls]`` saying ``message`` (a plain one where there is none)."""
+    combined = None if cls is None else _failing_as(cls)
+    return AutotuningError(message) if combined is None else _failed_error(combined, message)
+
+
+def _reduce_failed(self: AutotuningError) -> tuple[Any, ...]:
+    """Pickling an ``AutotuningError[cls]``: made again from ``cls`` (the combined class itself is
+    made at run time), with the attributes."""
+    return _failed_as, (type(self)._candidate_class, self.error_message), dict(vars(self))
 
 
 @dataclass
@@ -61,6 +153,11 @@ class Trial:
         self.failures: dict[Config, str] = {}
         self.refined: dict[Config, list[float]] = {}
         self.phases: dict[str, float] = {}
+        self._order: dict[Config, int] = {}
+        for index, config in enumerate(candidates):
+            self._order.setdefault(config, index)
+        # the failure upstream's autotuner would raise if none ran: (rank, config, failure), see rule_out
+        self._first: tuple[tuple[int, int], Config, Failure] | None = None
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -71,11 +168,34 @@ class Trial:
         finally:
             self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - start, 6)
 
-    def rule_out(self, config: Config, reason: str) -> float:
-        self.failures[config] = reason[:500]
+    def rule_out(self, config: Config, failure: Failure) -> float:
+        """Record a candidate that cannot run, with its exception (kept only while it is the one
+        :meth:`all_failed` would raise) or a worker's reason."""
+        reason = one_line_reason(failure)
+        self.failures[config] = reason
         self.timings[config] = [math.inf] * len(QUANTILES)
         log.debug("%s: ruled out %s: %s", self.kernel_name, describe_config(config), reason[:300])
+        # upstream raises the first config's error that it does not skip, else (launching the first
+        # config after all were skipped) the first config's
+        rank = (_precedence(failure), self._order.get(config, len(self.candidates)))
+        if self._first is None or rank < self._first[0]:
+            self._first = (rank, config, failure)
         return math.inf
+
+    def all_failed(self, message: str) -> AutotuningError:
+        """The error when no candidate ran: ``message`` and the first reasons (the one raised as
+        itself first), as :func:`candidates_failed` makes it from the failure upstream would raise."""
+        if self._first is None:
+            return AutotuningError(message)
+        _, first, failure = self._first
+        shown = [first, *(c for c in self.failures if c != first)][:5]
+        details = "; ".join(f"[{describe_config(c)}] {self.failures[c]}" for c in shown)
+        return candidates_failed(f"{message}: {details}", failure)
+
+    def drop_error(self) -> None:
+        """Let go of the exception kept for :meth:`all_failed`: its traceback holds the frames of
+        this run (this trial's among them), which would wait for the garbage collector otherwise."""
+        self._first = None
 
     def measure(self, evaluator: Evaluator, index: int) -> float:
         config = self.candidates[index]
@@ -84,7 +204,7 @@ class Trial:
         try:
             result = evaluator.measure(config)
         except Exception as exc:  # the candidate is ruled out, tuning goes on
-            return self.rule_out(config, one_line_reason(exc))
+            return self.rule_out(config, exc)
         if not result[0] >= 0:  # NaN or negative (a user's do_bench): no time, and none a store keeps
             return self.rule_out(config, f"the benchmark returned {result[0]} ms")
         self.timings[config] = result
@@ -171,7 +291,7 @@ class TuningRun:
                 search,
                 candidates,
                 measure=lambda i: trial.measure(evaluator, i),
-                rule_out=lambda i, reason: trial.rule_out(candidates[i], reason),
+                rule_out=lambda i, failure: trial.rule_out(candidates[i], failure),
                 prepare=lambda batch: _prepare(evaluator, candidates, batch),
                 batch_size=max(16, _env.compile_threads()),
                 on_progress=lambda counters: _show(bar, counters),
@@ -193,12 +313,13 @@ class TuningRun:
                 trial.refine(evaluator, self.benchmarker.finalists)
         duration = time.perf_counter() - start
         best = trial.best()
-        if best is None:
-            details = "; ".join(f"[{describe_config(c)}] {r}" for c, r in list(trial.failures.items())[:5])
-            raise AutotuningError(
-                f"{name}: all {len(search.results)} candidate configs failed for key {key.values!r}"
-                + (f": {details}" if details else "")
-            )
+        try:
+            if best is None:
+                raise trial.all_failed(
+                    f"{name}: all {len(search.results)} candidate configs failed for key {key.values!r}"
+                )
+        finally:
+            trial.drop_error()
         self.recipe.pre_hook({**ctx.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
         entry = self._entry(key, best, trial, search, duration, candidates_hash)
         return Outcome(best, "tuned", trial.timings, duration, entry)
@@ -245,8 +366,8 @@ class TuningRun:
             return None
 
 
-def _prepare(evaluator: Evaluator, candidates: list[Config], batch: list[int]) -> dict[int, str]:
-    """Compile a batch in this process (threads); the indices that failed, with their reasons."""
+def _prepare(evaluator: Evaluator, candidates: list[Config], batch: list[int]) -> dict[int, Failure]:
+    """Compile a batch in this process (threads); the indices that failed, with their errors."""
     configs = [candidates[i] for i in batch]
     failures = evaluator.prepare(configs)
     return {i: failures[c] for i, c in zip(batch, configs) if c in failures}

@@ -43,7 +43,7 @@ from ..._compat import Config
 from ..._log import DejavuTuningWarning, DejavuWarning, warn_once
 from ...codec import EncodingError, config_id, encode_config
 from ..evaluate import Evaluator
-from ..launch import LaunchContext, one_line
+from ..launch import Failure, LaunchContext, one_line
 from ..numerics import rule_out_unwritten
 from ..recipe import KernelRecipe
 from ._cuda import current_device
@@ -91,16 +91,17 @@ class IsolatedEvaluator(Evaluator):
 
     # --- the Evaluator interface --------------------------------------------------------------------
 
-    def prepare(self, configs: Sequence[Config]) -> dict[Config, str]:
-        """Start the worker and let it compile the candidates (in parallel where Triton can)."""
-        ruled_out: dict[Config, str] = {}
+    def prepare(self, configs: Sequence[Config]) -> dict[Config, Failure]:
+        """Start the worker and let it compile the candidates (in parallel where Triton can); the
+        worker's failures come back as one-line reasons."""
+        ruled_out: dict[Config, Failure] = {}
         sendable: list[Config] = []
         for config in configs:
             try:
                 self._describe(config)
                 sendable.append(config)
             except IsolationError as exc:
-                ruled_out[config] = f"{type(exc).__name__}: {exc}"
+                ruled_out[config] = exc
         if not sendable:
             return ruled_out
         self._ensure_worker()  # a worker that cannot start fails the tuning here, with the reason

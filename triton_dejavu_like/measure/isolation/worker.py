@@ -17,7 +17,7 @@ from ..._compat import Config
 from ..._log import log, relay_warnings
 from ...codec import config_id, decode_config
 from ..evaluate import Evaluator, InProcessEvaluator
-from ..launch import LaunchContext, one_line
+from ..launch import LaunchContext, one_line, one_line_reason
 from ..numerics import CheckedEvaluator
 from ..recipe import KernelRecipe
 from ._cuda import cuda_context_error, synchronize
@@ -114,7 +114,8 @@ class _Session:
     def _prepare(self, descriptions: list[Description]) -> tuple[Any, ...]:
         configs = [self.decode(d) for d in descriptions]
         ruled_out = self.evaluator.prepare(configs)
-        return ("prepared", {i: ruled_out[c] for i, c in enumerate(configs) if c in ruled_out})
+        reasons = {i: one_line_reason(ruled_out[c]) for i, c in enumerate(configs) if c in ruled_out}
+        return ("prepared", reasons)  # the errors themselves stay here
 
     def _refine(self, descriptions: list[Description]) -> tuple[Any, ...]:
         configs = [self.decode(d) for d in descriptions]
