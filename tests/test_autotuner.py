@@ -23,6 +23,7 @@ from kernels import (
 from triton.runtime.autotuner import Autotuner as UpstreamAutotuner
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like.measure.bench import Benchmarker
 
 
 def test_is_an_upstream_autotuner_and_picks_the_fastest():
@@ -37,6 +38,42 @@ def test_is_an_upstream_autotuner_and_picks_the_fastest():
     assert tuner.configs_timings[tuner.best_config][0] == 2.0
     assert tuner.bench_time > 0
     assert list(tuner.cache.values()) == [tuner.best_config]
+
+
+class TwoStageBench(Benchmarker):
+    """A two-stage timer, as on a GPU: ``screen`` times every candidate, then the ``finalists`` best
+    are timed again carefully at ``careful[BLOCK]`` (which may disagree with the screen)."""
+
+    finalists = 2
+
+    def __init__(self, screen: FakeBench, careful: dict[int, float]) -> None:
+        self.screen, self.careful = screen, careful
+        self.refined: list[int] = []
+
+    def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8)):
+        return self.screen(kernel_call, quantiles)
+
+    def refine(self, kernel_calls):
+        times = []
+        for call in kernel_calls:
+            self.screen(call)  # runs the launch, which tells the block being timed
+            self.refined.append(self.screen.blocks[-1])
+            times.append([self.careful[self.refined[-1]]] * 3)
+        return times
+
+
+def test_the_careful_stage_decides_between_the_best_screened_candidates(monkeypatch):
+    import triton_dejavu_like.measure.recipe as recipe
+
+    screen = FakeBench({16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0})
+    two_stage = TwoStageBench(screen, careful={16: 5.0, 32: 1.5})
+    monkeypatch.setattr(recipe, "make_benchmarker", lambda **timing: two_stage)
+    tuner = tuned_add(screen, do_bench=None)  # the tuner's own timer, not a user's do_bench
+    run_add(tuner)
+    assert sorted(two_stage.refined) == [16, 32]  # the two best of the screen, timed again
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    (entry,) = json.loads(tuner.cache_path().read_text())["entries"].values()
+    assert entry["timings_ms"][0] == 1.5 and entry["refined"] == 2
 
 
 def test_in_memory_hit_does_not_benchmark_again():
