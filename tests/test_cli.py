@@ -152,6 +152,20 @@ def test_merge_unions_keys_and_reports_conflicts(capsys, tmp_path, prefer, block
     assert out["added"] == 3 and out["problems"] == []
 
 
+@pytest.mark.parametrize("prefer", ["newest", "fastest"])
+def test_a_merge_that_ties_keeps_the_entry_already_there(capsys, tmp_path, prefer):
+    """Two results for one key, equally new and equally fast: the one in the destination (or from
+    the first source) stays, so repeating a merge never swaps a result for an equal one."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    cache_file(first).record({key_id((2,)): make_entry((2,), block=16)})
+    cache_file(second).record({key_id((2,)): make_entry((2,), block=32)})
+    for sources, dest in (([second], first), ([first, second], tmp_path / "fresh")):
+        out = run_json(capsys, "merge", *map(str, sources), "--root", str(dest), "--prefer", prefer)
+        assert stored_entries(cache_file(dest).path)[key_id((2,))]["config"]["kwargs"]["BLOCK"] == 16
+        [conflict] = out["conflicts"]
+        assert conflict["kept"]["config"].startswith("BLOCK=16,")
+
+
 def test_merge_keeps_identities_apart(capsys, tmp_path, root):
     dest = tmp_path / "dest"
     assert run("merge", str(root), "--root", str(dest)) == 0
