@@ -100,6 +100,11 @@ def test_show_gives_each_key_its_config_time_and_how_it_was_found(capsys, root):
     assert "time       1 ms (p20 0.9, p80 1.1)" in out
     assert "found by   exhaustive: 3 of 3 configs evaluated" in out
     assert "ruled out  1:" in out and "OutOfResources" in out
+    assert " top " not in out  # the best candidates only with --top: one line per stored candidate
+    assert run("show", "matmul", "--root", str(root), "--gpu", "NVIDIA_H100_80GB_HBM3", "--top") == 0
+    top = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("top ")]
+    assert len(top) == 2  # a key each
+    assert all(line.startswith("top        1 ms (p20 0.9, p80 1.1): BLOCK=64, num_warps=4") for line in top)
 
 
 def test_show_by_id_or_path_and_as_json(capsys, root):
