@@ -7,6 +7,7 @@ when no GPU is present.
 from __future__ import annotations
 
 import os
+import time
 
 os.environ["TRITON_INTERPRET"] = "1"  # must precede the first `import triton`
 
@@ -46,6 +47,27 @@ def _isolated_storage(tmp_path, monkeypatch):
 
     reset_misses()
     yield
+
+
+class FakeClock:
+    """``time.monotonic`` under the test's control: it moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    """A fake ``time.monotonic``, so that a time budget is tested without timing anything."""
+    fake = FakeClock()
+    monkeypatch.setattr(time, "monotonic", fake)
+    return fake
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,9 +1,10 @@
 """One rank of a gloo process group tuning ``double_kernel`` together with the others.
 
 ``python ranks_worker.py INIT_FILE RANK WORLD SCENARIO``: initialises torch.distributed (gloo,
-``file://`` rendezvous), enables :func:`triton_dejavu_like.distributed`, meets the other ranks at a
-barrier, then launches the kernel for the scenario's keys with a counting ``do_bench`` that returns a
-random time per config (ranks tuning alone would disagree). Prints one JSON line.
+``file://`` rendezvous), enables :func:`triton_dejavu_like.distributed` (unless
+``TRITON_DEJAVU_DISTRIBUTED=1`` enables it), meets the other ranks at a barrier, then launches the
+kernel for the scenario's keys with a counting ``do_bench`` that returns a random time per config
+(ranks tuning alone would disagree). Prints one JSON line.
 
 Phases, one after the other: ``same`` (every rank misses key 500); ``different`` (rank r misses key
 600 + r, then all miss 700); ``raise`` (all miss key 800; rank 2 raises from its benchmark, a
@@ -67,7 +68,8 @@ def main() -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{init}", rank=rank, world_size=world, timeout=timeout
     )
-    tdl.distributed()
+    if os.environ.get("TRITON_DEJAVU_DISTRIBUTED") != "1":
+        tdl.distributed()
     bench = RandomBench(explode=False)
     tuner = make_tuner(bench=bench, configs=CONFIGS)
     recorded: list[list[str]] = []

@@ -1,10 +1,11 @@
 """A process that tunes one key of ``double_kernel`` (run as a script by test_single_flight.py).
 
-``python single_flight_worker.py GO N [--started PATH --hold S]``: waits for the file GO, launches the
+``python single_flight_worker.py GO N [--started PATH --release PATH]``: waits for the file GO, launches the
 kernel for size N with a counting ``do_bench`` that returns a random time per config (so processes
 that tune independently pick different configs), and prints one JSON line: the decision, how many
-benchmarks this process ran and the chosen BLOCK. ``--started`` touches PATH at the first benchmark
-and then sleeps ``--hold`` seconds in it (a holder to be killed mid-tuning). ``--meet DIR --count K``:
+benchmarks this process ran and the chosen BLOCK. ``--started``: at the first benchmark, writes this
+process's pid to PATH, then waits there until the file ``--release`` names exists (a holder kept
+mid-tuning until the test lets it go, or kills it). ``--meet DIR --count K``:
 at the first benchmark, wait (at most 60 s) until K processes have benchmarked (they tune at once).
 """
 
@@ -28,19 +29,23 @@ from storage_helpers import InstantBench, launch, make_tuner  # noqa: E402
 
 class RandomBench(InstantBench):
     def __init__(
-        self, delay_s: float, started: Path | None, hold_s: float, meet: Path | None, count: int
+        self, delay_s: float, started: Path | None, release: Path | None, meet: Path | None, count: int
     ) -> None:
         super().__init__(delay_s)
         self.started = started
-        self.hold_s = hold_s
+        self.release = release
         self.meet = meet
         self.count = count
 
     def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8)):  # type: ignore[no-untyped-def]
         super().__call__(kernel_call, quantiles)
         if self.started is not None and not self.started.exists():
-            self.started.touch()
-            time.sleep(self.hold_s)
+            written = self.started.with_name(f"{self.started.name}.{os.getpid()}")
+            written.write_text(str(os.getpid()))
+            written.replace(self.started)  # whole: a reader never sees it empty
+            deadline = time.monotonic() + 300
+            while self.release is not None and not self.release.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
         if self.meet is not None and self.calls == 1:
             (self.meet / str(os.getpid())).touch()
             deadline = time.monotonic() + 60
@@ -54,20 +59,17 @@ def main() -> None:
     parser.add_argument("go")
     parser.add_argument("n", type=int)
     parser.add_argument("--started")
-    parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--release")
     parser.add_argument("--delay", type=float, default=0.05)
-    parser.add_argument("--ready", help="touch DIR/<pid> once imported, before waiting for GO")
     parser.add_argument("--meet")
     parser.add_argument("--count", type=int, default=0)
     args = parser.parse_args()
     go = Path(args.go)
-    if args.ready:
-        Path(args.ready, str(os.getpid())).touch()
     deadline = time.monotonic() + 120
     while not go.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
-    started, meet = (Path(p) if p else None for p in (args.started, args.meet))
-    bench = RandomBench(args.delay, started, args.hold, meet, args.count)
+    started, release, meet = (Path(p) if p else None for p in (args.started, args.release, args.meet))
+    bench = RandomBench(args.delay, started, release, meet, args.count)
     tuner = make_tuner(bench=bench)
     launch(tuner, args.n)
     best = tuner.best_config

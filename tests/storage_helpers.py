@@ -97,6 +97,24 @@ def as_json(entries: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {kid: entry.to_json() for kid, entry in entries.items()}
 
 
+#: Root ignores file permissions: tests of a store it cannot write refuse its writes with deny_opens.
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def deny_opens(monkeypatch, under: Path, error: int, *, writes_only: bool) -> None:
+    """Make ``os.open`` fail with ``error`` for paths under ``under`` (for writing only, if asked)."""
+    real_open = os.open
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+
+    def guarded(path, flags, *args, **kwargs):
+        inside = str(Path(path).absolute()).startswith(str(under))
+        if inside and (not writes_only or flags & write_flags):
+            raise OSError(error, os.strerror(error), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", guarded)
+
+
 def aside_files(path: Path, suffix: str) -> list[Path]:
     return sorted(path.parent.glob(path.name + suffix + "*"))
 

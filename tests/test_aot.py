@@ -8,10 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+from storage_helpers import make_entry
 
 import triton_dejavu_like as tdl
-from triton_dejavu_like.store import inventory
-from triton_dejavu_like.tools import cli
+from triton_dejavu_like.codec import key_id
+from triton_dejavu_like.store import StoredEntry, inventory
+from triton_dejavu_like.tools import cli, heuristic
 
 SPEC = str(Path(__file__).with_name("aot_cases.py"))
 SIZES = (16, 40, 100, 200, 500, 1000)
@@ -303,22 +305,29 @@ def test_a_worker_is_seeded_with_what_the_tuner_sees_through_directory_links(tmp
     assert (worker_root / "kernel_a" / "cache.json").read_bytes() == b'{"linked": true}'
 
 
+def entries_of(winners: dict[tuple, int]) -> list[StoredEntry]:
+    """Stored entries: each key's winning BLOCK."""
+    return [StoredEntry.from_json(key_id(key), make_entry(key, block=b)) for key, b in winners.items()]
+
+
+SMALL_AND_LARGE = {(64,): 16, (4096,): 256}
+
+
+def generated(entries: list[StoredEntry], method: str, name: str = "heuristic"):
+    """The function of the heuristic module learnt from ``entries``."""
+    source = heuristic.learn(entries, "k", method=method, name=name).source
+    namespace: dict = {}
+    exec(compile(source, "generated", "exec"), namespace)
+    return namespace[name]
+
+
 def test_a_stored_kernel_name_cannot_add_code_to_a_generated_heuristic():
     # the module is Python that users import: a kernel name read from a stored file (another
     # machine's, merged) is data, and must stay inside the docstrings it is quoted in
     import ast
 
-    from storage_helpers import make_entry
-
-    from triton_dejavu_like.codec import key_id
-    from triton_dejavu_like.store import StoredEntry
-    from triton_dejavu_like.tools import heuristic
-
     name = 'k"""\nimport os; os.system("echo owned")\n"""\\'
-    entries = [
-        StoredEntry.from_json(key_id((n,)), make_entry((n,), block=b)) for n, b in ((64, 16), (4096, 256))
-    ]
-    tree = ast.parse(heuristic.learn(entries, name, method="nearest").source)
+    tree = ast.parse(heuristic.learn(entries_of(SMALL_AND_LARGE), name, method="nearest").source)
     statements = {type(node).__name__ for node in tree.body}
     assert statements <= {"Expr", "Import", "ImportFrom", "Assign", "FunctionDef"}
     assert [isinstance(node, ast.Expr) for node in tree.body].count(True) == 1  # the docstring
@@ -336,23 +345,27 @@ def test_a_heuristic_function_name_never_breaks_the_generated_module(method, nam
     # compile, a name the module defines itself (CONFIGS, _nearest, ...) one that fails when called
     if method == "tree":
         pytest.importorskip("sklearn")
-    from storage_helpers import make_entry
-
-    from triton_dejavu_like.codec import key_id
-    from triton_dejavu_like.store import StoredEntry
-    from triton_dejavu_like.tools import heuristic
-
-    entries = [
-        StoredEntry.from_json(key_id((n,)), make_entry((n,), block=b)) for n, b in ((64, 16), (4096, 256))
-    ]
     try:
-        source = heuristic.learn(entries, "k", method=method, name=name).source
+        function = generated(entries_of(SMALL_AND_LARGE), method, name)
     except heuristic.HeuristicError as exc:
         assert repr(name) in str(exc)
         return
-    namespace: dict = {}
-    exec(compile(source, "generated", "exec"), namespace)
-    assert namespace[name]((100,)).kwargs["BLOCK"] in (16, 256)
+    assert function((100,)).kwargs["BLOCK"] == 16  # the stored key nearer 100
+
+
+@pytest.mark.parametrize("method", ["tree", "nearest"])
+def test_a_heuristic_answers_from_the_stored_keys_of_the_same_dtype(method):
+    """Another dtype is another kernel in effect: a key is answered from stored keys of its dtype,
+    however near in size a key of another dtype is."""
+    if method == "tree":
+        pytest.importorskip("sklearn")
+    f16, f32 = "torch.float16", "torch.float32"
+    function = generated(
+        entries_of({(64, f16): 16, (4096, f16): 16, (64, f32): 256, (4096, f32): 256}), method
+    )
+    for n in (100, 3000):
+        assert function((n, f16)).kwargs["BLOCK"] == 16
+        assert function((n, f32)).kwargs["BLOCK"] == 256
 
 
 def test_tune_tunes_in_a_read_only_environment(capsys, tmp_path, monkeypatch):

@@ -30,6 +30,7 @@ from triton.runtime.errors import OutOfResources
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like import _compat
+from triton_dejavu_like.measure.bench import Benchmarker
 from triton_dejavu_like.tuner.tuning import Trial
 
 
@@ -45,6 +46,42 @@ def test_is_an_upstream_autotuner_and_picks_the_fastest():
     assert tuner.configs_timings[tuner.best_config][0] == 2.0
     assert tuner.bench_time > 0
     assert list(tuner.cache.values()) == [tuner.best_config]
+
+
+class TwoStageBench(Benchmarker):
+    """A two-stage timer, as on a GPU: ``screen`` times every candidate, then the ``finalists`` best
+    are timed again carefully at ``careful[BLOCK]`` (which may disagree with the screen)."""
+
+    finalists = 2
+
+    def __init__(self, screen: FakeBench, careful: dict[int, float]) -> None:
+        self.screen, self.careful = screen, careful
+        self.refined: list[int] = []
+
+    def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8)):
+        return self.screen(kernel_call, quantiles)
+
+    def refine(self, kernel_calls):
+        times = []
+        for call in kernel_calls:
+            self.screen(call)  # runs the launch, which tells the block being timed
+            self.refined.append(self.screen.blocks[-1])
+            times.append([self.careful[self.refined[-1]]] * 3)
+        return times
+
+
+def test_the_careful_stage_decides_between_the_best_screened_candidates(monkeypatch):
+    import triton_dejavu_like.measure.recipe as recipe
+
+    screen = FakeBench({16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0})
+    two_stage = TwoStageBench(screen, careful={16: 5.0, 32: 1.5})
+    monkeypatch.setattr(recipe, "make_benchmarker", lambda **timing: two_stage)
+    tuner = tuned_add(screen, do_bench=None)  # the tuner's own timer, not a user's do_bench
+    run_add(tuner)
+    assert sorted(two_stage.refined) == [16, 32]  # the two best of the screen, timed again
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    (entry,) = json.loads(tuner.cache_path().read_text())["entries"].values()
+    assert entry["timings_ms"][0] == 1.5 and entry["refined"] == 2
 
 
 def test_in_memory_hit_does_not_benchmark_again():
@@ -535,12 +572,10 @@ def test_random_search_respects_share_and_is_reproducible(tmp_path):
     assert [str(c) for c in order_a] != [str(c) for c in order_c]
 
 
-def test_random_search_respects_time_budget():
-    import time as _time
-
+def test_random_search_respects_time_budget(clock):
     def slow_bench(call, quantiles):
         call()
-        _time.sleep(0.05)
+        clock.advance(1.0)  # each benchmark takes one (fake) second
         return [1.0, 1.0, 1.0]
 
     tuner = tdl.autotune(
@@ -548,10 +583,10 @@ def test_random_search_respects_time_budget():
         configs=block_configs((16, 32, 64, 128), warps=(1, 2, 4, 8)),
         do_bench=slow_bench,
         use_random_search=True,
-        search_max_search_t=0.12,
+        search_max_search_t=3.5,
     )(add_kernel)
     run_add(tuner)
-    assert 1 <= len(tuner.configs_timings) < 16
+    assert len(tuner.configs_timings) == 4  # started at 0, 1, 2 and 3 s; none once 3.5 s had passed
 
 
 def test_random_search_repeats_when_nothing_valid_was_found(tmp_path):

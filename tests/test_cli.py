@@ -100,6 +100,11 @@ def test_show_gives_each_key_its_config_time_and_how_it_was_found(capsys, root):
     assert "time       1 ms (p20 0.9, p80 1.1)" in out
     assert "found by   exhaustive: 3 of 3 configs evaluated" in out
     assert "ruled out  1:" in out and "OutOfResources" in out
+    assert " top " not in out  # the best candidates only with --top: one line per stored candidate
+    assert run("show", "matmul", "--root", str(root), "--gpu", "NVIDIA_H100_80GB_HBM3", "--top") == 0
+    top = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("top ")]
+    assert len(top) == 2  # a key each
+    assert all(line.startswith("top        1 ms (p20 0.9, p80 1.1): BLOCK=64, num_warps=4") for line in top)
 
 
 def test_show_by_id_or_path_and_as_json(capsys, root):
@@ -150,6 +155,20 @@ def test_merge_unions_keys_and_reports_conflicts(capsys, tmp_path, prefer, block
     [conflict] = out["conflicts"]
     assert conflict["key"] == key_id((2,)) and conflict["kept"]["config"].startswith(f"BLOCK={block},")
     assert out["added"] == 3 and out["problems"] == []
+
+
+@pytest.mark.parametrize("prefer", ["newest", "fastest"])
+def test_a_merge_that_ties_keeps_the_entry_already_there(capsys, tmp_path, prefer):
+    """Two results for one key, equally new and equally fast: the one in the destination (or from
+    the first source) stays, so repeating a merge never swaps a result for an equal one."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    cache_file(first).record({key_id((2,)): make_entry((2,), block=16)})
+    cache_file(second).record({key_id((2,)): make_entry((2,), block=32)})
+    for sources, dest in (([second], first), ([first, second], tmp_path / "fresh")):
+        out = run_json(capsys, "merge", *map(str, sources), "--root", str(dest), "--prefer", prefer)
+        assert stored_entries(cache_file(dest).path)[key_id((2,))]["config"]["kwargs"]["BLOCK"] == 16
+        [conflict] = out["conflicts"]
+        assert conflict["kept"]["config"].startswith("BLOCK=16,")
 
 
 def test_merge_keeps_identities_apart(capsys, tmp_path, root):
@@ -271,15 +290,51 @@ def test_prune_entries_older_than_a_date(capsys, tmp_path):
     assert real[1:] == [f"  {cache_file(root, SOFTMAX).path}", f"  1 entries from {cache_file(root).path}"]
 
 
-def test_prune_quarantined_files(capsys, tmp_path):
-    root = tmp_path / "root"
-    cf = cache_file(root)
-    cf.path.parent.mkdir(parents=True)
+def stored_bytes(root: Path) -> dict[Path, bytes]:
+    """Every cache file under ``root`` (valid or not), byte for byte."""
+    return {p: p.read_bytes() for p in root.rglob(layout.CACHE_FILE_NAME)}
+
+
+def set_aside_both_ways(cf) -> None:
+    """A corrupt file and an invalid entry of ``cf`` moved aside by loads; ``cf`` keeps a valid entry."""
+    cf.path.parent.mkdir(parents=True, exist_ok=True)
     cf.path.write_bytes(b"garbage")
-    cf.load()  # moves it aside
-    assert aside_files(cf.path, layout.CORRUPT_SUFFIX)
-    assert run("prune", "--root", str(root), "--quarantined") == 0
-    assert aside_files(cf.path, layout.CORRUPT_SUFFIX) == []
+    cf.load()  # the whole file moved aside as corrupt
+    bad = {**make_entry((2,)), "timings_ms": "fast"}
+    write_document(cf.path, cf.identity, {**entries_for([(1,)]), key_id((2,)): bad})
+    cf.load()  # the invalid entry moved aside, the valid one kept in place
+    assert list(stored_entries(cf.path)) == [key_id((1,))]
+
+
+def quarantined(cf) -> list[Path]:
+    return aside_files(cf.path, layout.CORRUPT_SUFFIX) + aside_files(cf.path, layout.REJECTED_SUFFIX)
+
+
+def test_prune_quarantined_removes_only_what_was_set_aside(capsys, root):
+    """--quarantined deletes the files moved aside (corrupt files and rejected entries), under --kernel
+    that kernel's only; stored results stay, and so does a bad cache file nothing has moved aside."""
+    matmul, softmax = cache_file(root), cache_file(root, SOFTMAX)
+    for cf in (matmul, softmax):
+        set_aside_both_ways(cf)
+        assert len(quarantined(cf)) == 2
+    unread = cache_file(root, {**IDENTITY, "gpu": "NVIDIA_L4"}).path
+    unread.parent.mkdir(parents=True)
+    unread.write_bytes(b"{not json")  # reported by prune, never removed
+    before = stored_bytes(root)
+
+    assert run("prune", "--root", str(root), "--quarantined", "--kernel", "softmax") == 1  # reports unread
+    assert quarantined(softmax) == [] and len(quarantined(matmul)) == 2
+    assert stored_bytes(root) == before
+    assert run("prune", "--root", str(root), "--quarantined") == 1
+    assert quarantined(matmul) == []
+    assert stored_bytes(root) == before
+
+
+def test_prune_with_kernel_touches_only_that_kernels_files(capsys, root):
+    softmax = cache_file(root, SOFTMAX).path
+    others = {p: data for p, data in stored_bytes(root).items() if p != softmax}
+    assert run("prune", "--root", str(root), "--older-than", "2999-01-01", "--kernel", "softmax") == 0
+    assert stored_bytes(root) == others  # softmax's file emptied and removed, the others untouched
 
 
 def test_prune_needs_a_criterion(capsys, root):

@@ -257,11 +257,14 @@ def test_a_file_whose_identity_holds_a_non_string_is_a_problem_not_a_crash(capsy
     doc = json.loads(cf.path.read_text())
     doc["identity"]["extra"] = float("inf")  # written as Infinity, which JSON readers accept
     cf.path.write_text(json.dumps(doc))
-    for command in ("list", "export"):
+    # list reports the file; export finds nothing to export (the only file is unusable)
+    expected = (("list", 0, "identity field is not a string"), ("export", 1, "nothing stored matches"))
+    for command, status, says in expected:
         argv = [command, "--root", str(root), "--json"] + (
             [str(tmp_path / "out")] if command == "export" else []
         )
-        status = run(*argv)
+        assert run(*argv) == status
         out = capsys.readouterr()
-        assert status in (0, 1) and "Traceback" not in out.err
+        assert "Traceback" not in out.err and says in out.out + out.err
+    assert not (tmp_path / "out").exists()
     assert "identity field is not a string" in json.dumps(inventory.read_sources([root])[1][0].reason)

@@ -205,6 +205,20 @@ def test_benchmark_launches_never_touch_the_callers_tensors(tmp_path):
         assert torch.equal(acc, launches * x)
 
 
+def test_a_workers_copies_of_views_of_one_buffer_are_views_of_one_copy():
+    """q, k and v sliced from one qkv buffer (or an output that aliases an input): in the worker a
+    write through one is seen through the others, as in the caller's launch, and never in the
+    caller's own tensors."""
+    from triton_dejavu_like.measure.isolation.transfer import private_copies
+
+    qkv = torch.arange(12, dtype=torch.float32)
+    q, k, v = qkv[:4], qkv[4:8], qkv[8:]
+    copied_q, copied_k, copied_v, copied_qkv, n = private_copies((q, k, v, qkv, 12))
+    assert n == 12 and [t.storage_offset() for t in (copied_q, copied_k, copied_v)] == [0, 4, 8]
+    copied_qkv[5] = -1.0
+    assert copied_k[1] == -1.0 and qkv[5] == 5.0
+
+
 def test_forked_workers_copy_large_tensors_after_this_process_used_its_thread_pool():
     """A child forked after torch ran a parallel CPU op deadlocks in the next one unless it stays serial."""
     big = torch.arange(1 << 21, dtype=torch.float32)

@@ -296,6 +296,29 @@ def test_changing_the_key_or_ignore_dtypes_moves_the_storage():
     assert "tune_features-" in str(a)
 
 
+def another_do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):
+    """A user's ``do_bench`` other than FakeBench: the storage identity names it (it never runs here)."""
+    return FakeBench()(kernel_call, quantiles)
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ({}, {"timing": tdl.TimingPolicy(finalists=0)}),
+        (
+            {"use_random_search": True, "search_max_share": 0.25},
+            {"use_random_search": True, "search_max_share": 0.5},
+        ),
+        ({"do_bench": FakeBench()}, {"do_bench": another_do_bench}),
+    ],
+    ids=["timing policy", "search budget", "do_bench"],
+)
+def test_settings_that_change_which_config_wins_move_the_storage(one, other):
+    """A result found under other timing, another search budget or another benchmark function is not
+    restored as if it were this one's."""
+    assert tuned_add(**one).cache_path() != tuned_add(**other).cache_path()
+
+
 def test_config_order_does_not_matter():
     a = tuned_add(FakeBench(), configs=block_configs((16, 32, 64))).cache_path()
     b = tuned_add(FakeBench(), configs=block_configs((64, 16, 32))).cache_path()
@@ -380,13 +403,14 @@ def test_restore_is_skipped_when_pruning_changes_the_candidates():
     def prune_to(blocks):
         return {"early_config_prune": lambda cs, nargs, **kw: [c for c in cs if c.kwargs["BLOCK"] in blocks]}
 
-    run_add(tuned_add(FakeBench(), prune_configs_by=prune_to({32, 64, 128})))
+    run_add(tuned_add(FakeBench(), prune_configs_by=prune_to({32, 64, 128})))  # BLOCK 128 wins
     same = tuned_add(FakeBench(), prune_configs_by=prune_to({32, 64, 128}))
     run_add(same)
     assert same.last_decision == "restored"
-    other = tuned_add(FakeBench(), prune_configs_by=prune_to({16, 32}))
+    bench = FakeBench()
+    other = tuned_add(bench, prune_configs_by=prune_to({64, 128}))  # the winner is still a candidate
     run_add(other)
-    assert other.last_decision == "tuned"
+    assert other.last_decision == "tuned" and sorted(bench.blocks) == [64, 128]
 
 
 def test_in_process_hooks_run_after_restore():

@@ -29,7 +29,10 @@ TIMEOUT_S = 150
 
 @pytest.fixture(scope="module")
 def phases(tmp_path_factory) -> list[dict]:
-    """One run of 4 ranks through the three phases of ``ranks_worker.py`` (processes are costly)."""
+    """One run of 4 ranks through the three phases of ``ranks_worker.py`` (processes are costly).
+
+    Ranks 0 and 2 enable tuning together with ``triton_dejavu_like.distributed()``, ranks 1 and 3 with
+    ``TRITON_DEJAVU_DISTRIBUTED=1``: a rank that did not take part would tune every key alone."""
     tmp_path = tmp_path_factory.mktemp("ranks")
     environ = {
         **os.environ,
@@ -44,7 +47,7 @@ def phases(tmp_path_factory) -> list[dict]:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=environ,
+            env={**environ, "TRITON_DEJAVU_DISTRIBUTED": "1" if rank % 2 else "0"},
         )
         for rank in range(WORLD)
     ]

@@ -25,7 +25,6 @@ from triton_dejavu_like.search import (
     MissingExtraError,
     SearchRun,
     SearchSpace,
-    base,
     drive,
     drive_batched,
     make_strategy,
@@ -175,14 +174,12 @@ def test_one_fit_serves_a_quarter_of_a_batch_of_results(monkeypatch):
     assert sizes[-1] >= 90  # and kept learning until near the end
 
 
-def test_time_budget_stops_the_search(monkeypatch):
-    now = [0.0]
-    monkeypatch.setattr(base.time, "monotonic", lambda: now[0])
+def test_time_budget_stops_the_search(clock):
     space = grid_space((8, 8, 8))
     time_of = bowl((1, 2, 3))
 
     def objective(index: int) -> float:
-        now[0] += 1.0  # each measurement takes one (fake) second
+        clock.advance(1.0)  # each measurement takes one (fake) second
         return time_of(space.candidates[index])
 
     run = bo_run(space, objective, Budget(max_time_s=10.0, seed=0))

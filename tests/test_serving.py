@@ -122,8 +122,8 @@ def test_warm_up_with_tuning_then_serve_without():
     with tdl.tuning(False), pytest.warns(tdl.DejavuTuningWarning):
         run_add(tuner, 100)
         run_add(tuner, 100)  # answered once, then launched from memory
-        run_add(tuner, 64)
-    assert tuner.last_decision == "nearest" or tuner.cache  # 64 is a hit in memory
+        run_add(tuner, 64)  # a hit in memory: launched with its tuned config, nothing decided
+    assert (tuner.last_decision, block(tuner)) == ("nearest", 128)
     assert bench.calls == calls and tree(storage()) == stored
     assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
     tdl.reset_misses()

@@ -7,6 +7,8 @@ Lease-level tests drive :mod:`triton_dejavu_like.store.lease` directly.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import os
 import signal
@@ -18,7 +20,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from storage_helpers import InstantBench, launch, make_tuner
+from storage_helpers import AS_ROOT, InstantBench, deny_opens, launch, make_tuner
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like import DejavuTuningWarning
@@ -61,23 +63,41 @@ def leases(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if lease_mod.LEASE_SUFFIX in p.name]
 
 
+def holder_of(started: Path, procs: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:
+    """The worker that took the lease: the one whose pid ``--started`` wrote once it benchmarked."""
+    wait_for(started)
+    [holder] = [p for p in procs if p.pid == int(started.read_text())]
+    return holder
+
+
+def waits_for(waiter: subprocess.Popen[str], holder: subprocess.Popen[str]) -> bool:
+    """Whether ``waiter`` says it waits for ``holder``'s result (its stderr read up to that line, or to
+    its end)."""
+    assert waiter.stderr is not None
+    return any(f"being tuned by pid {holder.pid} on" in line for line in iter(waiter.stderr.readline, ""))
+
+
 def test_four_processes_on_one_key_benchmark_once_and_agree(tmp_path):
-    root, go, ready, started = tmp_path / "store", tmp_path / "go", tmp_path / "ready", tmp_path / "started"
-    ready.mkdir()
-    # the first to benchmark holds for 2 s, so that the others miss the key while it tunes
-    options = ("--ready", str(ready), "--started", str(started), "--hold", "2")
+    root, go, started, release = (tmp_path / name for name in ("store", "go", "started", "release"))
+    # the first to benchmark holds the key until each of the others said it waits for it
+    options = ("--started", str(started), "--release", str(release))
     procs = [start_worker(root, go, 300, *options) for _ in range(4)]
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(list(ready.iterdir())) < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    go.touch()  # all four miss the key at the same moment
-    results, errs = zip(*(result_of(p) for p in procs))
+    try:
+        go.touch()
+        holder = holder_of(started, procs)
+        assert all(waits_for(waiter, holder) for waiter in procs if waiter is not holder)
+        release.touch()
+        results = [result_of(p)[0] for p in procs]
+    finally:
+        release.touch()
+        for proc in procs:
+            if proc.poll() is None:  # a failure above left it running
+                proc.kill()
+                proc.communicate(timeout=TIMEOUT_S)
     assert sorted(r["benchmarks"] for r in results) == [0, 0, 0, 3]  # one process measured 3 configs
     assert sorted(r["decision"] for r in results) == ["restored"] * 3 + ["tuned"]
     assert len({r["block"] for r in results}) == 1
     assert leases(root) == []
-    waited = [err for err in errs if "being tuned by pid" in err]
-    assert len(waited) == 3  # the three others waited (one warning each), then restored
 
 
 def test_without_single_flight_every_process_tunes(tmp_path):
@@ -94,20 +114,13 @@ def test_without_single_flight_every_process_tunes(tmp_path):
 def test_a_holder_killed_mid_tuning_is_taken_over(tmp_path):
     root, go, started = tmp_path / "store", tmp_path / "go", tmp_path / "started"
     go.touch()
-    holder = start_worker(root, go, 400, "--started", str(started), "--hold", "300")
+    never = tmp_path / "never-released"
+    holder = start_worker(root, go, 400, "--started", str(started), "--release", str(never))
     try:
-        wait_for(started)  # the holder took the lease and is benchmarking
+        assert holder_of(started, [holder]) is holder  # it took the lease and is benchmarking
         assert len(leases(root)) == 1
         waiter = start_worker(root, go, 400)
-        assert waiter.stderr is not None
-        seen = []
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline:  # the warning says whom it waits for
-            line = waiter.stderr.readline()
-            seen.append(line)
-            if f"being tuned by pid {holder.pid} on" in line or not line:
-                break
-        assert f"being tuned by pid {holder.pid} on" in "".join(seen), seen
+        assert waits_for(waiter, holder)  # the warning says whom it waits for
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=TIMEOUT_S)  # reaped: a zombie's pid still exists
         result, _ = result_of(waiter)
@@ -163,6 +176,30 @@ def test_a_stale_lease_is_taken_over_at_once(tmp_path, holder):
     assert not path.exists()
 
 
+def test_a_holder_keeps_its_lease_fresh_while_it_tunes(tmp_path, monkeypatch):
+    """Processes on other hosts judge a holder by its heartbeat (the lease's mtime): one that tunes
+    for longer than STALE_AFTER_S must keep refreshing it, or they would take its key over."""
+    monkeypatch.setattr(lease_mod, "HEARTBEAT_S", 0.01)
+    path = lease_mod.lease_path(tmp_path / "cache.json", "k")
+
+    def stale_to_another_host() -> bool:
+        return lease_mod.is_stale(dataclasses.replace(lease_mod.read_lease(path), host="elsewhere"))
+
+    lease = lease_mod.Lease(path, "k")
+    assert lease.acquire()
+    try:
+        long_ago = time.time() - 3600
+        os.utime(path, (long_ago, long_ago))  # as it would look after an hour without heartbeats
+        assert stale_to_another_host()
+        deadline = time.monotonic() + 30  # a guard against a hang, not a timing claim
+        while stale_to_another_host():
+            assert time.monotonic() < deadline, "the holder never refreshed its lease"
+            time.sleep(0.01)
+    finally:
+        lease.release()
+    assert not path.exists()
+
+
 def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.5")
     bench = InstantBench()
@@ -213,18 +250,19 @@ def test_a_store_with_read_only_layers_still_waits_for_a_live_holder(tmp_path, m
 
 
 def test_a_read_only_store_tunes_without_a_lease(tmp_path, monkeypatch):
-    if os.geteuid() == 0:
-        pytest.skip("root ignores permissions")
     bench = InstantBench()
-    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path / "ro")
-    (tmp_path / "ro").mkdir()
-    (tmp_path / "ro").chmod(0o555)
+    store = tmp_path / "ro"
+    tuner = make_tuner(bench=bench, custom_data_storage=store)
+    store.mkdir()
+    if AS_ROOT:  # root writes anywhere: its writes there are refused instead
+        deny_opens(monkeypatch, store, errno.EACCES, writes_only=True)
+    store.chmod(0o555)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             launch(tuner, 80)
     finally:
-        (tmp_path / "ro").chmod(0o755)
+        store.chmod(0o755)
     assert tuner.last_decision == "tuned" and bench.calls == 3
     assert leases(tmp_path) == []
 

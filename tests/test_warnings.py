@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 import triton
 from storage_helpers import (
+    AS_ROOT,
     IDENTITY,
     InstantBench,
     cache_file,
+    deny_opens,
     double_kernel,
     entries_for,
     launch,
@@ -40,23 +42,6 @@ from triton_dejavu_like import (
 )
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import cache_file as storage
-
-AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-def _deny(monkeypatch, under: Path, error: int, *, writes_only: bool) -> None:
-    """Make ``os.open`` fail with ``error`` for paths under ``under`` (for writing only, if asked)."""
-    real_open = os.open
-    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT
-
-    def guarded(path, flags, *args, **kwargs):
-        inside = str(Path(path).absolute()).startswith(str(under))
-        if inside and (not writes_only or flags & write_flags):
-            raise OSError(error, os.strerror(error), str(path))
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", guarded)
-
 
 # --- files that cannot be used --------------------------------------------------------------------------
 
@@ -101,7 +86,7 @@ def test_a_cache_file_that_cannot_be_opened(tmp_path, monkeypatch):
     cf = cache_file(tmp_path)
     original = write_document(cf.path, IDENTITY, entries_for([(1,)]))
     if AS_ROOT:  # root reads mode-000 files: simulate the refusal
-        _deny(monkeypatch, cf.path, errno.EACCES, writes_only=False)
+        deny_opens(monkeypatch, cf.path, errno.EACCES, writes_only=False)
     else:
         cf.path.chmod(0)
     try:
@@ -150,7 +135,7 @@ def test_dev_null_as_the_storage_variable_still_runs_kernels(monkeypatch):
 
 
 def test_a_read_only_root(tmp_path, monkeypatch):
-    _deny(monkeypatch, tmp_path, errno.EROFS, writes_only=True)
+    deny_opens(monkeypatch, tmp_path, errno.EROFS, writes_only=True)
     with pytest.warns(DejavuStorageWarning, match="Read-only file system"):
         assert not cache_file(tmp_path).record(entries_for([(1,)]))
 

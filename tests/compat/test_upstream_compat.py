@@ -573,13 +573,27 @@ def test_config_parameter_that_is_not_a_kernel_argument_is_an_error():
     assert "'BLOK'" in text and "add_kernel" in text and "BLOCK" in text
 
 
-def test_backend_options_in_config_kwargs_are_not_mistaken_for_unknown_names():
-    """AMD kernels put compile options in Config kwargs (waves_per_eu, matrix_instr_nonkdim, kpack)."""
-    configs = [
-        triton.Config({"BLOCK": 16, "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2}),
-        triton.Config({"BLOCK": 32, "waves_per_eu": 0}),
-    ]
-    tdl.autotune(configs=configs, key=["n"])(add_kernel)
+def test_backend_options_in_config_kwargs_are_tuned_stored_and_restored():
+    """AMD kernels put compile options in Config kwargs (waves_per_eu, matrix_instr_nonkdim, kpack):
+    they are neither unknown names at decoration nor, once stored, an invalid entry that a later
+    process sets aside and tunes again."""
+
+    def tuner(bench: Bench) -> tdl.Autotuner:
+        options = {16: {"waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2}, 32: {"waves_per_eu": 0}}
+        configs = [
+            triton.Config({"BLOCK": block, **extra}, num_warps=1, pre_hook=bench.config_hook)
+            for block, extra in options.items()
+        ]
+        return tdl.autotune(configs=configs, key=["n"], do_bench=bench)(add_kernel)
+
+    first = tuner(Bench())
+    run_add(first)
+    assert first.last_decision == "tuned" and first.best_config.kwargs == {"BLOCK": 32, "waves_per_eu": 0}
+    later_bench = Bench()
+    later = tuner(later_bench)  # a later process, in effect: it reads the store at its first miss
+    run_add(later)
+    assert later.last_decision == "restored" and later_bench.timed == []
+    assert later.best_config.kwargs == {"BLOCK": 32, "waves_per_eu": 0}
 
 
 # --- stacking with @triton.heuristics ---------------------------------------------------------------------

@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._compat import Config
+from .._compat import Config, compile_option_names
 from ..codec import config_id, decode_config, decode_key, encode_config, encode_key, key_id
 
 
@@ -59,7 +59,8 @@ class StoredEntry:
     @classmethod
     def from_json(cls, kid: str, data: Any, *, parameters: Collection[str] | None = None) -> StoredEntry:
         """The entry filed under ``kid``; :class:`InvalidEntry` if ``data`` is not a complete, well-typed
-        result. ``parameters``: the kernel's argument names (a config naming anything else is invalid).
+        result. ``parameters``: the kernel's argument names (a config naming anything else but a
+        compile option, such as AMD's ``waves_per_eu``, is invalid: the rule of the decorator).
         Never raises anything else: any failure on data read from disk means "invalid".
         """
         try:
@@ -234,7 +235,7 @@ def _timings(value: Any, what: str) -> tuple[float, ...]:
 def _config(data: Any, parameters: Collection[str] | None, what: str) -> Config:
     config, _ = decode_config(data)
     if parameters is not None:
-        unknown = sorted(set(config.kwargs) - set(parameters))
+        unknown = sorted(set(config.kwargs) - set(parameters) - compile_option_names())
         if unknown:
             raise InvalidEntry(f"{what} names parameters the kernel lacks: {', '.join(unknown)[:120]}")
     return config
