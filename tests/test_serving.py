@@ -182,7 +182,8 @@ def test_misses_file_and_cli(tmp_path, monkeypatch, capsys):
     for tuner in (first, tuned_add(FakeBench())):  # two kernel objects: the key is answered twice
         run_add(tuner, 100)
     run_add(first, 7, dtype=torch.float64)
-    misses.open("a").write("not json\n")
+    with misses.open("a") as f:
+        f.write("not json\n")
 
     assert cli.main(["misses", str(misses), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
