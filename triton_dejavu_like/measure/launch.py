@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,23 +33,36 @@ class LaunchContext:
         conflicts = self.kwargs.keys() & config.kwargs.keys()
         if conflicts:
             raise ValueError(f"conflicting meta-parameters: {', '.join(sorted(conflicts))}")
-        launch = dict(self.kwargs, **launch_kwargs(config, interpreted=self.interpreted))
+        parameters = getattr(self.fn, "arg_names", None)
+        launch = dict(
+            self.kwargs, **launch_kwargs(config, interpreted=self.interpreted, parameters=parameters)
+        )
         return launch, {**self.nargs, **self.kwargs, **config.all_kwargs()}
 
 
 def launch_kwargs(
-    config: Config, defaults: dict[str, Any] | None = None, *, interpreted: bool = False
+    config: Config,
+    defaults: dict[str, Any] | None = None,
+    *,
+    interpreted: bool = False,
+    parameters: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """What a launch with ``config`` passes: its meta-parameters, and its options except those equal to
     ``defaults`` (the backend's: the same kernel, and a cheaper launch). Under the interpreter only the
-    options it accepts (:data:`~triton_dejavu_like._compat.INTERPRETER_OPTIONS`; it ignores them)."""
+    options it accepts (:data:`~triton_dejavu_like._compat.INTERPRETER_OPTIONS`; it ignores them), and
+    of the kwargs only the kernel's ``parameters`` when given: a compile option carried in the kwargs
+    (AMD's ``waves_per_eu``) is dropped, as the interpreter drops it from 3.3 on (3.2's passes it to the
+    Python function, which fails)."""
     options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
+    meta = config.kwargs
     if interpreted:
         kept = {k: v for k, v in options.items() if k in _compat.INTERPRETER_OPTIONS}
+        if parameters is not None:
+            meta = {k: v for k, v in meta.items() if k in parameters}
     else:
         defaults = defaults or {}
         kept = {k: v for k, v in options.items() if k not in defaults or defaults[k] != v}
-    return {**config.kwargs, **kept}
+    return {**meta, **kept}
 
 
 def one_line(exc: BaseException) -> str:

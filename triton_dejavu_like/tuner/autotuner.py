@@ -259,7 +259,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         """What a launch with ``config`` passes; its options equal to the backend's defaults are left
         out unless ``every_option``."""
         if _compat.is_interpreted(self.fn):
-            return launch_kwargs(config, interpreted=True)
+            return launch_kwargs(config, interpreted=True, parameters=self.arg_names)
         if every_option:
             return launch_kwargs(config)
         return launch_kwargs(config, _compat.launch_option_defaults(self._platform().backend))
