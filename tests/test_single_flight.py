@@ -7,9 +7,11 @@ Lease-level tests drive :mod:`triton_dejavu_like.store.lease` directly.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import errno
 import json
+import logging
 import os
 import signal
 import socket
@@ -213,6 +215,34 @@ def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, ca
     assert any("gave up waiting" in t for t in texts)
     assert tuner.last_decision == "tuned" and bench.calls == 3
     assert path.exists()  # not ours: left in place
+
+
+def test_waits_for_many_keys_of_one_kernel_warn_once_and_log_each(tmp_path, monkeypatch, caplog):
+    """A warm-up of many keys shared by several processes makes each waiting process wait for many
+    keys: the first wait of a kernel is a warning, the later ones are log records that count them."""
+    monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.2")
+    monkeypatch.setattr(single_flight, "_waits", collections.Counter(), raising=False)
+    tuner = make_tuner(bench=InstantBench(), custom_data_storage=tmp_path)
+    sizes = (61, 62, 63)
+    for n in sizes:
+        write_lease(lease_of(tuner, n), host=socket.gethostname(), pid=os.getpid(), age_s=0.0)
+    with (
+        caplog.at_level(logging.INFO, logger="triton_dejavu_like"),
+        pytest.warns(DejavuTuningWarning) as record,
+    ):
+        for n in sizes:
+            launch(tuner, n)
+    waiting = [str(w.message) for w in record if "is being tuned by" in str(w.message)]
+    assert len(waiting) == 1 and "waits for other keys of this kernel are only logged" in waiting[0]
+    logged = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.INFO and "is being tuned by" in r.getMessage()
+    ]
+    assert [m.split("; ")[-1] for m in logged] == [
+        "2 keys of this kernel waited for so far)",
+        "3 keys of this kernel waited for so far)",
+    ]
 
 
 def test_a_result_recorded_while_waiting_is_restored(tmp_path):
