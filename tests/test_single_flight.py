@@ -202,6 +202,28 @@ def test_a_holder_keeps_its_lease_fresh_while_it_tunes(tmp_path, monkeypatch):
     assert not path.exists()
 
 
+@pytest.mark.parametrize("how", ["removed", "taken over"])
+def test_a_holder_that_loses_its_lease_says_so(tmp_path, monkeypatch, how):
+    """A holder whose lease was removed or taken over (it looked dead to another host) cannot keep
+    other processes off its key: that key may be tuned twice, which the user must hear of."""
+    monkeypatch.setattr(lease_mod, "HEARTBEAT_S", 0.01)
+    path = lease_mod.lease_path(tmp_path / "cache.json", "k")
+    lease = lease_mod.Lease(path, "k")
+    assert lease.acquire()
+    try:
+        with pytest.warns(DejavuTuningWarning, match="lost the tuning lease .* another process may tune"):
+            if how == "removed":
+                path.unlink()
+            else:
+                write_lease(path, host="elsewhere", pid=1, age_s=0.0)
+            assert lease._beat is not None
+            lease._beat.join(timeout=10)  # it stops refreshing a lease that is not its own
+            assert not lease._beat.is_alive()
+    finally:
+        lease.release()
+    assert path.exists() == (how == "taken over")  # the new holder's lease is left in place
+
+
 def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.5")
     bench = InstantBench()
