@@ -155,6 +155,27 @@ def test_workers_run_cases_whose_names_hold_spaces_and_line_breaks(capsys, tmp_p
     assert status == 0 and not report["errors"]
 
 
+def test_a_warning_of_several_workers_is_printed_once_by_the_command(capfd, tmp_path, monkeypatch):
+    """Every worker printed its own copies of a warning they share (Python's display and the logger's
+    last-resort line): the workers send them to the command, which prints each once, as its own."""
+    monkeypatch.setenv("TRITON_DEJAVU_COMPILE_THREADS", "-3")  # read by each worker as it tunes
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import aot_cases, triton_dejavu_like as tdl\n"
+        "from kernels import add_kernel, block_configs\n"
+        "SEEDED = tdl.autotune(key=['n'], configs=block_configs(), search_seed=3)(add_kernel)  # a warning\n"
+        "CASES = aot_cases.cases()\n"
+    )
+    with pytest.warns(tdl.DejavuConfigWarning) as shown:  # issued by the command, with its class
+        status = cli.main(["tune", str(spec), "--root", str(tmp_path / "root"), "--workers", "2"])
+    err = capfd.readouterr().err
+    assert status == 0, err
+    assert any("TRITON_DEJAVU_COMPILE_THREADS='-3' is not valid" in str(w.message) for w in shown)
+    assert err.count("TRITON_DEJAVU_COMPILE_THREADS='-3' is not valid") == 1, err
+    assert err.count("search_seed has no effect without use_random_search") == 1, err
+
+
 @pytest.mark.slow
 def test_an_interrupted_worker_run_keeps_what_the_running_cases_stored(tmp_path):
     # Ctrl-C (here: raised where the driver reports a result) while a case was half done: the keys

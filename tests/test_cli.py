@@ -213,6 +213,18 @@ def test_merge_into_a_corrupt_destination_sets_it_aside_and_a_dry_run_says_so(ca
         assert any(p.name.startswith("cache.json.corrupt-") for p in target.parent.iterdir())
 
 
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["merge", "dry run"])
+def test_merge_into_a_destination_that_cannot_be_read_says_so(capsys, tmp_path, dry_run):
+    # the merge itself reported it as a file "for another identity", which its dry run did not say
+    rank0, _ = rank_roots(tmp_path)
+    target = cache_file(tmp_path / "dest").path
+    target.mkdir(parents=True)  # someone's directory where the cache file goes
+    assert run("merge", str(rank0), "--root", str(tmp_path / "dest"), *dry_run) == 1
+    err = capsys.readouterr().err
+    assert "destination unreadable" in err and "another identity" not in err
+    assert target.is_dir() and not any(target.iterdir())
+
+
 def test_a_warning_is_printed_once_with_default_settings(tmp_path):
     """The command's logger handler prints the package's warnings: Python's own display of the same
     warning would print it a second time."""

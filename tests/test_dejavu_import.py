@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import textwrap
 from pathlib import Path
@@ -12,8 +13,9 @@ import torch
 import triton
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from storage_helpers import stored_entries
+from storage_helpers import deny_opens, stored_entries
 
+from triton_dejavu_like import DejavuStorageWarning
 from triton_dejavu_like._compat import CONFIG_FIELDS
 from triton_dejavu_like.codec import config_id
 from triton_dejavu_like.store import cache_file as storage
@@ -300,6 +302,66 @@ def test_a_destination_of_another_identity_is_reported_not_imported(tmp_path, ke
     captured = capsys.readouterr()
     assert "another identity" in captured.err and " 0 keys from 1 triton-dejavu file" in captured.out
     assert path.read_bytes() == squatter
+
+
+def damage(path: Path, how: str) -> None:
+    """Make a stored cache file invalid ("corrupt") or add an invalid entry to it ("invalid entry")."""
+    if how == "corrupt":
+        path.write_bytes(b"{ not json")
+        return
+    doc = json.loads(path.read_text())
+    [(kid, entry)] = doc["entries"].items()
+    doc["entries"][kid.replace("5", "6")] = {**entry, "timings_ms": ["fast"]}
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("how", ["corrupt", "invalid entry"])
+@pytest.mark.parametrize("dry_run", [False, True], ids=["import", "dry run"])
+def test_a_damaged_destination_is_set_aside_and_a_dry_run_says_so(
+    tmp_path, kernel_spec, capsys, how, dry_run
+):
+    """The import sets a damaged destination (or its invalid entries) aside, as any write does; its
+    dry run must say that it would, and touch nothing (as merge --dry-run does)."""
+    source = write_dejavu(
+        tmp_path / "a" / "cache.json", dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [1.0]})
+    )
+    args = [str(source), "--kernel", kernel_spec, "--root", str(tmp_path / "root")]
+    assert cli.main(["import-dejavu", *args]) == 0
+    [path] = list((tmp_path / "root").rglob("cache.json"))
+    damage(path, how)
+    before = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+    expected = {
+        (False, "corrupt"): "moved it to cache.json.corrupt-",
+        (False, "invalid entry"): "moved 1 invalid entries",
+        (True, "corrupt"): "is unreadable .*: an import would set it aside",
+        (True, "invalid entry"): "holds 1 invalid entries: an import would move them aside",
+    }[dry_run, how]
+    with pytest.warns(DejavuStorageWarning, match=expected):
+        assert cli.main(["import-dejavu", *args, *(["--dry-run"] if dry_run else [])]) == 0
+    if dry_run:
+        assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == before
+    else:
+        assert [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()] == [16]
+
+
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["import", "dry run"])
+def test_a_destination_that_cannot_be_read_is_reported_not_imported(
+    tmp_path, kernel_spec, capsys, monkeypatch, dry_run
+):
+    source = write_dejavu(
+        tmp_path / "a" / "cache.json", dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [1.0]})
+    )
+    root = tmp_path / "root"
+    args = [str(source), "--kernel", kernel_spec, "--root", str(root)]
+    assert cli.main(["import-dejavu", *args]) == 0
+    [path] = list(root.rglob("cache.json"))
+    stored = path.read_bytes()
+    capsys.readouterr()
+    deny_opens(monkeypatch, root, errno.EACCES, writes_only=False)
+    assert cli.main(["import-dejavu", *args, *dry_run]) == 1  # a dry run says the same
+    captured = capsys.readouterr()
+    assert "destination unreadable" in captured.err and " 0 keys from 1 triton-dejavu file" in captured.out
+    assert path.read_bytes() == stored
 
 
 @pytest.mark.parametrize(

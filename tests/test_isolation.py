@@ -407,3 +407,30 @@ def test_a_failed_compile_ahead_in_a_worker_warns_and_tuning_goes_on(monkeypatch
     with pytest.warns(tdl.DejavuTuningWarning, match=f"{stage} failed on purpose"):
         launch_add(tuner)
     assert tuner.last_decision == "tuned"
+
+
+def test_a_worker_that_survives_sigkill_is_reported():
+    """A worker stuck in the kernel (a GPU driver call) does not die of SIGKILL at once: a process
+    left behind on the user's GPU is something the user must hear of, not a log record."""
+    import multiprocessing
+
+    from triton_dejavu_like.measure.isolation import parent
+
+    class Unkillable:
+        pid, exitcode, killed = 4242, None, False
+
+        def kill(self) -> None:
+            self.killed = True
+
+        def join(self, timeout: float | None = None) -> None:
+            pass
+
+    worker = parent._Worker.__new__(parent._Worker)  # a worker without its process
+    ours, theirs = multiprocessing.Pipe()
+    worker.process, worker.conn = Unkillable(), ours
+    with pytest.warns(
+        tdl.DejavuTuningWarning, match=r"worker \(pid 4242\) did not exit within .* of SIGKILL"
+    ):
+        worker.kill()
+    assert worker.process.killed and ours.closed
+    theirs.close()

@@ -16,7 +16,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernels import FakeBench, add_kernel, block_configs, run_add, tuned_add
+import torch
+import triton
+from kernels import (
+    FakeBench,
+    accumulate_kernel,
+    add_kernel,
+    block_configs,
+    grid,
+    observe_block,
+    run_add,
+    tuned_add,
+)
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like.search import (
@@ -281,6 +292,29 @@ def test_a_model_that_cannot_be_imported_falls_back_to_random_proposals(monkeypa
             make_strategy("bayesian"), space, Budget(max_share=0.05, seed=0), objective, 16
         )
     assert len(search.results) == 50 == len(set(objective.calls))
+
+
+def test_a_model_that_fails_is_reported_for_each_kernel_by_its_name(monkeypatch):
+    """The fallback is said once per kernel (its keys would all fail alike), naming the kernel: two
+    kernels whose models fail alike give two warnings, a second key of one kernel none."""
+    monkeypatch.setitem(sys.modules, "triton_dejavu_like.search._surrogates", None)  # import fails
+    monkeypatch.delattr("triton_dejavu_like.search._surrogates")  # and the package attribute
+    configs = [
+        triton.Config({"BLOCK": b}, num_warps=w, num_stages=st)
+        for b in (16, 32, 64, 128)
+        for w in (1, 2, 4, 8)
+        for st in (1, 2, 3, 4, 5)
+    ]  # more than an exhaustive search would measure anyway: the model is used
+    bench = FakeBench()
+    options = dict(key=["n"], configs=configs, use_bo=True, search_max_share=0.25, do_bench=bench)
+    add = tdl.autotune(pre_hook=observe_block(bench), **options)(add_kernel)
+    accumulate = tdl.autotune(pre_hook=observe_block(bench), **options)(accumulate_kernel)
+    with pytest.warns(tdl.DejavuTuningWarning) as shown:
+        for n in (40, 50):
+            run_add(add, n)
+            accumulate[grid(n)](torch.zeros(n), torch.ones(n), n)
+    said = [str(w.message) for w in shown if "Bayesian optimisation stopped" in str(w.message)]
+    assert sorted(text.split(":")[0] for text in said) == ["accumulate_kernel", "add_kernel"], said
 
 
 def test_tiny_spaces_are_measured_without_a_model(monkeypatch):

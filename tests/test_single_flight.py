@@ -7,9 +7,11 @@ Lease-level tests drive :mod:`triton_dejavu_like.store.lease` directly.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import errno
 import json
+import logging
 import os
 import signal
 import socket
@@ -200,6 +202,28 @@ def test_a_holder_keeps_its_lease_fresh_while_it_tunes(tmp_path, monkeypatch):
     assert not path.exists()
 
 
+@pytest.mark.parametrize("how", ["removed", "taken over"])
+def test_a_holder_that_loses_its_lease_says_so(tmp_path, monkeypatch, how):
+    """A holder whose lease was removed or taken over (it looked dead to another host) cannot keep
+    other processes off its key: that key may be tuned twice, which the user must hear of."""
+    monkeypatch.setattr(lease_mod, "HEARTBEAT_S", 0.01)
+    path = lease_mod.lease_path(tmp_path / "cache.json", "k")
+    lease = lease_mod.Lease(path, "k")
+    assert lease.acquire()
+    try:
+        with pytest.warns(DejavuTuningWarning, match="lost the tuning lease .* another process may tune"):
+            if how == "removed":
+                path.unlink()
+            else:
+                write_lease(path, host="elsewhere", pid=1, age_s=0.0)
+            assert lease._beat is not None
+            lease._beat.join(timeout=10)  # it stops refreshing a lease that is not its own
+            assert not lease._beat.is_alive()
+    finally:
+        lease.release()
+    assert path.exists() == (how == "taken over")  # the new holder's lease is left in place
+
+
 def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.5")
     bench = InstantBench()
@@ -213,6 +237,34 @@ def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, ca
     assert any("gave up waiting" in t for t in texts)
     assert tuner.last_decision == "tuned" and bench.calls == 3
     assert path.exists()  # not ours: left in place
+
+
+def test_waits_for_many_keys_of_one_kernel_warn_once_and_log_each(tmp_path, monkeypatch, caplog):
+    """A warm-up of many keys shared by several processes makes each waiting process wait for many
+    keys: the first wait of a kernel is a warning, the later ones are log records that count them."""
+    monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.2")
+    monkeypatch.setattr(single_flight, "_waits", collections.Counter(), raising=False)
+    tuner = make_tuner(bench=InstantBench(), custom_data_storage=tmp_path)
+    sizes = (61, 62, 63)
+    for n in sizes:
+        write_lease(lease_of(tuner, n), host=socket.gethostname(), pid=os.getpid(), age_s=0.0)
+    with (
+        caplog.at_level(logging.INFO, logger="triton_dejavu_like"),
+        pytest.warns(DejavuTuningWarning) as record,
+    ):
+        for n in sizes:
+            launch(tuner, n)
+    waiting = [str(w.message) for w in record if "is being tuned by" in str(w.message)]
+    assert len(waiting) == 1 and "waits for other keys of this kernel are only logged" in waiting[0]
+    logged = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.INFO and "is being tuned by" in r.getMessage()
+    ]
+    assert [m.split("; ")[-1] for m in logged] == [
+        "2 keys of this kernel waited for so far)",
+        "3 keys of this kernel waited for so far)",
+    ]
 
 
 def test_a_result_recorded_while_waiting_is_restored(tmp_path):

@@ -21,6 +21,7 @@ from storage_helpers import (
     AS_ROOT,
     IDENTITY,
     InstantBench,
+    aside_files,
     cache_file,
     deny_opens,
     double_kernel,
@@ -42,6 +43,7 @@ from triton_dejavu_like import (
 )
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import cache_file as storage
+from triton_dejavu_like.store import layout
 
 # --- files that cannot be used --------------------------------------------------------------------------
 
@@ -60,6 +62,28 @@ def test_rejected_entries(tmp_path):
     write_document(cf.path, IDENTITY, {**entries_for([(1,)]), key_id((2,)): bad})
     with pytest.warns(DejavuStorageWarning, match="1 invalid entries"):
         assert list(cf.load()) == [key_id((1,))]
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "rejected"])
+def test_each_file_set_aside_is_reported_also_a_second_one_of_one_path(tmp_path, damage):
+    """A long-running process whose cache file is damaged twice sets two files aside: each is news
+    (the user finds both beside the cache file), not only the first one of that path."""
+    cf = cache_file(tmp_path)
+    cf.path.parent.mkdir(parents=True)
+    bad = {**make_entry((2,)), "timings_ms": ["fast"]}
+    said = []
+    for _ in range(2):
+        if damage == "corrupt":
+            cf.path.write_bytes(b"{not json")
+        else:
+            write_document(cf.path, IDENTITY, {**entries_for([(1,)]), key_id((2,)): bad})
+        with pytest.warns(DejavuStorageWarning) as shown:
+            cf.load()
+        said += [str(w.message) for w in shown]
+    suffix = layout.CORRUPT_SUFFIX if damage == "corrupt" else layout.REJECTED_SUFFIX
+    aside = aside_files(cf.path, suffix)
+    assert len(aside) == 2 and len(said) == 2
+    assert all(sum(a.name in text for text in said) == 1 for a in aside), said
 
 
 def test_a_file_of_another_identity(tmp_path):

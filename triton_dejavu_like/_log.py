@@ -76,6 +76,15 @@ def relay_warnings(send: Callable[[type[DejavuWarning], str, str, tuple[Any, ...
     _relay = send
 
 
+def warning_class(name: str) -> type[DejavuWarning]:
+    """The package's warning class called ``name`` (:class:`DejavuWarning` for any other name): the
+    class of a warning that a worker process sent by name."""
+    classes: list[type[DejavuWarning]] = [DejavuWarning]
+    for cls in classes:  # grows while it is walked: every subclass, at any depth
+        classes.extend(cls.__subclasses__())
+    return next((cls for cls in classes if cls.__name__ == name), DejavuWarning)
+
+
 def forget_warnings() -> None:
     """Warn again about problems already reported (for tests and long-lived tools)."""
     with _seen_lock:

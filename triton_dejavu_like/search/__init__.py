@@ -46,7 +46,8 @@ def require_smac(*, load: bool = True) -> None:
         ) from exc
 
 
-def make_strategy(name: str) -> Strategy:
+def make_strategy(name: str, label: str = "") -> Strategy:
+    """The strategy called ``name``; ``label`` (the kernel's name) is what its warnings name."""
     if name == "exhaustive":
         return Exhaustive()
     if name == "random":
@@ -55,7 +56,7 @@ def make_strategy(name: str) -> Strategy:
         require_smac(load=False)  # the strategy imports SMAC in the background when it starts
         from .bayesian import BayesianOptimization
 
-        return BayesianOptimization()
+        return BayesianOptimization(label=label)
     raise ValueError(f"unknown search strategy {name!r}")
 
 

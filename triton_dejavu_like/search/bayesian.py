@@ -113,6 +113,8 @@ class BayesianOptimization(Strategy):
 
     name = "bayesian"
     config: BOSettings = field(default_factory=BOSettings)
+    #: What is searched (the kernel's name), for the warning when the model fails.
+    label: str = ""
 
     # -- set-up -----------------------------------------------------------------------------
     def _without_model(self, space: SearchSpace, limit: int, known: int = 0) -> bool:
@@ -195,10 +197,12 @@ class BayesianOptimization(Strategy):
             except Exception as exc:
                 self._failed = True
                 self._gain = None
-                warn_once(
+                log.debug("Bayesian optimisation of %s stopped", self.label or "a search", exc_info=True)
+                warn_once(  # once per kernel and cause: each of its keys would fail alike
                     DejavuTuningWarning,
-                    f"bayesian:{type(exc).__name__}",
-                    "Bayesian optimisation stopped (%s); continuing with random proposals",
+                    f"bayesian:{self.label}:{type(exc).__name__}",
+                    "%sBayesian optimisation stopped (%s); continuing with random proposals",
+                    f"{self.label}: " if self.label else "",
                     exc,
                 )
                 while len(out) < n and (index := self._next_in_order(state)) is not None:

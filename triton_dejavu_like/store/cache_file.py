@@ -230,9 +230,9 @@ def quarantine(path: Path, reason: str) -> Path | None:
             exc,
         )
         return None
-    warn_once(
+    warn_once(  # each file set aside is news, also a second one of the same path
         DejavuStorageWarning,
-        str(path),
+        str(target),
         "ignoring unreadable tuning cache %s (%s); moved it to %s",
         path,
         reason,
@@ -396,7 +396,7 @@ class CacheFile:
             return
         warn_once(
             DejavuStorageWarning,
-            str(self.path),
+            str(target),
             "tuning cache %s: moved %s to %s",
             self.path,
             summary,

@@ -263,6 +263,48 @@ def _combine(
 OTHER_IDENTITY = "it holds results for another identity"
 
 
+def destination_entries(target: storage.CacheFile, writer: str, *, dry_run: bool) -> EntryMap | str:
+    """The entries a write into ``target`` (its ``update()``) starts from, read without the lock and
+    writing nothing; or why that write would take nothing (a file of another identity or a newer
+    schema, a file that cannot be read).
+
+    A file that is not a valid document counts as empty and invalid entries as absent: the write sets
+    them aside, with a warning. A dry run (``dry_run``) gives that warning itself, saying what
+    ``writer`` ("a merge") would do.
+    """
+    try:
+        doc = storage.read_document(target.path, parameters=target.parameters)
+    except FileNotFoundError:
+        return {}
+    except storage.NewerSchemaFile:
+        return OTHER_IDENTITY  # as update() refuses it
+    except storage.InvalidCacheFile as exc:
+        if dry_run:
+            warn_once(
+                DejavuStorageWarning,
+                str(target.path),
+                "tuning cache %s is unreadable (%s): %s would set it aside",
+                target.path,
+                exc,
+                writer,
+            )
+        return {}
+    except OSError as exc:
+        return f"destination unreadable: {exc}"
+    if doc.identity != target.identity:
+        return OTHER_IDENTITY
+    if doc.rejected and dry_run:
+        warn_once(
+            DejavuStorageWarning,
+            str(target.path),
+            "tuning cache %s holds %d invalid entries: %s would move them aside",
+            target.path,
+            len(doc.rejected),
+            writer,
+        )
+    return dict(doc.entries)
+
+
 def _merge_group(
     target: storage.CacheFile, group: list[StoredFile], prefer: str, dry_run: bool
 ) -> tuple[EntryMap, MergeResult] | str:
@@ -274,25 +316,11 @@ def _merge_group(
         outcome[:] = [(current, _combine(current, group, prefer, label))]
         return dict(outcome[0][1].entries)
 
+    current = destination_entries(target, "a merge", dry_run=dry_run)
+    if isinstance(current, str):
+        return current
     if dry_run:  # what update() would do, without the lock and without writing
-        try:
-            doc = storage.read_document(target.path) if target.path.exists() else None
-        except storage.NewerSchemaFile:
-            return OTHER_IDENTITY  # as update() refuses it
-        except storage.InvalidCacheFile as exc:  # update() moves it aside and merges into nothing
-            warn_once(
-                DejavuStorageWarning,
-                label,
-                "tuning cache %s is unreadable (%s): a merge would set it aside",
-                target.path,
-                exc,
-            )
-            doc = None
-        except OSError as exc:
-            return f"destination unreadable: {exc}"
-        if doc is not None and doc.identity != target.identity:
-            return OTHER_IDENTITY
-        change(doc.entries if doc is not None else {})
+        change(current)
     elif not target.update(change):
         return OTHER_IDENTITY if not target.writable else "it cannot be written"
     return outcome[0]

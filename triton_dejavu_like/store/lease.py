@@ -4,7 +4,9 @@ A lease is a small JSON file ``cache.json.lease-<hash of the key id>`` next to t
 created with ``O_CREAT | O_EXCL`` (never ``flock``, which network file systems implement unevenly):
 whoever creates it holds it. It records the holder's host, pid, start time and a random token; its
 heartbeat is the file's modification time, which a daemon thread of the holder sets to the holder's
-clock every :data:`HEARTBEAT_S` seconds while it tunes.
+clock every :data:`HEARTBEAT_S` seconds while it tunes. A holder that finds its lease removed or
+replaced by another process's at a heartbeat (it was taken over: it looked dead) stops refreshing it
+and warns: that key may be tuned twice.
 
 A lease is *stale* when its holder is gone: on the same host, its pid no longer exists; on another
 host, its heartbeat is older than :data:`STALE_AFTER_S`. A stale lease is taken over by renaming it
@@ -31,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._log import log
+from .._log import DejavuTuningWarning, log, warn_once
 from .layout import LEASE_SUFFIX, STALE_LEASE_SUFFIX
 
 #: Seconds between two heartbeats of a holder.
@@ -157,12 +159,34 @@ class Lease:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
-            now = time.time()
-            try:
-                os.utime(self.path, (now, now))
-            except OSError as exc:  # taken over (we looked dead) or the directory went away
-                log.warning("cannot refresh the tuning lease %s (%s)", self.path, exc)
+            lost = self._refresh()
+            if lost is not None:  # taken over (we looked dead), or the directory went away
+                warn_once(
+                    DejavuTuningWarning,
+                    str(self.path),
+                    "lost the tuning lease %s of key %s (%s): another process may tune that key "
+                    "too. A holder looks dead to other hosts when its lease is not refreshed for "
+                    "%.0f s (a paused process, clocks that disagree, a storage root removed)",
+                    self.path,
+                    self.key_id[:200],
+                    lost,
+                    STALE_AFTER_S,
+                )
                 return
+
+    def _refresh(self) -> str | None:
+        """Set the lease's heartbeat to now if it is still ours; else (or if that fails) why not."""
+        try:
+            current = read_lease(self.path)
+            if current is None:
+                return "it was removed"
+            if current.token != self.token:
+                return f"{current.describe()} holds it now"
+            now = time.time()
+            os.utime(self.path, (now, now))
+        except OSError as exc:
+            return str(exc)
+        return None
 
     def release(self) -> None:
         """Stop the heartbeat and remove the lease file if it is still ours."""

@@ -43,7 +43,7 @@ from .. import _compat
 from .._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config
 from ..codec import canonical_json, config_id
 from ..measure.bench import QUANTILES, normalise
-from ..store import CacheFile, StoredEntry, inventory, read_bounded, read_document
+from ..store import CacheFile, StoredEntry, inventory, read_bounded
 from ..store import identity as identity
 from ..store.layout import CACHE_FILE_NAME
 
@@ -361,14 +361,10 @@ def import_dejavu(
         slot[1].update(entries)
     for ident, entries in by_identity.values():
         cf = CacheFile.for_identity(root, ident, parameters=tuner.arg_names)
-        try:
-            doc = read_document(cf.path) if cf.path.exists() else None
-        except (OSError, ValueError):
-            doc = None  # a bad destination is moved aside by the write below
-        if doc is not None and doc.identity != ident:  # update() would refuse it: say so, count nothing
-            report.problems.append(inventory.Problem(str(cf.path), inventory.OTHER_IDENTITY))
+        existing = inventory.destination_entries(cf, "an import", dry_run=dry_run)
+        if isinstance(existing, str):  # update() would refuse it: say so, count nothing
+            report.problems.append(inventory.Problem(str(cf.path), existing))
             continue
-        existing = doc.entries if doc is not None else {}
         kept = set(existing) & set(entries) if not overwrite else set()
         replaced = sum(existing[kid] != entry for kid, entry in entries.items() if kid in existing)
         if overwrite and replaced:

@@ -4,24 +4,27 @@
 (alone, or as the written store of a :class:`~triton_dejavu_like.store.LayeredStore`) it takes the
 key's lease (:mod:`triton_dejavu_like.store.lease`) before tuning and removes it once the result is
 recorded (or the tuning failed). A process that finds the lease held by a live process
-polls the cache file for the key and restores the result when it appears, measuring nothing; a
-lease whose holder died is taken over; a wait longer than :func:`wait_timeout_s` ends in tuning
-here (with a warning). Without a writable file store (memory, read-only, a key with no stored
-form), or with ``TRITON_DEJAVU_SINGLE_FLIGHT=0``, the miss is tuned as before.
+polls the cache file for the key and restores the result when it appears, measuring nothing (the
+first wait of a kernel is a warning, each later one a log record); a lease whose holder died is
+taken over; a wait longer than :func:`wait_timeout_s` ends in tuning here (with a warning).
+Without a writable file store (memory, read-only, a key with no stored form), or with
+``TRITON_DEJAVU_SINGLE_FLIGHT=0``, the miss is tuned as before.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .. import _env
 from .._log import DejavuTuningWarning, log, warn_once
 from ..store import CacheFile, FileStore, LayeredStore, Store, StoredEntry
-from ..store.lease import Lease, is_stale, lease_path, read_lease, take_over
+from ..store.lease import Lease, LeaseInfo, is_stale, lease_path, read_lease, take_over
 from .key import TuningKey
 from .tuning import Outcome
 
@@ -40,6 +43,10 @@ Adopt = Callable[[StoredEntry], "Outcome | None"]
 PROGRESS_EVERY_S = 10.0
 #: Polling of the cache file starts fast and slows down to this interval.
 MAX_POLL_S = 1.0
+
+#: Keys each kernel (by name) waited for in this process.
+_waits: Counter[str] = Counter()
+_waits_lock = threading.Lock()
 
 
 def wait_timeout_s(n_candidates: int, history: Mapping[str, StoredEntry]) -> float:
@@ -119,8 +126,30 @@ class _Flight:
             )
         return outcome
 
+    def _announce_wait(self, holder: LeaseInfo) -> None:
+        """Say that this process waits for ``holder``: a warning at the kernel's first wait (a warm-up
+        of many keys would otherwise give one per key), then a log record per key, with the count."""
+        with _waits_lock:
+            _waits[self.kernel_name] += 1
+            count = _waits[self.kernel_name]
+        args = (self.kernel_name, self.key_id[:200], holder.describe(), self.timeout_s)
+        if not warn_once(
+            DejavuTuningWarning,
+            f"{self.kernel_name}:wait",
+            "%s: key %s is being tuned by %s; waiting for its result (at most %.0f s; waits for "
+            "other keys of this kernel are only logged)",
+            *args,
+        ):
+            log.info(
+                "%s: key %s is being tuned by %s; waiting for its result (at most %.0f s; "
+                "%d keys of this kernel waited for so far)",
+                *args,
+                count,
+            )
+
     def run(self, tune: Callable[[], Outcome], adopt: Adopt) -> Outcome:
         lease = Lease(self.path, self.key_id)
+        announced = False
         start = time.monotonic()
         next_progress = start + PROGRESS_EVERY_S
         poll = 0.02
@@ -155,15 +184,9 @@ class _Flight:
                     self.key_id[:200],
                 )
                 return tune()
-            warn_once(
-                DejavuTuningWarning,
-                f"{self.kernel_name}:{self.key_id}:wait",
-                "%s: key %s is being tuned by %s; waiting for its result (at most %.0f s)",
-                self.kernel_name,
-                self.key_id[:200],
-                holder.describe(),
-                self.timeout_s,
-            )
+            if not announced:
+                announced = True
+                self._announce_wait(holder)
             if time.monotonic() >= next_progress:
                 next_progress += PROGRESS_EVERY_S
                 log.info(

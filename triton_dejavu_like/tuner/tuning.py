@@ -285,7 +285,7 @@ class TuningRun:
             streamed[0].start()  # the workers start while the strategy (SMAC's import) is set up
             self.benchmarker.compile_ahead(streamed[0].submit_job)
         with open_evaluator(self.recipe, ctx) as evaluator:
-            search = BatchSearch(make_strategy(self.strategy), space, self.budget, warm_start)
+            search = BatchSearch(make_strategy(self.strategy, name), space, self.budget, warm_start)
             bar = progress_bar(search.limit, f"tuning {name}")
             pipeline = Pipeline(
                 search,

@@ -389,8 +389,15 @@ class _Worker:
         if self.process.exitcode is None:
             self.process.kill()
             self.process.join(GRACE_S)
-            if self.process.exitcode is None:
-                log.warning("worker %s did not exit after SIGKILL", self.process.pid)
+            if self.process.exitcode is None:  # stuck in the kernel (a GPU driver call): leaked
+                warn_once(
+                    DejavuTuningWarning,
+                    f"worker:{self.process.pid}",
+                    "an isolated tuning worker (pid %s) did not exit within %g s of SIGKILL; it may "
+                    "still hold a GPU and its memory (check for it with nvidia-smi or ps)",
+                    self.process.pid,
+                    GRACE_S,
+                )
         self.conn.close()
 
 

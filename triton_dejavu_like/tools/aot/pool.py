@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ..._log import warn_once, warning_class
 from ...store import inventory
 from . import merging
 from .run import CaseResult
@@ -95,6 +96,9 @@ class WorkerPool:
                 message = self._parse(worker, line)
                 if message is None:
                     continue
+                if message["kind"] == "warning":
+                    self._warn(worker, message)
+                    continue
                 if message["kind"] == "result":
                     results.append(self._take(worker, message["result"]))
                 elif message["kind"] == "error":
@@ -162,12 +166,34 @@ class WorkerPool:
     def _parse(self, worker: _Worker, line: str) -> dict[str, Any] | None:
         try:
             message = json.loads(line)
-            if not isinstance(message, dict) or message.get("kind") not in ("ready", "result", "error"):
+            if not isinstance(message, dict) or message.get("kind") not in (
+                "ready",
+                "result",
+                "error",
+                "warning",
+            ):
                 raise ValueError("unknown message")
         except ValueError:
             self.errors.append(f"{worker.slot.name}: unreadable message {line[:200]!r}")
             return None
         return message
+
+    def _warn(self, worker: _Worker, message: dict[str, Any]) -> None:
+        """Issue a worker's warning here, where the user sees it: once for all workers (each would
+        print its own copy of a problem they share, such as a setting or a kernel's argument)."""
+        category, subject, text, args = (message.get(k) for k in ("category", "subject", "message", "args"))
+        if (
+            isinstance(category, str)
+            and isinstance(subject, str)
+            and isinstance(text, str)
+            and isinstance(args, list)
+        ):
+            try:
+                warn_once(warning_class(category), subject, text, *args)
+                return
+            except (TypeError, ValueError):  # arguments that do not fit the message
+                pass
+        self.errors.append(f"{worker.slot.name}: unreadable warning {str(message)[:200]!r}")
 
     def _assign(self, worker: _Worker, pending: deque[str]) -> None:
         worker.case = pending.popleft() if pending else None

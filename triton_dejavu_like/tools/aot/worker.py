@@ -4,26 +4,62 @@ It loads the SPEC, then reads case names from stdin, one JSON string a line (a n
 character, spaces and line breaks included), runs each into its own storage root and answers one
 JSON line per case on the results descriptor (``--fd``): ``{"kind": "ready"}`` first, then
 ``{"kind": "result", "result": {...}}`` per case, or ``{"kind": "error", ...}`` if the
-SPEC cannot be loaded. stdout stays free for the user's code (``TRITON_PRINT_AUTOTUNING``, prints).
+SPEC cannot be loaded. The package's warnings go there too (``{"kind": "warning", ...}``): the
+driver issues them, once for all its workers. stdout stays free for the user's code
+(``TRITON_PRINT_AUTOTUNING``, prints).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ..._log import DejavuWarning, relay_warnings
 from .case import SpecError, load_cases
 from .run import run_case
 
 
-def _send(out: IO[str], message: dict[str, Any]) -> None:
-    out.write(json.dumps(message) + "\n")
-    out.flush()
+class _Channel:
+    """The results descriptor: one JSON message a line, written whole (warnings may come from any
+    thread of the worker)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self._lock = threading.Lock()
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            self.out.write(json.dumps(message) + "\n")
+            self.out.flush()
+
+    def warning(
+        self, category: type[DejavuWarning], subject: str, message: str, args: tuple[Any, ...]
+    ) -> None:
+        """Send a warning to the driver, its arguments as JSON values (as text, or the whole message
+        formatted here, if they cannot travel)."""
+        plain = [a if a is None or isinstance(a, (str, int, float)) else str(a) for a in args]
+        try:
+            if plain:
+                message % tuple(plain)
+        except (TypeError, ValueError):
+            message, plain = message % args, []
+        with contextlib.suppress(OSError, ValueError):  # a daemon thread's, after the worker closed it
+            self.send(
+                {
+                    "kind": "warning",
+                    "category": category.__name__,
+                    "subject": subject,
+                    "message": message,
+                    "args": plain,
+                }
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,12 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", required=True, help="this worker's name in reports")
     args = parser.parse_args(argv)
     with os.fdopen(args.fd, "w", encoding="utf-8") as out:
+        channel = _Channel(out)
+        relay_warnings(channel.warning)  # also those of loading the SPEC (a kernel's decoration)
         try:
             cases = {case.name: case for case in load_cases(args.spec)}
         except SpecError as exc:
-            _send(out, {"kind": "error", "message": str(exc)})
+            channel.send({"kind": "error", "message": str(exc)})
             return 1
-        _send(out, {"kind": "ready"})
+        channel.send({"kind": "ready"})
         for line in sys.stdin:
             if not line.strip():
                 continue
@@ -48,10 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ValueError:
                 name = line.strip()
             if not isinstance(name, str) or name not in cases:
-                _send(out, {"kind": "error", "message": f"the SPEC has no case {name!r} in this process"})
+                channel.send({"kind": "error", "message": f"the SPEC has no case {name!r} in this process"})
                 return 1
             result = run_case(cases[name], args.root, worker=args.name)
-            _send(out, {"kind": "result", "result": result.to_json()})
+            channel.send({"kind": "result", "result": result.to_json()})
     return 0
 
 
