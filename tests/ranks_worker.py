@@ -10,7 +10,8 @@ Phases, one after the other: ``same`` (every rank misses key 500); ``different``
 600 + r, then all miss 700); ``raise`` (all miss key 800; rank 2 raises from its benchmark, a
 BaseException, and goes on). Each phase reports the benchmarks run, the configs chosen, the entries
 recorded and whether the rank raised. Then ``fail``: every config raises ``OutOfResources`` on every
-rank (key 900); the rank reports the classes of the error it raised.
+rank (key 900); the rank reports the classes of the error it raised. Then ``hook``: the tuner's
+``pre_hook`` raises on every rank (key 1000); the rank reports the benchmarks it ran and what it raised.
 """
 
 from __future__ import annotations
@@ -46,8 +47,16 @@ def out_of_resources(nargs: dict) -> None:
 
 
 def launching_bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):  # type: ignore[no-untyped-def]
+    launching_bench.calls += 1  # type: ignore[attr-defined]
     kernel_call()
     return [1.0] * len(quantiles)
+
+
+launching_bench.calls = 0  # type: ignore[attr-defined]
+
+
+def missing_buffer(nargs: dict, reset_only: bool = False) -> None:
+    raise KeyError("workspace")
 
 
 class RandomBench(InstantBench):
@@ -105,6 +114,15 @@ def main() -> None:
     except Exception as exc:
         classes = (OutOfResources, tdl.AutotuningError)
         phases["fail"] = {"raised": [cls.__name__ for cls in classes if isinstance(exc, cls)]}
+    broken = make_tuner(bench=launching_bench, configs=CONFIGS, pre_hook=missing_buffer)
+    launching_bench.calls = 0  # type: ignore[attr-defined]
+    dist.barrier()
+    try:
+        launch(broken, 1000)
+        phases["hook"] = {"raised": None}
+    except KeyError as exc:
+        stopped_by = getattr(exc, "stopped_by", None)
+        phases["hook"] = {"raised": str(exc), "stopped_by": stopped_by, "benchmarks": launching_bench.calls}  # type: ignore[attr-defined]
     print(json.dumps({"rank": rank, **phases}), flush=True)
     os._exit(0)  # no teardown collective: a rank that finished early must not wait for the others
 

@@ -170,6 +170,40 @@ def test_streamed_replaces_a_broken_pool_with_started_workers(monkeypatch):
     assert search.best() == 7 and not search.pending
 
 
+def test_streamed_an_error_that_ends_tuning_cancels_the_compiles_still_queued():
+    """The pool is the process's and serves later runs: the compiles of a run that ends with an
+    error (one that does not depend on the candidate) must not stay queued in it."""
+
+    class Queued(FakePool):
+        """Candidate 0 is compiled at once; the others wait in the queue (never started)."""
+
+        def __init__(self) -> None:
+            super().__init__(workers=2)
+            self.futures: list[cf.Future] = []
+
+        def submit(self, call, config):
+            future: cf.Future = cf.Future()
+            if config.kwargs["I"] == 0:
+                future.set_result(None)
+            self.futures.append(future)
+            return future
+
+    class Stopped(Exception):
+        pass
+
+    pipeline, _, _ = make_pipeline(8, [1.0] * 8, batch_size=3)
+
+    def measure(i):
+        raise Stopped("the tuner's pre_hook raised")
+
+    pipeline.measure = measure
+    pool = Queued()
+    with pytest.raises(Stopped):
+        pipeline.run_streamed(pool, call=None)
+    queued = pool.futures[1:]
+    assert queued and all(future.cancelled() for future in queued)
+
+
 class CrashingPool:
     """A process pool whose worker dies on the candidates in ``crashers``: every candidate in the
     pool then fails with BrokenProcessPool (those compiling and those queued), as in

@@ -89,6 +89,14 @@ def test_every_candidate_failing_on_every_rank_raises_the_candidates_error_class
     assert [r["fail"]["raised"] for r in phases] == [["OutOfResources", "AutotuningError"]] * WORLD
 
 
+def test_a_broken_hook_ends_tuning_on_each_rank_at_its_first_candidate(phases):
+    """An error no candidate escapes is raised as without ranks, after one benchmark per rank (not
+    the rank's share, nor a second meeting's re-measurement)."""
+    for result in (r["hook"] for r in phases):
+        assert result["stopped_by"] == "pre_hook" and result["benchmarks"] == 1
+        assert "tuning stopped at the first candidate" in result["raised"]
+
+
 def test_a_rank_that_raises_does_not_hang_the_others(phases):
     results = [r["raise"] for r in phases]
     assert results[2]["raised"] and results[2]["configs"] == []

@@ -368,15 +368,10 @@ def out_of_resources() -> Exception:
     return OutOfResources(99999, 1000, "shared memory")
 
 
-def raising_pre_hook(nargs: dict[str, Any], reset_only: bool = False) -> None:
-    raise KeyError("acc_ptr")
-
-
 #: name -> (kernel, configs, decorator options, the error upstream raises), made per test
 EVERY_CANDIDATE_FAILS: dict[str, Callable[[], tuple[Any, list[triton.Config], dict[str, Any], type]]] = {
     "static-assert": lambda: (asserting_kernel, Bench().configs(), {}, InterpreterError),
     "out-of-resources": lambda: (add_kernel, failing_configs(*[out_of_resources()] * 4), {}, OutOfResources),
-    "pre-hook": lambda: (add_kernel, Bench().configs(), {"pre_hook": raising_pre_hook}, KeyError),
     "skipped-then-raised": lambda: (
         add_kernel,
         failing_configs(out_of_resources(), ValueError("BLOCK"), out_of_resources(), KeyError("BLOCK")),
@@ -424,6 +419,47 @@ def test_a_config_failing_with_an_error_upstream_does_not_skip(autotune):
     else:
         with pytest.raises(KeyError):
             run_add(tuner)
+
+
+def raising_pre_hook(nargs: dict[str, Any], reset_only: bool = False) -> None:
+    raise KeyError("acc_ptr")
+
+
+def raising_post_hook(nargs: dict[str, Any], exception: BaseException | None) -> None:
+    raise ValueError("cannot restore")
+
+
+def raising_bench(kernel_call: Callable[[], Any], quantiles: Any = None) -> Any:
+    kernel_call()
+    raise TypeError("bad quantiles")
+
+
+#: name -> (decorator options, the error both raise)
+ENDS_TUNING: dict[str, tuple[dict[str, Any], type]] = {
+    "pre_hook": ({"pre_hook": raising_pre_hook}, KeyError),
+    "post_hook": ({"post_hook": raising_post_hook}, ValueError),
+    "reset_to_zero": ({"reset_to_zero": ["n"]}, AttributeError),  # n is an int: n.zero_()
+    "do_bench": ({"do_bench": raising_bench}, TypeError),
+}
+
+
+@pytest.mark.parametrize("scenario", list(ENDS_TUNING))
+@pytest.mark.parametrize("autotune", both())
+def test_an_error_of_the_tuners_hooks_or_do_bench_ends_tuning_at_the_first_config(autotune, scenario):
+    """Upstream's ``kernel_call`` re-raises a hook's error and ``_bench`` skips only a candidate's
+    resource and compile errors, so the first config's benchmark ends its tuning. Ours: the same,
+    with an ``AutotuningError`` of the error's class (a config's own ``pre_hook`` only rules it out)."""
+    options, expected = ENDS_TUNING[scenario]
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], **{"do_bench": bench, **options})(add_kernel)
+    with pytest.raises(expected) as info:
+        run_add(tuner)
+    assert bench.launched == [BLOCKS[0]]  # the first config's benchmark launch, no other
+    assert tuner.cache == {}
+    if is_ours(autotune):
+        assert isinstance(info.value, tdl.AutotuningError)
+        assert "tuning stopped at the first candidate" in str(info.value)
+        assert isinstance(info.value.__cause__, expected)
 
 
 # --- benchmark arguments ----------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .bench import QUANTILES, Benchmarker, TimingPolicy, make_benchmarker
 from .evaluate import Evaluator, InProcessEvaluator
 from .factory import open_evaluator
-from .launch import Failure, LaunchContext, make_kernel_call, one_line_reason
+from .launch import Failure, LaunchContext, TuningStopped, make_kernel_call, one_line_reason
 from .recipe import KernelRecipe, TimingSettings
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "LaunchContext",
     "TimingPolicy",
     "TimingSettings",
+    "TuningStopped",
     "make_benchmarker",
     "make_kernel_call",
     "one_line_reason",

@@ -196,6 +196,9 @@ class Benchmarker:
     finalists: int = 0
     #: The quantiles every timing answers (the first is the one compared); set by :func:`make_benchmarker`.
     quantiles: tuple[float, ...] = QUANTILES
+    #: The argument that gave the user's timing function (``do_bench``), or None for a timer of ours:
+    #: an error of the user's own (not a launch's it passes on) ends tuning (see ``stops_tuning``).
+    user_function: str | None = None
 
     def __call__(self, kernel_call: KernelCall, quantiles: Sequence[float] = QUANTILES) -> list[float]:
         raise NotImplementedError
@@ -211,6 +214,8 @@ class Benchmarker:
 
 class UserBenchmarker(Benchmarker):
     """The user's ``do_bench(kernel_call, quantiles=...)``, for every candidate."""
+
+    user_function = "do_bench"
 
     def __init__(self, do_bench: DoBench) -> None:
         self.do_bench = do_bench

@@ -4,6 +4,9 @@ An evaluator is made per tuning run (one key, one set of arguments). The in-proc
 what upstream's ``Autotuner._bench`` does: per-config ``pre_hook``, the tuner's ``pre_hook``, the
 launch, the tuner's ``post_hook`` (with the exception, if any), all inside the benchmarker. Other
 evaluators (isolated worker processes, numerical checks) implement the same interface.
+
+``measure`` raising rules the candidate out, except :class:`~.launch.TuningStopped`: an error of the
+tuner's hooks or of the user's ``do_bench``, which does not depend on the candidate and ends tuning.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from .._compat import Config
-from .launch import Failure, LaunchContext, make_kernel_call
+from .launch import Failure, LaunchContext, LaunchRecord, make_kernel_call, stops_tuning
 from .precompile import precompile
 
 
@@ -28,7 +31,8 @@ class Evaluator(ABC):
 
     @abstractmethod
     def measure(self, config: Config) -> list[float]:
-        """Timings (ms) at the benchmarker's quantiles for one config (the screen, in two-stage timing)."""
+        """Timings (ms) at the benchmarker's quantiles for one config (the screen, in two-stage timing);
+        raises the candidate's error, or :class:`~.launch.TuningStopped`."""
 
     def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
         """Careful timings of the finalists, or None when timing has a single stage."""
@@ -59,10 +63,16 @@ class InProcessEvaluator(Evaluator):
 
     def measure(self, config: Config) -> list[float]:
         benchmarker = self.ctx.benchmarker
-        return benchmarker(make_kernel_call(self.ctx, config), benchmarker.quantiles)
+        record = LaunchRecord()
+        call = make_kernel_call(self.ctx, config, record)
+        with stops_tuning([record], benchmarker.user_function):
+            return benchmarker(call, benchmarker.quantiles)
 
     def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
-        if not self.ctx.benchmarker.finalists or len(configs) < 2:
+        benchmarker = self.ctx.benchmarker
+        if not benchmarker.finalists or len(configs) < 2:
             return None
-        calls = [make_kernel_call(self.ctx, config) for config in configs]
-        return dict(zip(configs, self.ctx.benchmarker.refine(calls)))
+        records = [LaunchRecord() for _ in configs]
+        calls = [make_kernel_call(self.ctx, c, r) for c, r in zip(configs, records)]
+        with stops_tuning(records, benchmarker.user_function):
+            return dict(zip(configs, benchmarker.refine(calls)))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import _compat
 from .._compat import Config
@@ -96,23 +97,106 @@ def prepare_launcher(kernel: Any) -> None:
         log.debug("launcher not built ahead: %s", one_line_reason(exc))
 
 
-def make_kernel_call(ctx: LaunchContext, config: Config) -> Callable[[], None]:
-    """One launch of ``config`` wrapped in the hooks, exactly as upstream's ``_bench`` does."""
+class TuningStopped(Exception):
+    """An error that does not depend on the candidate being measured: the tuner's ``pre_hook`` or
+    ``post_hook`` (the user's, or the one ``reset_to_zero``/``restore_value`` make), the user's
+    ``do_bench`` or the numerical check's ``reference_fn`` raised. Every candidate would fail alike,
+    so tuning ends at once, as upstream's does. ``what`` names the function (``pre_hook``,
+    ``post_hook``, ``do_bench``, ``reference_fn``); ``error`` is its exception, or the one-line
+    reason of a worker that could not send it back."""
+
+    def __init__(self, what: str, error: Failure) -> None:
+        super().__init__(what, error)
+        self.what = what
+        self.error = error
+
+    def __str__(self) -> str:
+        return f"{self.what} raised {one_line_reason(self.error)}"
+
+
+@dataclass
+class LaunchRecord:
+    """What failed in the launches of one kernel call (:func:`make_kernel_call`): the candidate (its
+    config's ``pre_hook``, or the launch), and the first of the tuner's hooks that raised, with its
+    exception."""
+
+    candidate_failed: bool = False
+    hook_error: tuple[str, BaseException] | None = None
+
+    def hook_failed(self, what: str, error: BaseException) -> None:
+        if self.hook_error is None:
+            self.hook_error = (what, error)
+
+
+def make_kernel_call(
+    ctx: LaunchContext, config: Config, record: LaunchRecord | None = None
+) -> Callable[[], None]:
+    """One launch of ``config`` wrapped in the hooks, exactly as upstream's ``_bench`` does; what
+    fails in it is noted in ``record`` (see :func:`stops_tuning`)."""
     current, full_nargs = ctx.full_args(config)
     fn, args, pre_hook, post_hook = ctx.fn, ctx.args, ctx.pre_hook, ctx.post_hook
     config_pre_hook = config.pre_hook
+    record = LaunchRecord() if record is None else record
 
     def kernel_call() -> None:
         if config_pre_hook:
-            config_pre_hook(full_nargs)
-        pre_hook(full_nargs)
+            try:
+                config_pre_hook(full_nargs)
+            except Exception:
+                record.candidate_failed = True
+                raise
+        try:
+            pre_hook(full_nargs)
+        except Exception as exc:
+            record.hook_failed("pre_hook", exc)
+            raise
         try:
             fn.run(*args, **current)
         except Exception as exc:
+            record.candidate_failed = True
             try:
                 post_hook(full_nargs, exception=exc)
-            finally:
+            except Exception as hook_error:  # raised with the launch's error as its context, as upstream
+                record.hook_failed("post_hook", hook_error)
                 raise
-        post_hook(full_nargs, exception=None)
+            raise
+        try:
+            post_hook(full_nargs, exception=None)
+        except Exception as exc:
+            record.hook_failed("post_hook", exc)
+            raise
 
     return kernel_call
+
+
+@contextlib.contextmanager
+def stops_tuning(records: Sequence[LaunchRecord], timer: str | None = None) -> Iterator[None]:
+    """Raise :class:`TuningStopped` for an exception of the block that does not depend on the
+    candidate: one of the tuner's hooks raised in a launch of ``records`` (whatever the timer made of
+    it), or the user's timing function (``timer`` names it; None for a timer of ours) raised an
+    error of its own, no launch having failed. The candidate's errors (its config's ``pre_hook``,
+    the launch), even passed on or wrapped by the timer, pass as they are: they rule it out."""
+    try:
+        yield
+    except TuningStopped:
+        raise
+    except Exception as exc:
+        for record in records:
+            if record.hook_error is not None:
+                what, error = record.hook_error
+                raise TuningStopped(what, error) from error
+        if timer is not None and not any(record.candidate_failed for record in records):
+            raise TuningStopped(timer, exc) from exc
+        raise
+
+
+_Result = TypeVar("_Result")
+
+
+def user_call(what: str, fn: Callable[..., _Result], /, *args: Any, **kwargs: Any) -> _Result:
+    """``fn(*args, **kwargs)``, a user's function called the same way for every candidate: its
+    exception ends tuning (:class:`TuningStopped` naming it ``what``)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        raise TuningStopped(what, exc) from exc

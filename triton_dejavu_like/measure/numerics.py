@@ -33,7 +33,7 @@ from .._compat import Config
 from .._log import DejavuConfigWarning, warn_once
 from ..store.identity import callable_name
 from .evaluate import Evaluator
-from .launch import Failure, make_kernel_call
+from .launch import Failure, LaunchRecord, make_kernel_call, stops_tuning, user_call
 
 log = logging.getLogger(__name__)
 
@@ -416,7 +416,9 @@ class CheckedEvaluator(Evaluator):
             post_hook(nargs, exception=exception)
 
         hooks = {"pre_hook": pre_hook_then_mark_start, "post_hook": capture_then_post_hook}
-        make_kernel_call(dataclasses.replace(self.ctx, **hooks), config)()
+        record = LaunchRecord()
+        with stops_tuning([record]):
+            make_kernel_call(dataclasses.replace(self.ctx, **hooks), config, record)()
         return captured, wrote
 
     def _written(self) -> list[str]:
@@ -446,9 +448,10 @@ class CheckedEvaluator(Evaluator):
 
         assert self.check.reference_fn is not None
         self._tensors.restore()
-        self.ctx.pre_hook({**self.ctx.nargs, **self.ctx.kwargs, **self._hook_values}, reset_only=True)
+        hook_args = {**self.ctx.nargs, **self.ctx.kwargs, **self._hook_values}
+        user_call("pre_hook", self.ctx.pre_hook, hook_args, reset_only=True)
         self._tensors.mark_start()
-        result = self.check.reference_fn(**self._arguments)
+        result = user_call("reference_fn", self.check.reference_fn, **self._arguments)
         if result is None:
             if not self._written() and self._outputs is None:
                 _warn_nothing_written(self.ctx.kernel_name, None)

@@ -25,6 +25,7 @@ from .._compat import Config
 from .._log import log
 from .compile_pool import CallSpec, CompilePool, Unsupported
 from .launch import Failure
+from .precompile import cancelled_on_error
 
 
 @dataclass
@@ -93,7 +94,8 @@ class Pipeline:
         """Keep ``batch_size`` candidates compiling in ``pool`` while this process times the
         compiled ones, in the order they finish compiling. A worker that dies breaks the pool, which
         is replaced; its candidates are tried again as :class:`_Retries` says, never compiled in
-        this process, since the crash would end the program."""
+        this process, since the crash would end the program. An exception that ends the run (one
+        that ends tuning, Ctrl-C) cancels the compiles not started yet: the pool serves later runs."""
         flight: dict[cf.Future[str | None], tuple[int, CompilePool]] = {}
         ready: collections.deque[int] = collections.deque()
         retries = _Retries()
@@ -123,42 +125,43 @@ class Pipeline:
                 log.debug("compiling candidate %d in this process (%s)", index, problem)
                 ready.append(index)
 
-        while True:
-            # compiles continue while this process times (its first launch may take most of a
-            # second); a backlog of compiled candidates beyond a batch holds new ones back
-            free = min(self.batch_size - len(flight), 2 * self.batch_size - len(flight) - len(ready))
-            retry, free = retries.next([i for i, _ in flight.values()], free)
-            if retry is not None:
-                submit(retry)
-            if free > 0:
-                for index in self.search.ask(free):
-                    submit(index)
-            if ready:
-                index = ready.popleft()
-                self._tell(index, self.measure(index), timed=True)
-                continue
-            if not flight:
-                if retries:
+        with cancelled_on_error(flight):  # an error that ends tuning leaves no compile queued
+            while True:
+                # compiles continue while this process times (its first launch may take most of a
+                # second); a backlog of compiled candidates beyond a batch holds new ones back
+                free = min(self.batch_size - len(flight), 2 * self.batch_size - len(flight) - len(ready))
+                retry, free = retries.next([i for i, _ in flight.values()], free)
+                if retry is not None:
+                    submit(retry)
+                if free > 0:
+                    for index in self.search.ask(free):
+                        submit(index)
+                if ready:
+                    index = ready.popleft()
+                    self._tell(index, self.measure(index), timed=True)
                     continue
-                return  # nothing compiling, nothing to time, and the search hands out nothing more
-            done, _ = cf.wait(flight, return_when=cf.FIRST_COMPLETED)
-            for future in done:
-                index, owner = flight.pop(future)
-                try:
-                    reason = future.result()
-                except BrokenProcessPool:  # a worker died, with this candidate in its pool
-                    replace(owner)
-                    reason = retries.broke(index)
-                    if reason is None:
+                if not flight:
+                    if retries:
                         continue
-                except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
-                    log.debug("compile worker failed on candidate %d: %s", index, exc)
-                    reason = None
-                if reason is None:
-                    self.counters.compiled += 1
-                    ready.append(index)
-                else:
-                    self._tell(index, self.rule_out(index, reason), timed=False)
+                    return  # nothing compiling, nothing to time, and the search hands out nothing more
+                done, _ = cf.wait(flight, return_when=cf.FIRST_COMPLETED)
+                for future in done:
+                    index, owner = flight.pop(future)
+                    try:
+                        reason = future.result()
+                    except BrokenProcessPool:  # a worker died, with this candidate in its pool
+                        replace(owner)
+                        reason = retries.broke(index)
+                        if reason is None:
+                            continue
+                    except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
+                        log.debug("compile worker failed on candidate %d: %s", index, exc)
+                        reason = None
+                    if reason is None:
+                        self.counters.compiled += 1
+                        ready.append(index)
+                    else:
+                        self._tell(index, self.rule_out(index, reason), timed=False)
 
 
 @dataclass

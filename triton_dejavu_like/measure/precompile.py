@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import _compat, _env
@@ -74,7 +74,7 @@ def precompile(
     futures = getattr(mode, "raw_futures", [])
     # an exception (Ctrl-C) while candidates are handed over, or while leaving the mode waits for
     # their compiles, cancels the compiles still queued: only those running are waited for
-    with pool, _cancelled_on_error(futures), mode, _cancelled_on_error(futures):
+    with pool, cancelled_on_error(futures), mode, cancelled_on_error(futures):
         if ahead is not None:
             ahead(run_here)
         # a kernel's launcher is built by the thread that compiled it, beside the other compiles,
@@ -103,9 +103,9 @@ def precompile(
 
 
 @contextlib.contextmanager
-def _cancelled_on_error(futures: list[Future]) -> Iterator[None]:
-    """On an exception inside, cancel ``futures`` (a list that may grow meanwhile): those not yet
-    started never start, those running finish."""
+def cancelled_on_error(futures: Collection[Future]) -> Iterator[None]:
+    """On an exception inside, cancel ``futures`` (a list or the keys of a dict, which may grow
+    meanwhile): those not yet started never start, those running finish."""
     try:
         yield
     except BaseException:

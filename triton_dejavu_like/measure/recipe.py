@@ -70,6 +70,12 @@ class KernelRecipe:
     timing: TimingSettings
     check: NumericalCheck | None  # None: no numerical check
     isolation: IsolationSettings
+    #: What errors call the tuner's ``pre_hook`` and ``post_hook``: the arguments that made them.
+    hook_names: tuple[str, str] = ("pre_hook", "post_hook")
+
+    def called(self, what: str) -> str:
+        """What an error calls ``what`` (``pre_hook``, ``post_hook``, ``do_bench``, ``reference_fn``)."""
+        return dict(zip(("pre_hook", "post_hook"), self.hook_names)).get(what, what)
 
     def context(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], *, interpreted: bool, benchmarker: Benchmarker

@@ -117,6 +117,12 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             self.pre_hook = self._default_pre_hook
         if not post_hook and self.restore_value:
             self.post_hook = self._default_post_hook
+        made_by = "/".join(name for name in ("reset_to_zero", "restore_value") if getattr(self, name))
+        #: What errors call the hooks: the user's, or the ones reset_to_zero and restore_value make
+        self._hook_names = (
+            "pre_hook" if pre_hook or not made_by else f"the hook of {made_by}",
+            "post_hook" if post_hook or not self.restore_value else "the hook of restore_value",
+        )
         self._init_state(arg_names, key, settings)
 
     def _init_state(self, arg_names: list[str], key: list[str], settings: TunerSettings) -> None:
@@ -432,6 +438,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             timing=self.settings.timing,
             check=check if check.active() else None,
             isolation=self.settings.isolation,
+            hook_names=self._hook_names,
         )
 
 

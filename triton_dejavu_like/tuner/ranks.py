@@ -237,6 +237,8 @@ def tune_together(
             try:
                 own = _indexed(candidates, measure(share))
             except AutotuningError as error:  # every candidate of the share failed
+                if error.stopped_by is not None:  # an error no candidate escapes ends tuning here
+                    raise
                 own = {candidates.index(c): [math.inf] for c in share}
                 failed = error
     meeting.publish(f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}})

@@ -28,10 +28,11 @@ from ..measure import (
     Evaluator,
     Failure,
     KernelRecipe,
+    TuningStopped,
     one_line_reason,
     open_evaluator,
 )
-from ..measure.compile_pool import compile_in_processes
+from ..measure.compile_pool import CallSpec, CompilePool, compile_in_processes
 from ..measure.pipeline import Counters, Pipeline
 from ..measure.progress import progress_bar
 from ..search import BatchSearch, Budget, SearchSpace, make_strategy
@@ -45,10 +46,16 @@ MAX_RULED_OUT = 64
 
 
 class AutotuningError(AutotunerErrorBase):
-    """Tuning could not produce a config (every candidate failed, or a bad heuristic).
+    """Tuning could not produce a config (every candidate failed, an error that does not depend on
+    the candidate ended it, or a bad heuristic).
 
-    When every candidate failed, the error raised is also an instance of the class of the error that
-    upstream's autotuner would have raised (see :func:`candidates_failed`)."""
+    When every candidate failed, or tuning stopped, the error raised is also an instance of the class
+    of the error that upstream's autotuner would have raised (see :func:`candidates_failed`)."""
+
+    #: What ended tuning at once (``pre_hook``, ``post_hook``, ``do_bench``, ``reference_fn``: an error
+    #: of the tuner's hooks or of a user's function, which does not depend on the candidate); None when
+    #: the candidates failed.
+    stopped_by: str | None = None
 
 
 def candidates_failed(message: str, failure: Failure | None) -> AutotuningError:
@@ -158,6 +165,8 @@ class Trial:
             self._order.setdefault(config, index)
         # the failure upstream's autotuner would raise if none ran: (rank, config, failure), see rule_out
         self._first: tuple[tuple[int, int], Config, Failure] | None = None
+        #: The candidate whose measurement ended tuning (:class:`TuningStopped`), if one did.
+        self.stopped_at: Config | None = None
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -182,6 +191,26 @@ class Trial:
             self._first = (rank, config, failure)
         return math.inf
 
+    def stopped(self, stop: TuningStopped, culprit: str, key: TuningKey) -> AutotuningError:
+        """The error that ends tuning at once: ``culprit`` (what ``stop.what`` is called for the
+        user) raised an error that does not depend on the candidate; an :class:`AutotuningError` of
+        its class, as :func:`candidates_failed` makes it, whose ``stopped_by`` is ``stop.what``."""
+        if self.stopped_at is not None:
+            ordinal = "the first candidate" if not self.timings else f"candidate {len(self.timings) + 1}"
+            where = f"at {ordinal} [{describe_config(self.stopped_at)}]"
+        elif self.timings:  # re-measuring the finalists
+            where = f"after {len(self.timings)} candidates were measured"
+        else:  # the numerical check's reference, computed first
+            where = "before any candidate was measured"
+        message = (
+            f"{self.kernel_name}: tuning stopped {where} for key {key.values!r}: {culprit} raised "
+            f"{one_line_reason(stop.error)} (an error that does not depend on the config: every "
+            "candidate would fail alike)"
+        )
+        error = candidates_failed(message, stop.error)
+        error.stopped_by = stop.what
+        return error
+
     def all_failed(self, message: str) -> AutotuningError:
         """The error when no candidate ran: ``message`` and the first reasons (the one raised as
         itself first), as :func:`candidates_failed` makes it from the failure upstream would raise."""
@@ -203,6 +232,9 @@ class Trial:
             return math.inf
         try:
             result = evaluator.measure(config)
+        except TuningStopped:  # no candidate would run: tuning ends
+            self.stopped_at = config
+            raise
         except Exception as exc:  # the candidate is ruled out, tuning goes on
             return self.rule_out(config, exc)
         if not result[0] >= 0:  # NaN or negative (a user's do_bench): no time, and none a store keeps
@@ -284,33 +316,13 @@ class TuningRun:
         if streamed is not None:
             streamed[0].start()  # the workers start while the strategy (SMAC's import) is set up
             self.benchmarker.compile_ahead(streamed[0].submit_job)
-        with open_evaluator(self.recipe, ctx) as evaluator:
-            search = BatchSearch(make_strategy(self.strategy, name), space, self.budget, warm_start)
-            bar = progress_bar(search.limit, f"tuning {name}")
-            pipeline = Pipeline(
-                search,
-                candidates,
-                measure=lambda i: trial.measure(evaluator, i),
-                rule_out=lambda i, failure: trial.rule_out(candidates[i], failure),
-                prepare=lambda batch: _prepare(evaluator, candidates, batch),
-                batch_size=max(16, _env.compile_threads()),
-                on_progress=lambda counters: _show(bar, counters),
-            )
-            try:
-                with trial.phase("search"):
-                    if streamed is not None:
-                        pipeline.batch_size = streamed[0].workers + 2
-                        pipeline.run_streamed(*streamed)
-                    elif self.interpreted:  # nothing to compile ahead: one candidate at a time
-                        pipeline.batch_size = 1
-                        pipeline.run_batched()
-                    else:  # exhaustive: compile everything at once; else a batch of proposals at a time
-                        pipeline.run_batched(len(space) if self.strategy == "exhaustive" else None)
-            finally:
-                bar.close()
-            trial.rule_out_late(evaluator)  # before finalists are chosen
-            with trial.phase("refine"):
-                trial.refine(evaluator, self.benchmarker.finalists)
+        try:
+            with open_evaluator(self.recipe, ctx) as evaluator:
+                search = self._search(evaluator, trial, space, streamed, warm_start)
+        except TuningStopped as stop:  # the evaluator (its workers, its buffers) is closed
+            trial.drop_error()
+            error = trial.stopped(stop, self.recipe.called(stop.what), key)
+            raise error from error.__cause__  # the hook's (or do_bench's) own exception
         duration = time.perf_counter() - start
         best = trial.best()
         try:
@@ -323,6 +335,46 @@ class TuningRun:
         self.recipe.pre_hook({**ctx.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
         entry = self._entry(key, best, trial, search, duration, candidates_hash)
         return Outcome(best, "tuned", trial.timings, duration, entry)
+
+    def _search(
+        self,
+        evaluator: Evaluator,
+        trial: Trial,
+        space: SearchSpace,
+        streamed: tuple[CompilePool, CallSpec] | None,
+        warm_start: Sequence[int],
+    ) -> BatchSearch:
+        """Search the candidates with ``evaluator`` (compiled by ``streamed``'s workers, if given),
+        then re-measure the finalists; the finished search."""
+        candidates = trial.candidates
+        name = self.recipe.kernel_name
+        search = BatchSearch(make_strategy(self.strategy, name), space, self.budget, warm_start)
+        bar = progress_bar(search.limit, f"tuning {name}")
+        pipeline = Pipeline(
+            search,
+            candidates,
+            measure=lambda i: trial.measure(evaluator, i),
+            rule_out=lambda i, failure: trial.rule_out(candidates[i], failure),
+            prepare=lambda batch: _prepare(evaluator, candidates, batch),
+            batch_size=max(16, _env.compile_threads()),
+            on_progress=lambda counters: _show(bar, counters),
+        )
+        try:
+            with trial.phase("search"):
+                if streamed is not None:
+                    pipeline.batch_size = streamed[0].workers + 2
+                    pipeline.run_streamed(*streamed)
+                elif self.interpreted:  # nothing to compile ahead: one candidate at a time
+                    pipeline.batch_size = 1
+                    pipeline.run_batched()
+                else:  # exhaustive: compile everything at once; else a batch of proposals at a time
+                    pipeline.run_batched(len(space) if self.strategy == "exhaustive" else None)
+        finally:
+            bar.close()
+        trial.rule_out_late(evaluator)  # before finalists are chosen
+        with trial.phase("refine"):
+            trial.refine(evaluator, self.benchmarker.finalists)
+        return search
 
     def _entry(
         self,

@@ -43,7 +43,7 @@ from ..._compat import Config
 from ..._log import DejavuTuningWarning, DejavuWarning, warn_once
 from ...codec import EncodingError, config_id, encode_config
 from ..evaluate import Evaluator
-from ..launch import Failure, LaunchContext, one_line
+from ..launch import Failure, LaunchContext, TuningStopped, one_line
 from ..numerics import rule_out_unwritten
 from ..recipe import KernelRecipe
 from ._cuda import current_device
@@ -56,7 +56,7 @@ from .settings import (
     Description,
     IsolationError,
 )
-from .transfer import KernelRef, launch_grid, map_tensors, private_copies, unpack_exception
+from .transfer import KernelRef, launch_grid, map_tensors, private_copies, unpack_exception, unpack_failure
 from .worker import ForkBootstrap, RemoteBootstrap, worker_main
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,8 @@ class IsolatedEvaluator(Evaluator):
         request = ("prepare", [self._describe(c) for c in sendable])
         try:
             reply = self._request(request, self._compile_timeout(len(sendable)), "compiling the candidates")
+        except TuningStopped:  # the numerical check's reference_fn (or the hook before it) failed
+            raise
         except Exception as exc:  # compiling ahead is an optimisation: each is compiled when timed
             warn_once(
                 DejavuTuningWarning,
@@ -136,6 +138,8 @@ class IsolatedEvaluator(Evaluator):
         request = ("refine", [self._describe(c) for c in configs])
         try:
             _, timings = self._request(request, self.timeout_s * max(1, len(configs)), "re-timing finalists")
+        except TuningStopped:
+            raise
         except Exception as exc:  # the finalists keep their first timings
             warn_once(
                 DejavuTuningWarning,
@@ -173,10 +177,11 @@ class IsolatedEvaluator(Evaluator):
         return self.timeout_s * max(1, math.ceil(n / max(1, _env.compile_threads())))
 
     def _request(self, message: tuple[Any, ...], timeout_s: float, what: str) -> tuple[Any, ...]:
-        """The worker's reply to ``message``; a candidate's error is raised here as itself."""
+        """The worker's reply to ``message``; a candidate's error is raised here as itself, an error
+        that does not depend on the candidate as :class:`TuningStopped`."""
         worker = self._ensure_worker()
         try:
-            reply = worker.call(message, timeout_s, what)
+            reply = _not_stopped(worker.call(message, timeout_s, what))
         except (CandidateCrashed, CandidateTimedOut):
             self._discard()
             raise
@@ -208,7 +213,8 @@ class IsolatedEvaluator(Evaluator):
             if reply[0] != "ready":
                 raise IsolationError(f"{name}: a worker could not start: {reply[1]}")
             if self.check is not None:
-                reply = worker.call(("prepare", []), self.timeout_s, "computing the numerical reference")
+                what = "computing the numerical reference"
+                reply = _not_stopped(worker.call(("prepare", []), self.timeout_s, what))
                 if reply[0] == "error":
                     raise IsolationError(
                         f"{name}: a worker could not compute the numerical reference: {reply[2]}"
@@ -399,6 +405,14 @@ class _Worker:
                     GRACE_S,
                 )
         self.conn.close()
+
+
+def _not_stopped(reply: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``reply``, unless it says that the worker stopped tuning (:class:`TuningStopped`, raised here)."""
+    if reply[0] == "stopped":
+        _, what, blob, summary = reply
+        raise TuningStopped(what, unpack_failure(blob, summary))
+    return reply
 
 
 @contextlib.contextmanager

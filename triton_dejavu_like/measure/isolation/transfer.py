@@ -183,7 +183,7 @@ def exit_with_parent() -> None:
     threading.Thread(target=watch, name="worker-parent-watch", daemon=True).start()
 
 
-def pack_exception(exc: Exception) -> tuple[bytes | None, str]:
+def pack_exception(exc: BaseException) -> tuple[bytes | None, str]:
     """The exception pickled if it survives the round trip, and a one-line summary."""
     summary = f"{type(exc).__name__}: {one_line(exc)}"
     try:
@@ -194,10 +194,16 @@ def pack_exception(exc: Exception) -> tuple[bytes | None, str]:
     return blob, summary
 
 
-def unpack_exception(blob: bytes | None, summary: str) -> Exception:
+def unpack_failure(blob: bytes | None, summary: str) -> Exception | str:
+    """The exception :func:`pack_exception` packed, or its summary where it did not come back."""
     if blob is not None:
         with contextlib.suppress(Exception):
             exc = pickle.loads(blob)
             if isinstance(exc, Exception):
                 return exc
-    return WorkerError(summary)
+    return summary
+
+
+def unpack_exception(blob: bytes | None, summary: str) -> Exception:
+    found = unpack_failure(blob, summary)
+    return found if isinstance(found, Exception) else WorkerError(found)

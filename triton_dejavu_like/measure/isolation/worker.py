@@ -17,7 +17,7 @@ from ..._compat import Config
 from ..._log import log, relay_warnings
 from ...codec import config_id, decode_config
 from ..evaluate import Evaluator, InProcessEvaluator
-from ..launch import LaunchContext, one_line, one_line_reason
+from ..launch import LaunchContext, TuningStopped, one_line, one_line_reason
 from ..numerics import CheckedEvaluator
 from ..recipe import KernelRecipe
 from ._cuda import cuda_context_error, synchronize
@@ -129,6 +129,8 @@ class _Session:
             return reply
         except Exception as exc:
             self.context_error = cuda_context_error()
+            if isinstance(exc, TuningStopped) and isinstance(exc.error, Exception) and not self.context_error:
+                return ("stopped", exc.what, *pack_exception(exc.error))
             blob, summary = pack_exception(exc)
             return ("error", blob, summary, self.context_error)
 
