@@ -3,7 +3,7 @@
     python -m triton_dejavu_like tune examples/aot_spec.py                 # here, one case after another
     python -m triton_dejavu_like tune examples/aot_spec.py --gpus all      # one worker per GPU
     python -m triton_dejavu_like tune examples/aot_spec.py --ray           # a Ray cluster
-    python -m triton_dejavu_like tune examples/aot_spec.py:tiny_cases      # a few small shapes (CPU)
+    TRITON_INTERPRET=1 python -m triton_dejavu_like tune examples/aot_spec.py:tiny_cases   # small shapes, CPU
 
 Each case builds its inputs on the current device and launches the autotuned kernel once: the
 launch tunes the shape's key, or restores it when it is already stored.

@@ -13,6 +13,7 @@ import faulthandler
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -434,3 +435,24 @@ def test_a_worker_that_survives_sigkill_is_reported():
         worker.kill()
     assert worker.process.killed and ours.closed
     theirs.close()
+
+
+@pytest.mark.slow
+def test_the_isolation_cost_round_trip_runs_on_the_cpu(tmp_path):
+    """docs/isolation.md's CPU command: what a worker start and one request cost, with a do_bench
+    that does not launch (the benchmark builds its launch context as the tuner does)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "isolation_cost.py"
+    if not script.is_file():
+        pytest.skip(f"no {script} in this tree")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_DEJAVU_STORAGE": str(tmp_path / "storage")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(script.parents[1]), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, str(script), "--round-trip", "fork"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    [row] = [line for line in done.stdout.splitlines() if line.startswith("| fork |")]
+    assert row.endswith("| 32 |")  # one request per candidate of the untimed kernel

@@ -15,6 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "tuning_timeline.p
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not SCRIPT.is_file(), reason=f"no {SCRIPT} in this tree")
 def test_the_timeline_counts_every_result_of_a_run():
     env = dict(os.environ, PYTHONPATH=str(SCRIPT.parents[1]))
     done = subprocess.run(
