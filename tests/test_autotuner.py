@@ -496,6 +496,30 @@ def test_the_reasons_worker_processes_give_name_the_class_of_the_error():
     assert type(only.all_failed("k: all 1 candidate configs failed")) is tdl.AutotuningError
 
 
+def test_the_time_spent_timing_candidates_is_summed_as_the_measure_phase(monkeypatch):
+    """``phases_s["measure"]`` sums the time candidates were timed in this process (what
+    benchmarks/large_space.py compares exhaustive search's wall time against), and nothing else."""
+    from triton_dejavu_like.tuner import tuning
+
+    now = [0.0]
+    monkeypatch.setattr(tuning.time, "perf_counter", lambda: now[0])
+    configs = block_configs((16, 32, 64))
+
+    class Evaluator:
+        def measure(self, config):
+            now[0] += config.kwargs["BLOCK"] / 16  # 1, 2 and 4 "seconds"
+            if config.kwargs["BLOCK"] == 32:
+                raise RuntimeError("a launch that fails is timed too")
+            return [1.0, 1.0, 1.0]
+
+    trial = Trial("k", configs)
+    with trial.phase("search"):
+        for index in range(len(configs)):
+            trial.measure(Evaluator(), index)
+            now[0] += 10.0  # the rest of the search (waiting for compiles, the strategy)
+    assert trial.phases == {"measure": 7.0, "search": 37.0}
+
+
 def test_fallback_heuristic_answers_a_miss_without_tuning(monkeypatch):
     monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
     bench = FakeBench()

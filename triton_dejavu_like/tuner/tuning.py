@@ -170,7 +170,8 @@ class Trial:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time a phase of the run (compile, measure, refine): stored with the entry."""
+        """Time a phase of the run (``search``, ``refine``; ``measure`` sums the timing of candidates in
+        this process, within ``search``): stored with the entry."""
         start = time.perf_counter()
         try:
             yield
@@ -231,7 +232,8 @@ class Trial:
         if config in self.failures:
             return math.inf
         try:
-            result = evaluator.measure(config)
+            with self.phase("measure"):
+                result = evaluator.measure(config)
         except TuningStopped:  # no candidate would run: tuning ends
             self.stopped_at = config
             raise
