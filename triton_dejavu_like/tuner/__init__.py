@@ -5,7 +5,7 @@ from __future__ import annotations
 from .autotuner import Autotuner
 from .config_space import ConfigSpace
 from .decorator import autotune
+from .errors import AutotuningError
 from .settings import TunerSettings
-from .tuning import AutotuningError
 
 __all__ = ["Autotuner", "AutotuningError", "ConfigSpace", "TunerSettings", "autotune"]

@@ -21,11 +21,12 @@ from .. import _env
 from .._compat import Config
 from .._log import DejavuConfigWarning, DejavuTuningWarning, log, warn_once
 from ..store import StoredEntry
+from .errors import AutotuningError
 from .key import TuningKey
 from .misses import record_miss
 from .mode import tuning_enabled
 from .nearest import nearest
-from .tuning import AutotuningError, Outcome
+from .tuning import Outcome
 
 _UNPREPARED = object()
 

@@ -39,8 +39,9 @@ from .._compat import Config
 from .._log import DejavuTuningWarning, log, warn_once
 from ..store import StoredEntry
 from ..store.identity import stable_hash
+from .errors import AutotuningError, candidates_failed
 from .key import TuningKey
-from .tuning import AutotuningError, Outcome, candidates_failed
+from .tuning import Outcome
 
 #: Seconds the first rank to miss a key waits for others to miss it too.
 JOIN_WINDOW_S = 2.0

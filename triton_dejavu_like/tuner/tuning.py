@@ -9,17 +9,15 @@ over, re-measures the finalists, and returns an :class:`Outcome` with the winner
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import functools
 import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import _compat, _env
-from .._compat import AutotunerErrorBase, Config
+from .. import _env
+from .._compat import Config
 from .._log import DejavuConfigWarning, DejavuStorageWarning, log, warn_once
 from ..codec import EncodingError, describe_config
 from ..measure import (
@@ -37,104 +35,13 @@ from ..measure.pipeline import Counters, Pipeline
 from ..measure.progress import progress_bar
 from ..search import BatchSearch, Budget, SearchSpace, make_strategy
 from ..store import InvalidEntry, StoredEntry
+from .errors import AutotuningError, candidates_failed, upstream_precedence
 from .key import TuningKey
 
 #: How many of the best candidates an entry keeps with their timings.
 TOP_K = 5
 #: How many ruled-out candidates an entry lists with their reasons.
 MAX_RULED_OUT = 64
-
-
-class AutotuningError(AutotunerErrorBase):
-    """Tuning could not produce a config (every candidate failed, an error that does not depend on
-    the candidate ended it, or a bad heuristic).
-
-    When every candidate failed, or tuning stopped, the error raised is also an instance of the class
-    of the error that upstream's autotuner would have raised (see :func:`candidates_failed`)."""
-
-    #: What ended tuning at once (``pre_hook``, ``post_hook``, ``do_bench``, ``reference_fn``: an error
-    #: of the tuner's hooks or of a user's function, which does not depend on the candidate); None when
-    #: the candidates failed.
-    stopped_by: str | None = None
-
-
-def candidates_failed(message: str, failure: Failure | None) -> AutotuningError:
-    """The error that says no candidate could run: an :class:`AutotuningError` with ``message`` that
-    is also an instance of ``failure``'s class, so that an ``except`` clause written for upstream's
-    autotuner (which lets the candidate's own error through) still catches it.
-
-    ``failure`` is the candidate's exception, which becomes the cause (its attributes, such as
-    ``OutOfResources.required``, are copied; ``error_message`` and ``str()`` are the summary), or a
-    worker's reason, whose ``Type`` names the class (one of Triton's errors or a built-in one). A
-    class Python cannot combine with ours (or none known) gives a plain :class:`AutotuningError`."""
-    error = _failed_as(None if failure is None else _error_class(failure), message)
-    if isinstance(failure, BaseException):
-        if type(error) is not AutotuningError:
-            for name, value in vars(failure).items():
-                if name != "error_message":
-                    setattr(error, name, value)
-        error.__cause__ = failure  # as ``raise error from failure``
-        error.__suppress_context__ = True
-    return error
-
-
-def _error_class(failure: Failure) -> type[Exception] | None:
-    """The class of a candidate's failure: its exception's, or the one a worker's ``Type: message``
-    names; None when it is not an ``Exception`` class known here."""
-    found: Any = type(failure)
-    if isinstance(failure, str):
-        name = failure.split(":", 1)[0]
-        found = name.isidentifier() and (_compat.triton_error_class(name) or getattr(builtins, name, None))
-    return found if isinstance(found, type) and issubclass(found, Exception) else None
-
-
-def _precedence(failure: Failure) -> int:
-    """Which failure upstream's autotuner would raise, lowest first: 0, one it lets through at once
-    (a known class, not one of :data:`_compat.UPSTREAM_SKIPPED_ERRORS`); 1, one it skips (and raises
-    again when it launches the first config after all were skipped); 2, a reason naming no class
-    (a crashed worker, a time that is no time)."""
-    known = _error_class(failure)
-    if known is None:
-        return 2
-    return 1 if issubclass(known, _compat.UPSTREAM_SKIPPED_ERRORS) else 0
-
-
-@functools.cache
-def _failing_as(cls: type[Exception]) -> type[AutotuningError] | None:
-    """``AutotuningError[cls]``, a subclass of both (one per class); ``cls`` itself when it is one
-    already; None when Python cannot combine them (two exception layouts, a final class)."""
-    if issubclass(cls, AutotuningError):
-        return cls
-    try:
-        combined = type(
-            f"AutotuningError[{cls.__name__}]",
-            (AutotuningError, cls),
-            {"__module__": __name__, "__reduce__": _reduce_failed, "_candidate_class": cls},
-        )
-        _failed_error(combined, "")  # an instance can be made
-    except Exception:  # a layout conflict, a class that refuses subclasses or instances made so
-        return None
-    return combined
-
-
-def _failed_error(cls: type[AutotuningError], message: str) -> AutotuningError:
-    """An instance of ``cls`` saying ``message``, made without the other class's constructor."""
-    error = cls.__new__(cls, message)
-    error.args = (message,)
-    error.error_message = message
-    return error
-
-
-def _failed_as(cls: type[Exception] | None, message: str) -> AutotuningError:
-    """An ``AutotuningError[cls]`` saying ``message`` (a plain one where there is none)."""
-    combined = None if cls is None else _failing_as(cls)
-    return AutotuningError(message) if combined is None else _failed_error(combined, message)
-
-
-def _reduce_failed(self: AutotuningError) -> tuple[Any, ...]:
-    """Pickling an ``AutotuningError[cls]``: made again from ``cls`` (the combined class itself is
-    made at run time), with the attributes."""
-    return _failed_as, (type(self)._candidate_class, self.error_message), dict(vars(self))
 
 
 @dataclass
@@ -187,7 +94,7 @@ class Trial:
         log.debug("%s: ruled out %s: %s", self.kernel_name, describe_config(config), reason[:300])
         # upstream raises the first config's error that it does not skip, else (launching the first
         # config after all were skipped) the first config's
-        rank = (_precedence(failure), self._order.get(config, len(self.candidates)))
+        rank = (upstream_precedence(failure), self._order.get(config, len(self.candidates)))
         if self._first is None or rank < self._first[0]:
             self._first = (rank, config, failure)
         return math.inf

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._compat import Config
-from .tuning import AutotuningError
+from .errors import AutotuningError
 
 #: Upstream's texts (3.6+ and 3.3+), on every release.
 PRUNED_EVERYTHING = (
