@@ -79,8 +79,8 @@ class TunerSettings:
             else Budget(
                 max_time_s=_number(a.get("search_max_search_t")),
                 max_share=_number(a.get("search_max_share")),
-                max_repeat=int(a.get("search_max_repeat", 1)),
-                seed=int(a.get("search_seed", 0)),
+                max_repeat=int(a.get("search_max_repeat", BUDGET_ARGUMENTS["search_max_repeat"])),
+                seed=int(a.get("search_seed", BUDGET_ARGUMENTS["search_seed"])),
             )
         )
         outputs = a.get("check_outputs")
