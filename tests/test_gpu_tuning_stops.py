@@ -5,7 +5,8 @@ The scenario runs as a script in a subprocess (the test process runs Triton's in
 times. A broken tuner ``pre_hook`` (under the GPU timer of ours), a ``do_bench`` that raises an
 error of its own, and a broken hook in an isolated worker (forkserver: it imports the script to
 find the kernel) each run once; the error raised is the typed one; the isolated worker is gone, and
-the compile workers tune the next kernel.
+the compile workers tune the next kernel. A grid function that raises (a typo: ``META["BLOCK_SIZE"]``)
+likewise ends tuning at the first candidate, in process and isolated.
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ SCENARIO = textwrap.dedent(
         raise TypeError("bad quantiles")
 
 
+    def typo_grid(n):  # reads META["BLOCK_SIZE"] where the configs set BLOCK: a KeyError
+        def grid(meta):
+            logged("grid")
+            return (triton.cdiv(n, meta["BLOCK_SIZE"]),)
+
+        return grid
+
+
     @triton.jit
     def body(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -65,17 +74,25 @@ SCENARIO = textwrap.dedent(
         tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
 
 
-    def launch(kernel, n):
+    @tdl.autotune(key=["n"], configs=CONFIGS, use_isolated_process=True)
+    @triton.jit
+    def isolated_grid(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+    def launch(kernel, n, grid=None):
         x = torch.randn(n, device="cuda")
         out = torch.zeros_like(x)
-        kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+        kernel[grid or (lambda meta: (triton.cdiv(n, meta["BLOCK"]),))](x, out, n)
         return bool(torch.equal(out, x * 2))
 
 
-    def attempt(kernel, n):
+    def attempt(kernel, n, grid=None):
         open(LOG, "w").close()
         try:
-            launch(kernel, n)
+            launch(kernel, n, grid)
             raised = None
         except Exception as exc:
             classes = [c.__name__ for c in (KeyError, TypeError, tdl.AutotuningError) if isinstance(exc, c)]
@@ -92,6 +109,11 @@ SCENARIO = textwrap.dedent(
         report["children_after_isolated"] = len(multiprocessing.active_children())
         for name, function in (("pre_hook", broken_pre_hook), ("do_bench", own_error_bench)):
             report[name] = attempt(tdl.autotune(key=["n"], configs=CONFIGS, **{name: function})(body), n)
+        report["grid"] = attempt(tdl.autotune(key=["n"], configs=CONFIGS)(body), n, typo_grid(n))
+        report["grid_isolated"] = attempt(isolated_grid, n, typo_grid(n))
+        # the compile workers that the runs in process started stay, to serve later runs
+        children = multiprocessing.active_children()
+        report["isolation_workers_after_grid"] = sum(p.name == "triton-dejavu-like-worker" for p in children)
         working = tdl.autotune(key=["n"], configs=CONFIGS)(body)
         report["next_ok"] = launch(working, n) and working.last_decision == "tuned"
         print(json.dumps(report))
@@ -102,12 +124,19 @@ SCENARIO = textwrap.dedent(
 def test_an_error_no_candidate_escapes_ends_tuning_on_the_gpu(tmp_path):
     report = run_script(tmp_path, "gpu_stop_scenario.py", SCENARIO, TDL_TEST_STOP_LOG=str(tmp_path / "log"))
     print(json.dumps(report, indent=1))  # for the record (pytest -s)
-    for case, error in (("isolated", "KeyError"), ("pre_hook", "KeyError"), ("do_bench", "TypeError")):
+    cases = {"isolated": "pre_hook", "pre_hook": "pre_hook", "do_bench": "do_bench", "grid": "grid"}
+    cases["grid_isolated"] = "grid"
+    for case, stopped_by in cases.items():
         result = report[case]
+        error = "TypeError" if case == "do_bench" else "KeyError"
         assert result["raised"]["classes"] == [error, "AutotuningError"], case
-        assert result["raised"]["stopped_by"] == case.replace("isolated", "pre_hook")
+        assert result["raised"]["stopped_by"] == stopped_by
         assert "tuning stopped at the first candidate" in result["raised"]["message"]
         assert len(result["calls"]) == 1, case  # not one call per candidate
     assert report["isolated"]["here"] == [False] and report["pre_hook"]["here"] == [True]
     assert report["children_after_isolated"] == 0
+    # the grid function is called in this process: in the launch, or (isolated, forkserver) to send
+    # the candidate's grid to the worker, which never starts
+    assert report["grid"]["here"] == [True] and report["grid_isolated"]["here"] == [True]
+    assert report["isolation_workers_after_grid"] == 0
     assert report["next_ok"]

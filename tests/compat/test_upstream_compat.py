@@ -462,6 +462,36 @@ def test_an_error_of_the_tuners_hooks_or_do_bench_ends_tuning_at_the_first_confi
         assert isinstance(info.value.__cause__, expected)
 
 
+@pytest.mark.parametrize("broken", [None, 64], ids=["every_config", "some_configs"])
+@pytest.mark.parametrize("autotune", both())
+def test_a_grid_function_that_raises_ends_tuning_at_that_config(autotune, broken):
+    """Upstream calls the grid function inside the benchmark launch, whose error ``_bench`` does not
+    skip: tuning ends at the first config whose grid raises (the ``post_hook`` gets the grid's
+    error), nothing is cached. Ours: the same, with an ``AutotuningError`` of the grid's error's
+    class, ``stopped_by == "grid"``."""
+    bench = Bench()
+    seen: list[type] = []
+
+    def post_hook(nargs: dict[str, Any], exception: BaseException | None) -> None:
+        seen.append(type(exception))
+
+    def typo(meta: dict[str, Any]) -> tuple[int]:  # META["BLOCK_SIZE"] where the configs set BLOCK
+        name = "BLOCK_SIZE" if broken in (None, meta["BLOCK"]) else "BLOCK"
+        return (triton.cdiv(100, meta[name]),)
+
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, post_hook=post_hook)(add_kernel)
+    x, y, out = add_inputs()
+    with pytest.raises(KeyError) as info:
+        tuner[typo](x, y, out, 100)
+    tried = list(BLOCKS[: 1 if broken is None else BLOCKS.index(broken) + 1])
+    assert bench.launched == tried  # the configs before the broken one, then that one
+    assert seen == [type(None)] * (len(tried) - 1) + [KeyError]
+    assert tuner.cache == {}
+    if is_ours(autotune):
+        assert isinstance(info.value, tdl.AutotuningError) and info.value.stopped_by == "grid"
+        assert type(info.value.__cause__) is KeyError and info.value.__cause__.args == ("BLOCK_SIZE",)
+
+
 # --- benchmark arguments ----------------------------------------------------------------------------------
 
 

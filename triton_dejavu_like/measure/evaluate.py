@@ -6,7 +6,8 @@ launch, the tuner's ``post_hook`` (with the exception, if any), all inside the b
 evaluators (isolated worker processes, numerical checks) implement the same interface.
 
 ``measure`` raising rules the candidate out, except :class:`~.launch.TuningStopped`: an error of the
-tuner's hooks or of the user's ``do_bench``, which does not depend on the candidate and ends tuning.
+tuner's hooks, of the launch's grid function or of the user's ``do_bench``, which does not depend on
+the candidate and ends tuning.
 """
 
 from __future__ import annotations

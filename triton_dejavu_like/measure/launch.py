@@ -28,6 +28,10 @@ class LaunchContext:
     benchmarker: Benchmarker
     kernel_name: str
     interpreted: bool = False
+    #: Whether a callable ``grid`` in ``kwargs`` is the user's grid function, whose error ends tuning
+    #: (see :func:`make_kernel_call`); False for a stand-in whose error is the candidate's (an isolated
+    #: worker's table of the grids its parent computed).
+    users_grid: bool = True
 
     def full_args(self, config: Config) -> tuple[dict[str, Any], dict[str, Any]]:
         """(launch kwargs, every argument by name with all of the config's values, for the hooks)."""
@@ -99,11 +103,12 @@ def prepare_launcher(kernel: Any) -> None:
 
 class TuningStopped(Exception):
     """An error that does not depend on the candidate being measured: the tuner's ``pre_hook`` or
-    ``post_hook`` (the user's, or the one ``reset_to_zero``/``restore_value`` make), the user's
-    ``do_bench`` or the numerical check's ``reference_fn`` raised. Every candidate would fail alike,
-    so tuning ends at once, as upstream's does. ``what`` names the function (``pre_hook``,
-    ``post_hook``, ``do_bench``, ``reference_fn``); ``error`` is its exception, or the one-line
-    reason of a worker that could not send it back."""
+    ``post_hook`` (the user's, or the one ``reset_to_zero``/``restore_value`` make), the launch's grid
+    function, the user's ``do_bench`` or the numerical check's ``reference_fn`` raised. Every
+    candidate would fail alike (or, a grid failing for some configs only, upstream's tuning ends there
+    too), so tuning ends at once, as upstream's does. ``what`` names the function (``pre_hook``,
+    ``post_hook``, ``grid``, ``do_bench``, ``reference_fn``); ``error`` is its exception, or the
+    one-line reason of a worker that could not send it back."""
 
     def __init__(self, what: str, error: Failure) -> None:
         super().__init__(what, error)
@@ -117,11 +122,13 @@ class TuningStopped(Exception):
 @dataclass
 class LaunchRecord:
     """What failed in the launches of one kernel call (:func:`make_kernel_call`): the candidate (its
-    config's ``pre_hook``, or the launch), and the first of the tuner's hooks that raised, with its
-    exception."""
+    config's ``pre_hook``, or the launch), and the first of the functions that run alike for every
+    candidate (the tuner's hooks, the grid function) that raised, with its exception."""
 
     candidate_failed: bool = False
     hook_error: tuple[str, BaseException] | None = None
+    #: The exception the grid function raised in the launch under way (see :func:`make_kernel_call`).
+    grid_error: BaseException | None = None
 
     def hook_failed(self, what: str, error: BaseException) -> None:
         if self.hook_error is None:
@@ -132,11 +139,19 @@ def make_kernel_call(
     ctx: LaunchContext, config: Config, record: LaunchRecord | None = None
 ) -> Callable[[], None]:
     """One launch of ``config`` wrapped in the hooks, exactly as upstream's ``_bench`` does; what
-    fails in it is noted in ``record`` (see :func:`stops_tuning`)."""
+    fails in it is noted in ``record`` (see :func:`stops_tuning`).
+
+    A grid function (the user's) is called by Triton inside the launch, with the arguments as the
+    installed release binds them; it is wrapped so that its error, which passes through the launch
+    as itself (the ``post_hook`` and a ``do_bench`` see it as upstream's do), is noted as the grid's:
+    it ends tuning, where any other error of the launch is the candidate's."""
     current, full_nargs = ctx.full_args(config)
     fn, args, pre_hook, post_hook = ctx.fn, ctx.args, ctx.pre_hook, ctx.post_hook
     config_pre_hook = config.pre_hook
     record = LaunchRecord() if record is None else record
+    grid = current.get("grid")
+    if ctx.users_grid and callable(grid):
+        current["grid"] = _watched_grid(grid, record)
 
     def kernel_call() -> None:
         if config_pre_hook:
@@ -150,15 +165,20 @@ def make_kernel_call(
         except Exception as exc:
             record.hook_failed("pre_hook", exc)
             raise
+        record.grid_error = None
         try:
             fn.run(*args, **current)
         except Exception as exc:
-            record.candidate_failed = True
+            grid_error = record.grid_error  # the launch failed because the grid function raised
+            if grid_error is None:
+                record.candidate_failed = True
             try:
                 post_hook(full_nargs, exception=exc)
             except Exception as hook_error:  # raised with the launch's error as its context, as upstream
                 record.hook_failed("post_hook", hook_error)
                 raise
+            if grid_error is not None:
+                record.hook_failed("grid", grid_error)
             raise
         try:
             post_hook(full_nargs, exception=None)
@@ -169,13 +189,27 @@ def make_kernel_call(
     return kernel_call
 
 
+def _watched_grid(grid: Callable[[Any], Any], record: LaunchRecord) -> Callable[[Any], Any]:
+    """``grid``, noting in ``record`` the exception it raises (which passes on as it is)."""
+
+    def watched(meta: Any) -> Any:
+        try:
+            return grid(meta)
+        except Exception as exc:
+            record.grid_error = exc
+            raise
+
+    return watched
+
+
 @contextlib.contextmanager
 def stops_tuning(records: Sequence[LaunchRecord], timer: str | None = None) -> Iterator[None]:
     """Raise :class:`TuningStopped` for an exception of the block that does not depend on the
-    candidate: one of the tuner's hooks raised in a launch of ``records`` (whatever the timer made of
-    it), or the user's timing function (``timer`` names it; None for a timer of ours) raised an
-    error of its own, no launch having failed. The candidate's errors (its config's ``pre_hook``,
-    the launch), even passed on or wrapped by the timer, pass as they are: they rule it out."""
+    candidate: one of the tuner's hooks or the grid function raised in a launch of ``records``
+    (whatever the timer made of it), or the user's timing function (``timer`` names it; None for a
+    timer of ours) raised an error of its own, no launch having failed. The candidate's errors (its
+    config's ``pre_hook``, the launch), even passed on or wrapped by the timer, pass as they are:
+    they rule it out."""
     try:
         yield
     except TuningStopped:

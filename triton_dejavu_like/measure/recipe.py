@@ -74,8 +74,10 @@ class KernelRecipe:
     hook_names: tuple[str, str] = ("pre_hook", "post_hook")
 
     def called(self, what: str) -> str:
-        """What an error calls ``what`` (``pre_hook``, ``post_hook``, ``do_bench``, ``reference_fn``)."""
-        return dict(zip(("pre_hook", "post_hook"), self.hook_names)).get(what, what)
+        """What an error calls ``what`` (``pre_hook``, ``post_hook``, ``grid``, ``do_bench``,
+        ``reference_fn``)."""
+        names = {**dict(zip(("pre_hook", "post_hook"), self.hook_names)), "grid": "the grid function"}
+        return names.get(what, what)
 
     def context(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], *, interpreted: bool, benchmarker: Benchmarker

@@ -26,9 +26,9 @@ class AutotuningError(AutotunerErrorBase):
     When every candidate failed, or tuning stopped, the error raised is also an instance of the class
     of the error that upstream's autotuner would have raised (see :func:`candidates_failed`)."""
 
-    #: What ended tuning at once (``pre_hook``, ``post_hook``, ``do_bench``, ``reference_fn``: an error
-    #: of the tuner's hooks or of a user's function, which does not depend on the candidate); None when
-    #: the candidates failed.
+    #: What ended tuning at once (``pre_hook``, ``post_hook``, ``grid``, ``do_bench``, ``reference_fn``:
+    #: an error of the tuner's hooks or of a user's function, the launch's grid function among them,
+    #: which does not depend on the candidate); None when the candidates failed.
     stopped_by: str | None = None
 
 

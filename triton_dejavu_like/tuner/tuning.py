@@ -110,10 +110,14 @@ class Trial:
             where = f"after {len(self.timings)} candidates were measured"
         else:  # the numerical check's reference, computed first
             where = "before any candidate was measured"
+        why = (
+            "the caller's function, not the config's: upstream's autotuner stops on it too"
+            if stop.what == "grid"  # it may fail for some configs only, as upstream's stops at the first
+            else "an error that does not depend on the config: every candidate would fail alike"
+        )
         message = (
             f"{self.kernel_name}: tuning stopped {where} for key {key.values!r}: {culprit} raised "
-            f"{one_line_reason(stop.error)} (an error that does not depend on the config: every "
-            "candidate would fail alike)"
+            f"{one_line_reason(stop.error)} ({why})"
         )
         error = candidates_failed(message, stop.error)
         error.stopped_by = stop.what

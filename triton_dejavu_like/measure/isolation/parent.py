@@ -17,7 +17,8 @@ How a worker gets the kernel and the call
   worker starts). The hooks, ``do_bench``, timing policy and ``reference_fn`` are the worker's own
   autotuner's, made by the same decorator. Tensors travel by CUDA IPC (shared memory on the CPU)
   through torch's multiprocessing reductions; other arguments must be picklable. The launch grid
-  is computed here for each candidate, so grid functions need not be picklable.
+  is computed here for each candidate, so grid functions need not be picklable (an error of the
+  grid function ends tuning here, as in a launch in process).
 
 Either way, the worker copies the storage of every tensor argument (views and aliasing kept) before
 it runs anything and lets go of the originals: a candidate that writes out of bounds corrupts only
@@ -86,6 +87,9 @@ class IsolatedEvaluator(Evaluator):
         self._unchecked: list[Config] = []
         self._unwritten_mismatch: str | None = None
         self._descriptions: dict[Config, Description] = {}
+        #: Candidates whose launch grid the grid function failed to give (computed here for a
+        #: forkserver/spawn worker): measuring one ends tuning.
+        self._stops: dict[Config, TuningStopped] = {}
         #: How many worker processes this evaluator started (the first one, then one per crash or hang).
         self.worker_starts = 0
 
@@ -93,7 +97,9 @@ class IsolatedEvaluator(Evaluator):
 
     def prepare(self, configs: Sequence[Config]) -> dict[Config, Failure]:
         """Start the worker and let it compile the candidates (in parallel where Triton can); the
-        worker's failures come back as one-line reasons."""
+        worker's failures come back as one-line reasons. A candidate whose grid function raised
+        ends the batch sent: the candidates before it are timed first, as upstream's would be, then
+        timing it ends tuning (:meth:`measure`)."""
         ruled_out: dict[Config, Failure] = {}
         sendable: list[Config] = []
         for config in configs:
@@ -102,6 +108,8 @@ class IsolatedEvaluator(Evaluator):
                 sendable.append(config)
             except IsolationError as exc:
                 ruled_out[config] = exc
+            except TuningStopped:
+                break
         if not sendable:
             return ruled_out
         self._ensure_worker()  # a worker that cannot start fails the tuning here, with the reason
@@ -168,9 +176,18 @@ class IsolatedEvaluator(Evaluator):
     # --- workers ------------------------------------------------------------------------------------
 
     def _describe(self, config: Config) -> Description:
+        """What a worker is sent for ``config`` (made once); :class:`IsolationError` if it cannot be
+        sent, :class:`TuningStopped` (each time) if the grid function raised for it."""
         description = self._descriptions.get(config)
         if description is None:
-            description = self._descriptions[config] = self._link.describe(config)
+            stop = self._stops.get(config)
+            if stop is not None:
+                raise stop
+            try:
+                description = self._descriptions[config] = self._link.describe(config)
+            except TuningStopped as exc:
+                self._stops[config] = exc
+                raise
         return description
 
     def _compile_timeout(self, n: int) -> float:
@@ -249,14 +266,7 @@ class _Link:
         hook = None
         if config.pre_hook is not None:
             hook = self._hook_owner(config)
-        grid = None
-        if self.grid_here:
-            try:
-                grid = launch_grid(self.ctx, config)
-            except Exception as exc:
-                raise IsolationError(
-                    f"its launch grid cannot be computed ({type(exc).__name__}: {exc})"
-                ) from exc
+        grid = launch_grid(self.ctx, config) if self.grid_here else None
         try:
             return encode_config(config), hook, grid
         except EncodingError as exc:

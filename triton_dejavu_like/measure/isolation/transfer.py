@@ -20,7 +20,7 @@ from typing import Any
 
 from ... import _compat
 from ..._compat import Config
-from ..launch import LaunchContext, one_line
+from ..launch import LaunchContext, one_line, user_call
 from .settings import IsolationError, WorkerError
 
 
@@ -84,14 +84,28 @@ REMOTE = "forkserver/spawn"
 
 
 def launch_grid(ctx: LaunchContext, config: Config) -> tuple[int, ...]:
-    """The grid ``config`` launches with: the grid function called on the arguments as Triton binds them."""
+    """The grid ``config`` launches with: the grid function called on the arguments as Triton binds
+    them. :class:`IsolationError` when it cannot be computed (the arguments, a heuristic, an answer
+    that is no grid: the candidate's), :class:`TuningStopped` when the grid function itself raised
+    (it ends tuning, as in a launch in process)."""
     grid = ctx.kwargs["grid"]
-    _, named = ctx.full_args(config)
-    parameters = inspect.signature(_compat.python_function(ctx.fn)).parameters
-    meta = {n: p.default for n, p in parameters.items() if p.default is not inspect.Parameter.empty}
-    meta.update(named)
-    apply_heuristics(ctx.fn, meta)
-    return tuple(int(d) for d in grid(meta))
+    try:
+        _, named = ctx.full_args(config)
+        parameters = inspect.signature(_compat.python_function(ctx.fn)).parameters
+        meta = {n: p.default for n, p in parameters.items() if p.default is not inspect.Parameter.empty}
+        meta.update(named)
+        apply_heuristics(ctx.fn, meta)
+    except Exception as exc:
+        raise _no_grid(exc) from exc
+    dims = user_call("grid", grid, meta)
+    try:
+        return tuple(int(d) for d in dims)
+    except Exception as exc:
+        raise _no_grid(exc) from exc
+
+
+def _no_grid(exc: Exception) -> IsolationError:
+    return IsolationError(f"its launch grid cannot be computed ({type(exc).__name__}: {exc})")
 
 
 def apply_heuristics(fn: Any, meta: dict[str, Any]) -> None:

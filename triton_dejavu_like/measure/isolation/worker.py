@@ -66,11 +66,14 @@ class RemoteBootstrap:
         conn.send(("hello",))
         _, args, kwargs = conn.recv()
         args, kwargs = private_copies((args, kwargs))  # the originals (IPC mappings) are dropped here
-        if "grid" not in kwargs:
+        table = "grid" not in kwargs  # the parent computes each candidate's grid (and stops on its errors)
+        if table:
             kwargs["grid"] = _GridTable()
         interpreted = _compat.is_interpreted(recipe.fn)
         benchmarker = recipe.timing.benchmarker(interpreted)
         ctx = recipe.context(args, kwargs, interpreted=interpreted, benchmarker=benchmarker)
+        if table:  # a grid missing from the table is the candidate's failure, not the user's grid's
+            ctx = dataclasses.replace(ctx, users_grid=False)
         return _Session.of(ctx, recipe, self.reference)
 
 
