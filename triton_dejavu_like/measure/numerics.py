@@ -7,7 +7,9 @@ before it is timed. The reference is a user-given ``reference_fn`` or, without o
 candidate that runs and writes one of the outputs (put a trusted config first). A candidate that
 writes none of them while there is no reference yet is timed, and judged once a later candidate
 becomes the reference (:meth:`CheckedEvaluator.late_rule_outs`): leaving the outputs as they were
-matches that reference or rules it out.
+matches that reference or rules it out. Ranks tuning together each measure a share of the
+candidates; so that they judge alike, each first runs the first candidates of the whole list untimed
+(:meth:`CheckedEvaluator.adopt_reference`) until one writes: the reference a single process takes.
 
 Outputs are the tensor arguments named in ``check_outputs``, or, without them, the tensor arguments
 whose contents the reference run changed. Every tensor argument is restored to its original
@@ -289,11 +291,12 @@ class CheckedEvaluator(Evaluator):
     """Checks each candidate's outputs against the reference before ``inner`` times it.
 
     ``reference_config``: a candidate known to have run (a worker that replaces a crashed one
-    recomputes the reference from it in :meth:`prepare`). After a :meth:`measure`, it names the
-    candidate that serves as the reference, and :attr:`unchecked` lists the candidates timed while
-    there was none (they wrote none of the outputs). ``hook_config``: the config whose values the tuner's
-    ``pre_hook`` sees with the call's arguments when it resets them for ``reference_fn`` (the
-    kernel's first: upstream's hooks always see a config's values).
+    recomputes the reference from it in :meth:`prepare`). After a :meth:`measure` or an
+    :meth:`adopt_reference`, it names the candidate that serves as the reference, and
+    :attr:`unchecked` lists the candidates timed while there was none (they wrote none of the
+    outputs). ``hook_config``: the config whose values the tuner's ``pre_hook`` sees with the call's
+    arguments when it resets them for ``reference_fn`` (the kernel's first: upstream's hooks always
+    see a config's values).
     """
 
     def __init__(
@@ -351,6 +354,14 @@ class CheckedEvaluator(Evaluator):
 
     def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
         return self.inner.refine(configs)
+
+    def adopt_reference(self, config: Config) -> bool:
+        self._ensure_reference()
+        if self._expected is None:
+            outputs, wrote = self._run(config)
+            if wrote:
+                self._expected, self.reference_config = outputs, config
+        return self._expected is not None
 
     def late_rule_outs(self) -> dict[Config, str]:
         mismatch = self.unwritten_mismatch() if self.unchecked else None
