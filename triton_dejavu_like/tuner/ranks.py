@@ -15,7 +15,10 @@ Per key (see docs/consensus.md):
    is not a member: it waits for the decision. A rank left without a decision or without the
    number of members tunes alone, with a warning (its config may differ from the others').
 2. *Split.* Member ``j`` of ``m`` measures the candidates ``i`` with ``i % m == j`` (the search
-   strategy sees only that share) and publishes their timings.
+   strategy sees only that share) and publishes their timings. With the numerical check (and no
+   ``reference_fn``), every member first runs the first candidates of the whole list, untimed, until
+   one writes (at most :data:`REFERENCE_TRIES`): all members compare their shares with the reference
+   a single process would take, not each with the first of its own share.
 3. *Decide.* The leader gathers the timings (a member that does not publish within the wait is left
    out), ranks the valid candidates by median, ties by candidate index, re-measures the best
    :data:`FINALISTS` carefully, publishes the winner and records it in the store (once).
@@ -32,7 +35,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .. import _env
 from .._compat import Config
@@ -49,13 +52,21 @@ JOIN_WINDOW_S = 2.0
 MEMBERS_TIMEOUT_S = 60.0
 #: The leader's careful re-measurement covers this many of the best gathered candidates.
 FINALISTS = 3
+#: With the numerical check, each member tries at most this many of the first candidates as the
+#: shared reference (one launch when the first config runs and writes, as it should).
+REFERENCE_TRIES = 3
 #: Added to the join counter to close a group (no group has this many ranks).
 CLOSED = 1 << 40
 _PREFIX = "triton_dejavu_like/"
 
 Timings = dict[int, list[float]]
-#: Measures the given candidates (a subset of the key's) and returns the outcome of that run.
-Measure = Callable[[list[Config]], Outcome]
+
+
+class Measure(Protocol):
+    """Measures the given candidates (a subset of the key's) and returns the outcome of that run;
+    ``reference``: the configs the numerical check tries first as its reference (untimed)."""
+
+    def __call__(self, subset: list[Config], reference: Sequence[Config] = ()) -> Outcome: ...
 
 
 @dataclass
@@ -236,7 +247,7 @@ def tune_together(
     with _failure_published(meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
         if share:
             try:
-                own = _indexed(candidates, measure(share))
+                own = _indexed(candidates, measure(share, candidates[:REFERENCE_TRIES]))
             except AutotuningError as error:  # every candidate of the share failed
                 if error.stopped_by is not None:  # an error no candidate escapes ends tuning here
                     raise

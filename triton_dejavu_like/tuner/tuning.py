@@ -196,7 +196,11 @@ class TuningRun:
         *,
         warm_start: Sequence[int] = (),
         candidates_hash: str,
+        reference: Sequence[Config] = (),
     ) -> Outcome:
+        """Tune ``key`` over ``candidates``. ``reference``: configs that the numerical check tries,
+        in order and untimed, as its reference before any candidate is measured (see
+        :meth:`_adopt_reference`); empty: the first candidate measured that writes is the reference."""
         name = self.recipe.kernel_name
         if _env.split_cache():
             warn_once(
@@ -227,6 +231,7 @@ class TuningRun:
             self.benchmarker.compile_ahead(streamed[0].submit_job)
         try:
             with open_evaluator(self.recipe, ctx) as evaluator:
+                self._adopt_reference(evaluator, trial, reference)
                 search = self._search(evaluator, trial, space, streamed, warm_start)
         except TuningStopped as stop:  # the evaluator (its workers, its buffers) is closed
             trial.drop_error()
@@ -244,6 +249,36 @@ class TuningRun:
         self.recipe.pre_hook({**ctx.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
         entry = self._entry(key, best, trial, search, duration, candidates_hash)
         return Outcome(best, "tuned", trial.timings, duration, entry)
+
+    def _adopt_reference(self, evaluator: Evaluator, trial: Trial, configs: Sequence[Config]) -> None:
+        """Make the first of ``configs`` that runs and writes one of the outputs the numerical check's
+        reference (ranks tuning together: the reference a single process would take, whatever each
+        rank's share). Nothing runs without the check, or with ``reference_fn``. If none of them
+        writes, the first candidate measured that writes becomes the reference, as without ``configs``."""
+        check = self.recipe.check
+        if not configs or check is None or check.reference_fn is not None:
+            return
+        name = self.recipe.kernel_name
+        for config in configs:
+            try:
+                if evaluator.adopt_reference(config):
+                    log.debug("%s: the numerical check's reference is [%s]", name, describe_config(config))
+                    return
+            except TuningStopped:  # an error no candidate escapes (a hook's): tuning ends
+                trial.stopped_at = config
+                raise
+            except Exception as exc:  # it cannot run: the next is tried, as a single process would
+                reason = one_line_reason(exc)
+                log.debug("%s: [%s] cannot be the reference: %s", name, describe_config(config), reason[:300])
+        warn_once(
+            DejavuConfigWarning,
+            f"{name}:reference",
+            "%s: the numerical check: none of the first %d configs ran and wrote the outputs, so each "
+            "rank compares its candidates with the first of its own share that writes them, and ranks "
+            "may judge configs differently; put a config that runs and writes first, or give reference_fn",
+            name,
+            len(configs),
+        )
 
     def _search(
         self,
