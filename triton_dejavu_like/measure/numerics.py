@@ -3,13 +3,14 @@
 A config can be fast because it is wrong (a tile size that breaks masking, a race in a split
 reduction). With the check on, every candidate first runs once from the call's original inputs; the
 tensors it writes are compared with the reference's, and a mismatching candidate is ruled out
-before it is timed. The reference is a user-given ``reference_fn`` or, without one, the first
-candidate that runs and writes one of the outputs (put a trusted config first). A candidate that
-writes none of them while there is no reference yet is timed, and judged once a later candidate
-becomes the reference (:meth:`CheckedEvaluator.late_rule_outs`): leaving the outputs as they were
-matches that reference or rules it out. Ranks tuning together each measure a share of the
-candidates; so that they judge alike, each first runs the first candidates of the whole list untimed
-(:meth:`CheckedEvaluator.adopt_reference`) until one writes: the reference a single process takes.
+before it is timed. The reference is a user-given ``reference_fn`` or, without one, the first of the
+first configs of the list that runs and writes one of the outputs, run untimed before the search
+(:meth:`CheckedEvaluator.adopt_reference`, called by the tuning run; put a trusted config first), so
+that neither the search's order nor a rank's share of the candidates changes it. Failing that, the
+first candidate measured that writes one of them. A candidate that writes none of them while there is
+no reference yet is timed, and judged once a later candidate becomes the reference
+(:meth:`CheckedEvaluator.late_rule_outs`): leaving the outputs as they were matches that reference
+or rules it out.
 
 Outputs are the tensor arguments named in ``check_outputs``, or, without them, the tensor arguments
 whose contents the reference run changed. Every tensor argument is restored to its original

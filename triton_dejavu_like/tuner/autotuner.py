@@ -369,7 +369,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             _compat.is_interpreted(self.fn),
         )
 
-        def measure(subset: list[Config], reference: Sequence[Config] = ()) -> Outcome:
+        def measure(subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome:
             self.nargs = nargs
             try:
                 warm_start = self._warm_start(state, subset)

@@ -17,8 +17,8 @@ Per key (see docs/consensus.md):
 2. *Split.* Member ``j`` of ``m`` measures the candidates ``i`` with ``i % m == j`` (the search
    strategy sees only that share) and publishes their timings. With the numerical check (and no
    ``reference_fn``), every member first runs the first candidates of the whole list, untimed, until
-   one writes (at most :data:`REFERENCE_TRIES`): all members compare their shares with the reference
-   a single process would take, not each with the first of its own share.
+   one writes (at most :data:`~.tuning.REFERENCE_TRIES`), as a single process does: all members
+   compare their shares with one reference, not each with the first of its own share.
 3. *Decide.* The leader gathers the timings (a member that does not publish within the wait is left
    out), ranks the valid candidates by median, ties by candidate index, re-measures the best
    :data:`FINALISTS` carefully, publishes the winner and records it in the store (once).
@@ -44,7 +44,7 @@ from ..store import StoredEntry
 from ..store.identity import stable_hash
 from .errors import AutotuningError, candidates_failed
 from .key import TuningKey
-from .tuning import Outcome
+from .tuning import REFERENCE_TRIES, Outcome
 
 #: Seconds the first rank to miss a key waits for others to miss it too.
 JOIN_WINDOW_S = 2.0
@@ -52,9 +52,6 @@ JOIN_WINDOW_S = 2.0
 MEMBERS_TIMEOUT_S = 60.0
 #: The leader's careful re-measurement covers this many of the best gathered candidates.
 FINALISTS = 3
-#: With the numerical check, each member tries at most this many of the first candidates as the
-#: shared reference (one launch when the first config runs and writes, as it should).
-REFERENCE_TRIES = 3
 #: Added to the join counter to close a group (no group has this many ranks).
 CLOSED = 1 << 40
 _PREFIX = "triton_dejavu_like/"
@@ -66,7 +63,7 @@ class Measure(Protocol):
     """Measures the given candidates (a subset of the key's) and returns the outcome of that run;
     ``reference``: the configs the numerical check tries first as its reference (untimed)."""
 
-    def __call__(self, subset: list[Config], reference: Sequence[Config] = ()) -> Outcome: ...
+    def __call__(self, subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome: ...
 
 
 @dataclass
