@@ -46,6 +46,20 @@ def scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * alpha, mask=mask)
 
 
+#: double_or_not_kernel's MODE: right, wrong, or writing nothing.
+RIGHT, WRONG, SKIP = 0, 1, 2
+
+
+@triton.jit
+def double_or_not_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, MODE: tl.constexpr):
+    """out = 2 * x (MODE RIGHT), a wrong 3 * x (WRONG), or nothing written (SKIP)."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    if MODE != 2:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * (2 + MODE), mask=mask)
+
+
 @triton.jit
 def noop_kernel(a_ptr, b_ptr, n, m, alpha, flag: tl.constexpr = 0, BLOCK: tl.constexpr = 16):
     pass

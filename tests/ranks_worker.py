@@ -12,6 +12,10 @@ BaseException, and goes on). Each phase reports the benchmarks run, the configs 
 recorded and whether the rank raised. Then ``fail``: every config raises ``OutOfResources`` on every
 rank (key 900); the rank reports the classes of the error it raised. Then ``hook``: the tuner's
 ``pre_hook`` raises on every rank (key 1000); the rank reports the benchmarks it ran and what it raised.
+Then ``check``: ``double_or_not_kernel`` with the numerical check (key 1100), whose first config is
+right and whose configs 1, 2 and 3 (the first of each other member's share) compute a wrong result
+fastest; the rank reports the config chosen, whether its result was right, which of the configs it
+knows of were valid, the benchmarks and the launches (the tuner's ``pre_hook`` calls) it ran.
 """
 
 from __future__ import annotations
@@ -22,20 +26,29 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import datetime
 import json
+import math
 import random
 import sys
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  # this checkout's package
 
+import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import triton  # noqa: E402
+from kernels import RIGHT, WRONG, double_or_not_kernel  # noqa: E402
 from storage_helpers import InstantBench, launch, make_tuner  # noqa: E402
 from triton.runtime.errors import OutOfResources  # noqa: E402
 
 import triton_dejavu_like as tdl  # noqa: E402
 
 CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 64, 128) for w in (1, 2)]
+#: ``double_or_not_kernel``'s configs: those of the blocks in WRONG_BLOCKS compute a wrong result.
+WRONG_BLOCKS = (32, 64, 128)
+CHECKED_CONFIGS = [
+    triton.Config({"BLOCK": b, "MODE": WRONG if b in WRONG_BLOCKS else RIGHT})
+    for b in (16, 32, 64, 128, 256, 512, 1024, 2048)
+]
 
 
 class Boom(BaseException):
@@ -71,6 +84,63 @@ class RandomBench(InstantBench):
         return [random.uniform(1.0, 2.0)] * len(quantiles)
 
 
+class BlockBench:
+    """A ``do_bench`` whose time depends on the config only: 0.1 ms for a wrong config, else
+    1000 / BLOCK (the largest block wins); its ``pre_hook`` counts the launches and sees the config."""
+
+    def __init__(self) -> None:
+        self.calls = self.launches = 0
+        self.block, self.mode = 0, RIGHT
+
+    def pre_hook(self, nargs: dict, reset_only: bool = False) -> None:
+        if not reset_only:
+            self.launches += 1
+            self.block, self.mode = nargs["BLOCK"], nargs["MODE"]
+
+    def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8)):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        kernel_call()
+        return [0.1 if self.mode == WRONG else 1000 / self.block] * len(quantiles)
+
+
+def counted_records(tuner: tdl.Autotuner) -> list[list[str]]:
+    """The entries the tuner's store records from now on, one list per record."""
+    recorded: list[list[str]] = []
+    store = tuner._process_state().store
+    original = store.record
+    store.record = lambda entries: recorded.append(list(entries)) or original(entries)  # type: ignore[method-assign]
+    return recorded
+
+
+def checked_phase() -> dict:
+    """Tune ``double_or_not_kernel`` with the numerical check: what the rank chose, judged and launched."""
+    bench = BlockBench()
+    tuner = make_tuner(
+        double_or_not_kernel,
+        bench=bench,
+        configs=CHECKED_CONFIGS,
+        pre_hook=bench.pre_hook,
+        numerical_check=True,
+    )
+    recorded = counted_records(tuner)
+    dist.barrier()
+    n = 1100
+    x = torch.arange(n, dtype=torch.float32)
+    out = torch.empty_like(x)
+    tuner[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+    best = tuner.best_config
+    assert best is not None
+    valid = {str(c.kwargs["BLOCK"]): math.isfinite(t[0]) for c, t in tuner.configs_timings.items()}
+    return {
+        "config": [best.kwargs["BLOCK"], best.kwargs["MODE"]],
+        "correct": bool(torch.equal(out, x * 2)),
+        "valid": valid,
+        "benchmarks": bench.calls,
+        "launches": bench.launches,
+        "recorded": len(recorded),
+    }
+
+
 def main() -> None:
     init, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     timeout = datetime.timedelta(seconds=60)
@@ -81,10 +151,7 @@ def main() -> None:
         tdl.distributed()
     bench = RandomBench(explode=False)
     tuner = make_tuner(bench=bench, configs=CONFIGS)
-    recorded: list[list[str]] = []
-    store = tuner._process_state().store
-    original = store.record
-    store.record = lambda entries: recorded.append(list(entries)) or original(entries)  # type: ignore[method-assign]
+    recorded = counted_records(tuner)
     phases = {}
     for phase, keys in (("same", [500]), ("different", [600 + rank, 700]), ("raise", [800])):
         bench.explode = phase == "raise" and rank == 2
@@ -123,6 +190,7 @@ def main() -> None:
     except KeyError as exc:
         stopped_by = getattr(exc, "stopped_by", None)
         phases["hook"] = {"raised": str(exc), "stopped_by": stopped_by, "benchmarks": launching_bench.calls}  # type: ignore[attr-defined]
+    phases["check"] = checked_phase()
     print(json.dumps({"rank": rank, **phases}), flush=True)
     os._exit(0)  # no teardown collective: a rank that finished early must not wait for the others
 

@@ -9,12 +9,19 @@ others (every wait has a timeout; the test's own timeout bounds the whole run).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+import triton
+from kernels import RIGHT, SKIP, WRONG, FakeBench, double_or_not_kernel, grid
+
+import triton_dejavu_like as tdl
+from triton_dejavu_like.tuner import ranks
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes")
 dist = pytest.importorskip("torch.distributed")
@@ -25,6 +32,7 @@ WORKER = Path(__file__).parent / "ranks_worker.py"
 WORLD = 4
 N_CONFIGS = 8
 TIMEOUT_S = 150
+WRONG_BLOCKS = (32, 64, 128)  # ranks_worker.WRONG_BLOCKS: configs 1, 2 and 3 compute a wrong result
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +113,22 @@ def test_a_rank_that_raises_does_not_hang_the_others(phases):
     assert len({json.dumps(r["configs"]) for r in others}) == 1
 
 
+def test_every_rank_checks_its_share_against_the_first_config_of_the_whole_list(phases):
+    """The numerical check's reference is the config a single process would take (the first of the
+    list, which is right), on every rank: not the first of the rank's own share, which is wrong on
+    the three other members. Each rank rules out the wrong configs it measured and keeps the right
+    ones; all agree on the fastest right config. The reference costs each rank one untimed launch."""
+    results = [r["check"] for r in phases]
+    assert [r["config"] for r in results] == [[2048, RIGHT]] * WORLD
+    assert all(r["correct"] for r in results)
+    for result in results:
+        assert result["valid"] == {b: int(b) not in WRONG_BLOCKS for b in result["valid"]}, result
+    followers = [r for r in results if not r["recorded"]]
+    assert len(followers) == WORLD - 1
+    # each measured one wrong config (checked, not timed) and one right one (checked and timed)
+    assert [(r["benchmarks"], r["launches"]) for r in followers] == [(1, 1 + 2 + 1)] * (WORLD - 1)
+
+
 def test_a_rank_that_joins_after_the_group_decided_nothing_tunes_alone_and_says_so():
     """A rank that missed the key after the group closed and finds no decision (the leader died)
     tunes alone: its config may differ from the other ranks', which the user must hear of."""
@@ -132,3 +156,141 @@ def test_a_rank_that_joins_after_the_group_decided_nothing_tunes_alone_and_says_
             0.2,
         )
     assert outcome.config is candidates[1] and recorded == [outcome]
+
+
+# --- one member of a group, in this process ----------------------------------------------------------
+
+
+class LastMember:
+    """The c10d store as the last member of a group of ``members`` finds it: the others joined before
+    it, and the leader published the number of members and its decision (candidate ``decision``)."""
+
+    def __init__(self, members: int, decision: int) -> None:
+        self.store = dist.HashStore()
+        self.members, self.decision = members, decision
+        self.joined: set[str] = set()
+
+    def add(self, key: str, amount: int) -> int:
+        if key.endswith("/joined") and key not in self.joined:
+            self.joined.add(key)
+            prefix = key.removesuffix("joined")
+            self.store.add(key, self.members - 1)
+            self.store.set(f"{prefix}members", json.dumps(self.members))
+            self.store.set(f"{prefix}decision", json.dumps({"index": self.decision}))
+        return self.store.add(key, amount)
+
+    def __getattr__(self, name: str):  # set, get, wait
+        return getattr(self.store, name)
+
+
+def fails(nargs):
+    raise RuntimeError("this config cannot run")
+
+
+def crashes(nargs):
+    os._exit(4)
+
+
+def checked_as_member_2_of_3(monkeypatch, modes, isolated, **options):
+    """Tune ``double_or_not_kernel`` with the numerical check, as member 2 of 3: its share is configs
+    2, 5 and 8. Config i has BLOCK 2**(4+i) and MODE modes[i], or, where modes[i] is a function, MODE
+    RIGHT and that function as its pre_hook. Whether each config of the share was valid, and the
+    tuner's launches (its pre_hook's calls, in this process)."""
+    hooks = [mode if callable(mode) else None for mode in modes]
+    configs = [
+        triton.Config({"BLOCK": 2 ** (4 + i), "MODE": RIGHT if hook else mode}, pre_hook=hook)
+        for i, (mode, hook) in enumerate(zip(modes, hooks))
+    ]
+    bench = FakeBench({c.kwargs["BLOCK"]: 0.5 if c.kwargs["MODE"] == WRONG else 1.0 for c in configs})
+    launches = []
+
+    def pre_hook(nargs, reset_only=False):
+        if not reset_only:
+            bench.current_block = nargs["BLOCK"]
+            launches.append(nargs["BLOCK"])
+
+    options.setdefault("pre_hook", pre_hook)
+    tuner = tdl.autotune(
+        configs=configs,
+        key=["n"],
+        do_bench=bench,
+        numerical_check=True,
+        use_isolated_process=isolated,
+        **options,
+    )(double_or_not_kernel)
+    monkeypatch.setattr(ranks, "active_store", lambda: (LastMember(3, decision=3), 3))
+    n = 100
+    x, out = torch.arange(n, dtype=torch.float32), torch.zeros(n)
+    tuner[grid(n)](x, out, n)
+    assert tuner.best_config is configs[3] and torch.equal(out, 2 * x)  # the leader's decision
+    valid = {c.kwargs["BLOCK"]: math.isfinite(t[0]) for c, t in tuner.configs_timings.items()}
+    return valid, launches
+
+
+SHARE = (2**6, 2**9, 2**12)  # the BLOCKs of configs 2, 5 and 8
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["in_process", "isolated"])
+@pytest.mark.parametrize(
+    "first",
+    [[RIGHT], [fails, RIGHT], [SKIP, RIGHT]],
+    ids=["first_right", "first_fails", "first_writes_nothing"],
+)
+def test_a_member_compares_its_share_with_the_first_config_that_runs_and_writes(monkeypatch, isolated, first):
+    """Config 2, the first of this member's share, is wrong and the fastest: it is ruled out, and the
+    right ones of the share are kept, because the reference is the first config of the whole list
+    that runs and writes (as in a single process), not the first of the share."""
+    modes = [*first, *[RIGHT] * (9 - len(first))]
+    modes[2] = WRONG
+    valid, launches = checked_as_member_2_of_3(monkeypatch, modes, isolated)
+    assert valid == dict(zip(SHARE, [False, True, True]))
+    if not isolated:  # the reference costs one untimed launch per config tried that runs
+        tried = [2 ** (4 + i) for i, mode in enumerate(first) if not callable(mode)]
+        share_launches = [SHARE[0], SHARE[1], SHARE[1], SHARE[2], SHARE[2]]  # checked, then timed
+        assert launches == tried + share_launches
+
+
+def test_a_first_config_that_kills_its_worker_is_passed_over_for_the_reference(monkeypatch):
+    """Isolated: the first config kills the worker computing the reference; a new worker tries the
+    next, which becomes the reference. Config 2 kills that worker too: the replacement recomputes
+    the same reference, so config 5 (wrong) is ruled out and config 8 kept."""
+    modes = [crashes, RIGHT, crashes, RIGHT, RIGHT, WRONG, RIGHT, RIGHT, RIGHT]
+    valid, _ = checked_as_member_2_of_3(monkeypatch, modes, True)
+    assert valid == dict(zip(SHARE, [False, False, True]))
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["in_process", "isolated"])
+def test_without_a_writing_config_among_the_first_a_member_falls_back_to_its_share_and_warns(
+    monkeypatch, isolated
+):
+    """None of the first three configs writes: the first of the share that writes (config 5) is the
+    reference, config 2 (it wrote nothing, timed before there was a reference) is judged after the
+    search and ruled out, and config 8 (wrong) is ruled out at once; the user is told."""
+    modes = [SKIP, SKIP, SKIP, RIGHT, RIGHT, RIGHT, RIGHT, RIGHT, WRONG]
+    with pytest.warns(tdl.DejavuConfigWarning, match="none of the first 3 configs ran and wrote the outputs"):
+        valid, _ = checked_as_member_2_of_3(monkeypatch, modes, isolated)
+    assert valid == dict(zip(SHARE, [False, True, False]))
+
+
+def reference_double(x_ptr, out_ptr, n, **_):
+    out_ptr.copy_(2 * x_ptr)
+
+
+def test_with_a_reference_function_a_member_runs_no_config_for_the_reference(monkeypatch):
+    modes = [RIGHT] * 9
+    modes[2] = WRONG
+    valid, launches = checked_as_member_2_of_3(monkeypatch, modes, False, reference_fn=reference_double)
+    assert valid == dict(zip(SHARE, [False, True, True]))
+    assert launches == [SHARE[0], SHARE[1], SHARE[1], SHARE[2], SHARE[2]]  # the share only
+
+
+def missing_buffer(nargs, reset_only=False):
+    raise KeyError("workspace")
+
+
+def test_a_broken_hook_ends_a_member_s_tuning_at_the_reference_s_launch(monkeypatch):
+    """The tuner's pre_hook raises when the first config runs for the reference: tuning ends there,
+    raised as without ranks, naming that config."""
+    with pytest.raises(KeyError, match="tuning stopped at the first candidate \\[BLOCK=16") as caught:
+        checked_as_member_2_of_3(monkeypatch, [RIGHT] * 9, False, pre_hook=missing_buffer)
+    assert caught.value.stopped_by == "pre_hook"

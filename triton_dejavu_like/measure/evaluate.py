@@ -39,6 +39,13 @@ class Evaluator(ABC):
         """Careful timings of the finalists, or None when timing has a single stage."""
         return None
 
+    def adopt_reference(self, config: Config) -> bool:
+        """Run ``config`` once, untimed, so that the outputs it writes become the numerical check's
+        reference, unless the check has one already; whether it has one now (False without the
+        check, or when ``config`` wrote none of the outputs). Raises the candidate's error, or
+        :class:`~.launch.TuningStopped`."""
+        return False
+
     def late_rule_outs(self) -> dict[Config, str]:
         """Candidates already timed that are found invalid only now, with their reasons (the numerical
         check judges those it timed before it had a reference). Asked once, after the search."""

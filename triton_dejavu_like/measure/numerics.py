@@ -3,11 +3,14 @@
 A config can be fast because it is wrong (a tile size that breaks masking, a race in a split
 reduction). With the check on, every candidate first runs once from the call's original inputs; the
 tensors it writes are compared with the reference's, and a mismatching candidate is ruled out
-before it is timed. The reference is a user-given ``reference_fn`` or, without one, the first
-candidate that runs and writes one of the outputs (put a trusted config first). A candidate that
-writes none of them while there is no reference yet is timed, and judged once a later candidate
-becomes the reference (:meth:`CheckedEvaluator.late_rule_outs`): leaving the outputs as they were
-matches that reference or rules it out.
+before it is timed. The reference is a user-given ``reference_fn`` or, without one, the first of the
+first configs of the list that runs and writes one of the outputs, run untimed before the search
+(:meth:`CheckedEvaluator.adopt_reference`, called by the tuning run; put a trusted config first), so
+that neither the search's order nor a rank's share of the candidates changes it. Failing that, the
+first candidate measured that writes one of them. A candidate that writes none of them while there is
+no reference yet is timed, and judged once a later candidate becomes the reference
+(:meth:`CheckedEvaluator.late_rule_outs`): leaving the outputs as they were matches that reference
+or rules it out.
 
 Outputs are the tensor arguments named in ``check_outputs``, or, without them, the tensor arguments
 whose contents the reference run changed. Every tensor argument is restored to its original
@@ -289,11 +292,12 @@ class CheckedEvaluator(Evaluator):
     """Checks each candidate's outputs against the reference before ``inner`` times it.
 
     ``reference_config``: a candidate known to have run (a worker that replaces a crashed one
-    recomputes the reference from it in :meth:`prepare`). After a :meth:`measure`, it names the
-    candidate that serves as the reference, and :attr:`unchecked` lists the candidates timed while
-    there was none (they wrote none of the outputs). ``hook_config``: the config whose values the tuner's
-    ``pre_hook`` sees with the call's arguments when it resets them for ``reference_fn`` (the
-    kernel's first: upstream's hooks always see a config's values).
+    recomputes the reference from it in :meth:`prepare`). After a :meth:`measure` or an
+    :meth:`adopt_reference`, it names the candidate that serves as the reference, and
+    :attr:`unchecked` lists the candidates timed while there was none (they wrote none of the
+    outputs). ``hook_config``: the config whose values the tuner's ``pre_hook`` sees with the call's
+    arguments when it resets them for ``reference_fn`` (the kernel's first: upstream's hooks always
+    see a config's values).
     """
 
     def __init__(
@@ -351,6 +355,14 @@ class CheckedEvaluator(Evaluator):
 
     def refine(self, configs: Sequence[Config]) -> dict[Config, list[float]] | None:
         return self.inner.refine(configs)
+
+    def adopt_reference(self, config: Config) -> bool:
+        self._ensure_reference()
+        if self._expected is None:
+            outputs, wrote = self._run(config)
+            if wrote:
+                self._expected, self.reference_config = outputs, config
+        return self._expected is not None
 
     def late_rule_outs(self) -> dict[Config, str]:
         mismatch = self.unwritten_mismatch() if self.unchecked else None

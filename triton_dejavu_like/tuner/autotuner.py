@@ -369,12 +369,18 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             _compat.is_interpreted(self.fn),
         )
 
-        def measure(subset: list[Config]) -> Outcome:
+        def measure(subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome:
             self.nargs = nargs
             try:
                 warm_start = self._warm_start(state, subset)
                 return run.run(
-                    key, args, kwargs, subset, warm_start=warm_start, candidates_hash=candidates_hash
+                    key,
+                    args,
+                    kwargs,
+                    subset,
+                    warm_start=warm_start,
+                    candidates_hash=candidates_hash,
+                    reference=reference,
                 )
             finally:
                 self.nargs = None

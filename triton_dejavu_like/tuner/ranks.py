@@ -15,7 +15,10 @@ Per key (see docs/consensus.md):
    is not a member: it waits for the decision. A rank left without a decision or without the
    number of members tunes alone, with a warning (its config may differ from the others').
 2. *Split.* Member ``j`` of ``m`` measures the candidates ``i`` with ``i % m == j`` (the search
-   strategy sees only that share) and publishes their timings.
+   strategy sees only that share) and publishes their timings. With the numerical check (and no
+   ``reference_fn``), every member first runs the first candidates of the whole list, untimed, until
+   one writes (at most :data:`~.tuning.REFERENCE_TRIES`), as a single process does: all members
+   compare their shares with one reference, not each with the first of its own share.
 3. *Decide.* The leader gathers the timings (a member that does not publish within the wait is left
    out), ranks the valid candidates by median, ties by candidate index, re-measures the best
    :data:`FINALISTS` carefully, publishes the winner and records it in the store (once).
@@ -32,7 +35,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .. import _env
 from .._compat import Config
@@ -41,7 +44,7 @@ from ..store import StoredEntry
 from ..store.identity import stable_hash
 from .errors import AutotuningError, candidates_failed
 from .key import TuningKey
-from .tuning import Outcome
+from .tuning import REFERENCE_TRIES, Outcome
 
 #: Seconds the first rank to miss a key waits for others to miss it too.
 JOIN_WINDOW_S = 2.0
@@ -54,8 +57,13 @@ CLOSED = 1 << 40
 _PREFIX = "triton_dejavu_like/"
 
 Timings = dict[int, list[float]]
-#: Measures the given candidates (a subset of the key's) and returns the outcome of that run.
-Measure = Callable[[list[Config]], Outcome]
+
+
+class Measure(Protocol):
+    """Measures the given candidates (a subset of the key's) and returns the outcome of that run;
+    ``reference``: the configs the numerical check tries first as its reference (untimed)."""
+
+    def __call__(self, subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome: ...
 
 
 @dataclass
@@ -236,7 +244,7 @@ def tune_together(
     with _failure_published(meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
         if share:
             try:
-                own = _indexed(candidates, measure(share))
+                own = _indexed(candidates, measure(share, candidates[:REFERENCE_TRIES]))
             except AutotuningError as error:  # every candidate of the share failed
                 if error.stopped_by is not None:  # an error no candidate escapes ends tuning here
                     raise

@@ -42,6 +42,11 @@ from .key import TuningKey
 TOP_K = 5
 #: How many ruled-out candidates an entry lists with their reasons.
 MAX_RULED_OUT = 64
+#: With the numerical check (and no ``reference_fn``), the first candidates of the list are run
+#: untimed, at most this many, until one writes the outputs: that one is the reference, whatever
+#: order the search measures candidates in, and on every rank of a group (one launch when the first
+#: config runs and writes, as it should).
+REFERENCE_TRIES = 3
 
 
 @dataclass
@@ -200,7 +205,11 @@ class TuningRun:
         *,
         warm_start: Sequence[int] = (),
         candidates_hash: str,
+        reference: Sequence[Config] | None = None,
     ) -> Outcome:
+        """Tune ``key`` over ``candidates``. ``reference``: configs that the numerical check tries,
+        in order and untimed, as its reference before any candidate is measured (see
+        :meth:`_adopt_reference`); None: the first :data:`REFERENCE_TRIES` candidates."""
         name = self.recipe.kernel_name
         if _env.split_cache():
             warn_once(
@@ -231,6 +240,10 @@ class TuningRun:
             self.benchmarker.compile_ahead(streamed[0].submit_job)
         try:
             with open_evaluator(self.recipe, ctx) as evaluator:
+                if reference is None:
+                    self._adopt_reference(evaluator, trial, candidates[:REFERENCE_TRIES])
+                elif not self._adopt_reference(evaluator, trial, reference):
+                    self._warn_ranks_may_disagree(len(reference))
                 search = self._search(evaluator, trial, space, streamed, warm_start)
         except TuningStopped as stop:  # the evaluator (its workers, its buffers) is closed
             trial.drop_error()
@@ -248,6 +261,42 @@ class TuningRun:
         self.recipe.pre_hook({**ctx.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
         entry = self._entry(key, best, trial, search, duration, candidates_hash)
         return Outcome(best, "tuned", trial.timings, duration, entry)
+
+    def _adopt_reference(self, evaluator: Evaluator, trial: Trial, configs: Sequence[Config]) -> bool:
+        """Make the first of ``configs`` that runs and writes one of the outputs the numerical check's
+        reference, so that the verdicts do not depend on the order the search measures candidates in
+        (nor, for ranks tuning together, on each rank's share). Whether one did; nothing runs without
+        the check, or with ``reference_fn``. If none writes, the first candidate measured that writes
+        becomes the reference, as without ``configs``."""
+        check = self.recipe.check
+        if not configs or check is None or check.reference_fn is not None:
+            return True
+        name = self.recipe.kernel_name
+        for config in configs:
+            try:
+                if evaluator.adopt_reference(config):
+                    log.debug("%s: the numerical check's reference is [%s]", name, describe_config(config))
+                    return True
+            except TuningStopped:  # an error no candidate escapes (a hook's): tuning ends
+                trial.stopped_at = config
+                raise
+            except Exception as exc:  # it cannot run: the next is tried
+                reason = one_line_reason(exc)
+                log.debug("%s: [%s] cannot be the reference: %s", name, describe_config(config), reason[:300])
+        log.debug("%s: none of the first %d configs wrote the outputs: no reference yet", name, len(configs))
+        return False
+
+    def _warn_ranks_may_disagree(self, tried: int) -> None:
+        name = self.recipe.kernel_name
+        warn_once(
+            DejavuConfigWarning,
+            f"{name}:reference",
+            "%s: the numerical check: none of the first %d configs ran and wrote the outputs, so each "
+            "rank compares its candidates with the first of its own share that writes them, and ranks "
+            "may judge configs differently; put a config that runs and writes first, or give reference_fn",
+            name,
+            tried,
+        )
 
     def _search(
         self,

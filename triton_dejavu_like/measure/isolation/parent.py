@@ -69,10 +69,11 @@ class IsolatedEvaluator(Evaluator):
     """Times candidates in a worker process; a crash or a timeout rules the candidate out.
 
     The numerical check, when given, runs in the worker (where the outputs are); the candidate that
-    became the reference is remembered here, and a replacement worker recomputes the reference from
-    it before timing anything. So are the candidates timed before there was a reference (they wrote
-    nothing), and the verdict on them that the worker gave with the reference: a worker that timed
-    them may be gone when the search ends.
+    became the reference (measured, or run untimed for it: :meth:`adopt_reference`) is remembered
+    here, and a replacement worker recomputes the reference from it before timing anything. So are
+    the candidates timed before there was a reference (they wrote nothing), and the verdict on them
+    that the worker gave with the reference: a worker that timed them may be gone when the search
+    ends.
     """
 
     def __init__(self, ctx: LaunchContext, *, recipe: KernelRecipe) -> None:
@@ -158,6 +159,16 @@ class IsolatedEvaluator(Evaluator):
             )
             return None
         return None if timings is None else dict(zip(configs, timings))
+
+    def adopt_reference(self, config: Config) -> bool:
+        if self.check is None:
+            return False
+        description = self._describe(config)
+        what = "computing the numerical reference"
+        _, has_reference, became_reference = self._request(("reference", description), self.timeout_s, what)
+        if became_reference:
+            self._reference = description
+        return has_reference
 
     def late_rule_outs(self) -> dict[Config, str]:
         return rule_out_unwritten(

@@ -101,6 +101,8 @@ class _Session:
             return self._guarded(self._prepare, request[1])
         if kind == "refine":
             return self._guarded(self._refine, request[1])
+        if kind == "reference":
+            return self._guarded(self._adopt_reference, request[1])
         return None
 
     def _measure(self, description: Description) -> tuple[Any, ...]:
@@ -113,6 +115,14 @@ class _Session:
         unchecked = check is not None and config in check.unchecked
         mismatch = check.unwritten_mismatch() if check is not None and became_reference else None
         return ("ok", [float(t) for t in timings], became_reference, unchecked, mismatch)
+
+    def _adopt_reference(self, description: Description) -> tuple[Any, ...]:
+        """Whether the check has a reference after running the candidate for it, and whether the
+        candidate became the reference (:meth:`Evaluator.adopt_reference`)."""
+        config = self.decode(description)
+        has_reference = self.evaluator.adopt_reference(config)
+        check = self.evaluator if isinstance(self.evaluator, CheckedEvaluator) else None
+        return ("ok", has_reference, check is not None and check.reference_config is config)
 
     def _prepare(self, descriptions: list[Description]) -> tuple[Any, ...]:
         configs = [self.decode(d) for d in descriptions]
