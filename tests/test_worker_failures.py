@@ -6,14 +6,21 @@ comes back as the worker's one-line reason."""
 from __future__ import annotations
 
 import ast
+import concurrent.futures as cf
+import math
 import pickle
 
 import pytest
+import triton
 from kernels import Refused
 from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
+import triton_dejavu_like as tdl
 from triton_dejavu_like.measure.isolation.transfer import MAX_PACKED_BYTES, PackedFailure, pack_failure
+from triton_dejavu_like.measure.pipeline import Pipeline
+from triton_dejavu_like.search import BatchSearch, Budget, SearchSpace, make_strategy
+from triton_dejavu_like.tuner.tuning import Trial
 
 
 def sent(failure: BaseException | str) -> PackedFailure:
@@ -74,3 +81,39 @@ def test_what_cannot_be_rebuilt_comes_back_as_the_workers_reason():
     assert sent(large) == PackedFailure(None, "ValueError: a large attribute")
     died = "a compile worker died compiling it"
     assert sent(died) == PackedFailure(None, died)
+
+
+class FailingPool:
+    """A compile pool whose every compile fails in its worker with ``OutOfResources``, sent back as
+    the real pool's futures send it (pickled)."""
+
+    workers = 2
+
+    def submit(self, call, config):
+        future: cf.Future = cf.Future()
+        future.set_result(sent(OutOfResources(config.kwargs["BLOCK"] * 1000, 1000, "shared memory")))
+        return future
+
+
+def test_every_candidate_failing_in_compile_workers_raises_with_the_workers_error_as_the_cause():
+    """The compile pool's path: the pipeline rebuilds each worker's error and rules the candidate
+    out with it; the error raised is the first candidate's, with its attributes."""
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32, 64)]
+    trial = Trial("k", configs)
+    search = BatchSearch(make_strategy("exhaustive"), SearchSpace.from_configs(configs), Budget())
+    pipeline = Pipeline(
+        search,
+        configs,
+        measure=lambda i: pytest.fail("a candidate that did not compile was timed"),
+        rule_out=lambda i, failure: trial.rule_out(configs[i], failure),
+        prepare=lambda batch: {},
+        batch_size=2,
+    )
+    pipeline.run_streamed(FailingPool(), call=None)
+    assert all(math.isinf(t) for t in search.results.values()) and len(search.results) == 3
+    reason = trial.failures[configs[0]]  # the worker's one-line reason, for logs and the store
+    assert reason.startswith("OutOfResources: out of resource: shared memory, Required: 16000,")
+    error = trial.all_failed("k: all 3 candidate configs failed")
+    assert isinstance(error, OutOfResources) and isinstance(error, tdl.AutotuningError)
+    assert type(error.__cause__) is OutOfResources and error.__cause__.required == 16000
+    assert (error.required, error.limit, error.name) == (16000, 1000, "shared memory")
