@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -121,3 +122,18 @@ def run_add(tuner: tdl.Autotuner, n: int = 100, dtype: torch.dtype = torch.float
     tuner[grid(n)](x, y, out, n)
     assert torch.equal(out, x + y), "wrong result"
     return out
+
+
+class Refused(Exception):
+    """A candidate's error that does not pickle: its constructor takes other arguments than it
+    passes on, and it holds a lock."""
+
+    def __init__(self, required: int, limit: int) -> None:
+        super().__init__(f"needs {required} bytes, has {limit}")
+        self.required, self.limit = required, limit
+        self.lock = threading.Lock()
+
+
+def refused(nargs: dict[str, Any]) -> None:
+    """A config pre_hook: the candidate fails with :class:`Refused` (required: 1000 per BLOCK)."""
+    raise Refused(nargs["BLOCK"] * 1000, 1000)

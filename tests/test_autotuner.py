@@ -30,6 +30,7 @@ from triton.runtime.errors import OutOfResources
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like import _compat
+from triton_dejavu_like.measure import one_line_reason
 from triton_dejavu_like.measure.bench import Benchmarker
 from triton_dejavu_like.tuner.tuning import Trial
 
@@ -477,13 +478,14 @@ def test_a_ruled_out_candidates_exception_is_let_go_when_tuning_ends():
 
 
 def test_the_reasons_worker_processes_give_name_the_class_of_the_error():
-    """A candidate compiled in a worker process comes back as a reason: its ``Type`` names the class
-    (the worker's shared-memory verdict too); a reason naming no class makes a plain AutotuningError."""
+    """A candidate whose error a worker process could not send back as itself comes back as a
+    reason: its ``Type`` names the class (the worker's shared-memory verdict too); a reason naming
+    no class makes a plain AutotuningError."""
     configs = block_configs((16, 32, 64))
     kernel = SimpleNamespace(metadata=SimpleNamespace(shared=70000))
     answers = _compat.DriverAnswers(0, None, {"max_shared_mem": 65536})
     trial = Trial("k", configs)
-    trial.rule_out(configs[1], _compat.shared_memory_shortfall(kernel, answers))
+    trial.rule_out(configs[1], one_line_reason(_compat.shared_memory_shortfall(kernel, answers)))
     trial.rule_out(configs[0], "a compile worker died compiling it, with nothing else in flight")
     assert isinstance(trial.all_failed("k: all 2 candidate configs failed"), OutOfResources)
     trial.rule_out(configs[2], "CompilationError: at 3:4: BLOCK must be a power of 2")

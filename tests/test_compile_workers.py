@@ -25,11 +25,13 @@ SCRIPT = textwrap.dedent(
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
+    from triton.runtime.errors import OutOfResources
 
     import triton_dejavu_like as tdl
     from triton_dejavu_like import _compat
     from triton_dejavu_like.measure import gate
     from triton_dejavu_like.measure.compile_pool import CallSpec, CannotCompileHere, CompilePool, _token_of
+    from triton_dejavu_like.tuner.errors import candidates_failed
 
 
     configs = [triton.Config({"BLOCK": b}, num_stages=s) for b, s in ((16, 1), (128, 3), (48, 1))]
@@ -60,6 +62,8 @@ SCRIPT = textwrap.dedent(
         tensor = ("tensor", ("float16", True))
         call = CallSpec(token, (tensor, tensor, tensor), ())
         verdicts = [pool.submit(call, config).result(timeout=300) for config in configs]
+        too_big, invalid = (verdict.failure() for verdict in verdicts[1:])
+        raised = candidates_failed("no candidate ran", too_big)  # were it the first candidate
         gate_compiled = pool.submit_job(gate.compile_kernel).result(timeout=300)
         later = _token_of(make_kernel().kernel_recipe().fn)  # registered after the fork
         lost = CallSpec(later, call.args, ())
@@ -72,7 +76,11 @@ SCRIPT = textwrap.dedent(
         children = [p.pid for p in multiprocessing.active_children()]
         pool.shutdown(wait=True)
         print(json.dumps({
-            "verdicts": verdicts,
+            "verdicts": [verdict and verdict.reason for verdict in verdicts],
+            "too_big": [type(too_big).__name__, too_big.required, too_big.limit, too_big.name],
+            "invalid": [type(invalid).__name__, invalid.src is not None],
+            "raised": [isinstance(raised, OutOfResources), type(raised.__cause__).__name__,
+                       raised.__cause__.required, raised.required, raised.limit],
             "gate_compiled": gate_compiled,
             "handed_back": handed_back,
             "inherited": inherited,
@@ -102,6 +110,12 @@ def test_forked_workers_compile_for_the_gpu_and_rule_out_what_cannot_run(tmp_pat
     assert invalid and "shared memory" not in invalid  # 48 is not a power of 2: a compile error
     # each reason names its error's class: when no candidate runs, the error raised is one of it
     assert too_big.startswith("OutOfResources: ") and invalid.startswith("CompilationError: ")
+    # and the worker's exceptions come back as themselves, with their attributes: the error raised
+    # when no candidate runs has the candidate's as its cause, as in process
+    name, required, limit, resource = result["too_big"]
+    assert (name, limit, resource) == ("OutOfResources", 16384, "shared memory") and required > limit
+    assert result["invalid"] == ["CompilationError", True]
+    assert result["raised"] == [True, "OutOfResources", required, required, 16384]
     assert result["inherited"]  # Triton's own hash is computed once, before the fork, not per worker
     assert result["handed_back"]  # a worker that does not know the kernel never rules a candidate out
     assert len(result["children"]) == 2  # the pool's size

@@ -22,8 +22,8 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from kernels import FakeBench, accumulate_kernel, add_kernel, grid, observe_block
-from triton.runtime.errors import InterpreterError
+from kernels import FakeBench, Refused, accumulate_kernel, add_kernel, grid, observe_block, refused
+from triton.runtime.errors import InterpreterError, OutOfResources
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like.measure import isolation
@@ -283,6 +283,57 @@ def test_every_candidate_failing_in_a_worker_raises_the_workers_error_class():
         launch_add(tuner)
     assert isinstance(info.value, tdl.AutotuningError)
     assert "all 2 candidate configs failed" in str(info.value)
+
+
+def test_every_candidate_failing_to_compile_in_a_worker_raises_with_its_error_as_the_cause(monkeypatch):
+    """The worker's compile-ahead errors come back as themselves: the error raised has the first
+    candidate's as its cause, with its attributes, as in process (``except OutOfResources as e:
+    e.required`` works)."""
+    from triton_dejavu_like.measure.evaluate import InProcessEvaluator
+
+    def out_of_resources(self, configs):  # the forked worker inherits it
+        return {c: OutOfResources(c.kwargs["BLOCK"] * 1000, 1000, "shared memory") for c in configs}
+
+    monkeypatch.setattr(InProcessEvaluator, "prepare", out_of_resources)
+    configs = [triton.Config({"BLOCK": b}) for b in (16, 32)]
+    tuner = tdl.autotune(key=["n"], configs=configs, use_isolated_process=True)(add_kernel)
+    with pytest.raises(OutOfResources) as info:
+        launch_add(tuner)
+    error = info.value
+    assert isinstance(error, tdl.AutotuningError) and "all 2 candidate configs failed" in str(error)
+    assert type(error.__cause__) is OutOfResources and error.__cause__.required == 16000
+    assert (error.required, error.limit, error.name) == (16000, 1000, "shared memory")
+
+
+def test_a_workers_exception_that_does_not_pickle_comes_back_as_its_class_with_its_attributes():
+    configs = [triton.Config({"BLOCK": b}, pre_hook=refused) for b in (16, 32)]
+    tuner = tdl.autotune(key=["n"], configs=configs, use_isolated_process=True)(add_kernel)
+    with pytest.raises(Refused) as info:
+        launch_add(tuner)
+    error = info.value
+    assert isinstance(error, tdl.AutotuningError) and "Refused: needs 16000 bytes, has 1000" in str(error)
+    assert type(error.__cause__) is Refused and error.__cause__.args == ("needs 16000 bytes, has 1000",)
+    assert (error.__cause__.required, error.required, error.limit) == (16000, 16000, 1000)
+    assert not hasattr(error.__cause__, "lock")  # what does not pickle stays in the worker
+
+
+def test_a_workers_exception_that_cannot_be_rebuilt_comes_back_as_its_reason():
+    """An exception of a class this process cannot name (defined in a function) is the worker's
+    reason, as a compile worker's: no cause, and no class of the package's own in the error."""
+
+    class Local(Exception):
+        pass
+
+    def fails(nargs):
+        raise Local(f"BLOCK={nargs['BLOCK']} fails")
+
+    configs = [triton.Config({"BLOCK": b}, pre_hook=fails) for b in (16, 32)]
+    tuner = tdl.autotune(key=["n"], configs=configs, use_isolated_process=True)(add_kernel)
+    with pytest.raises(tdl.AutotuningError) as info:
+        launch_add(tuner)
+    error = info.value
+    assert type(error) is tdl.AutotuningError and error.__cause__ is None
+    assert "] Local: BLOCK=16 fails; [BLOCK=32" in str(error) and "WorkerError" not in str(error)
 
 
 def test_decorator_checks_isolation_arguments():

@@ -10,13 +10,14 @@ import time
 import pytest
 import triton
 
+from triton_dejavu_like.measure.isolation.transfer import PackedFailure
 from triton_dejavu_like.measure.pipeline import Pipeline
 from triton_dejavu_like.search import BatchSearch, Budget, SearchSpace, make_strategy
 
 
 class FakePool:
     """Compiles in threads; ``release(i)`` lets candidate ``i``'s compile finish (so the test decides
-    the order), ``reasons`` makes some fail."""
+    the order), ``reasons`` makes some fail (as a worker's reason, with no exception to rebuild)."""
 
     def __init__(self, workers: int, reasons: dict[int, str] | None = None, order: list[int] | None = None):
         self.workers = workers
@@ -36,7 +37,8 @@ class FakePool:
 
         def compile_it():
             assert gate.wait(10), f"candidate {index} was never released"
-            return self.reasons.get(index)
+            reason = self.reasons.get(index)
+            return None if reason is None else PackedFailure(None, reason)
 
         return self._executor.submit(compile_it)
 

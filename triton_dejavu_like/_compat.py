@@ -445,13 +445,11 @@ def _shared_memory_error(required: Any, limit: Any) -> Exception | None:
     return None
 
 
-def shared_memory_shortfall(kernel: Any, answers: DriverAnswers) -> str | None:
-    """Why ``kernel`` cannot be loaded for lack of shared memory (``OutOfResources: `` and Triton's own
-    message, as a candidate's reason names its error), or None: the check ``CompiledKernel`` makes
-    when it loads, made without a GPU."""
+def shared_memory_shortfall(kernel: Any, answers: DriverAnswers) -> Exception | None:
+    """The error loading ``kernel`` would raise for lack of shared memory (``OutOfResources``), or
+    None: the check ``CompiledKernel`` makes when it loads, made without a GPU."""
     required = getattr(getattr(kernel, "metadata", None), "shared", None)
-    error = _shared_memory_error(required, answers.properties.get("max_shared_mem"))
-    return None if error is None else f"{type(error).__name__}: {error}"
+    return _shared_memory_error(required, answers.properties.get("max_shared_mem"))
 
 
 def stop_compiles_over_shared_memory(answers: DriverAnswers) -> bool:

@@ -3,8 +3,9 @@
 Triton's Python front end holds the GIL, so compile threads scale about 5x on 16 cores; processes
 scale with the cores. A worker compiles a candidate for the call being tuned (with stand-ins for the
 arguments: tensors of the same dtype and alignment, every other value as it is) into Triton's
-on-disk cache and rules out a candidate that cannot run (too much shared memory) with its reason and
-no GPU time; such a compile stops once its shared memory is known, before machine code is generated
+on-disk cache and rules out a candidate that cannot run (too much shared memory) with its error
+(rebuilt in the tuning process: :func:`~.isolation.transfer.pack_failure`) and no GPU time; such a
+compile stops once its shared memory is known, before machine code is generated
 (:func:`~triton_dejavu_like._compat.stop_compiles_over_shared_memory`). When the tuner then
 launches the candidate, Triton finds the binary on disk: a compile in the parent costs a cache
 read, and loading it there rules out the rare candidate that needs more registers or threads than
@@ -57,7 +58,7 @@ from .._compat import Config
 from .._log import DejavuConfigWarning, log, warn_once
 from ..codec import EncodingError, decode_config, encode_config
 from .isolation.settings import FORKSERVER_PRELOAD, IsolationError
-from .isolation.transfer import KernelRef, exit_with_parent
+from .isolation.transfer import KernelRef, PackedFailure, exit_with_parent, pack_failure
 from .launch import LaunchContext, one_line_reason, prepare_launcher
 from .recipe import KernelRecipe
 
@@ -198,9 +199,10 @@ def _kernel_fn(kernel: int | KernelRef) -> Any:
     return fn
 
 
-def _compile(call: CallSpec, encoded: dict[str, Any], device: int) -> str | None:
-    """Compile (and, with a GPU, load) one candidate; None on success, else why it cannot run (one
-    line). Raises :class:`CannotCompileHere` when the worker cannot try it."""
+def _compile(call: CallSpec, encoded: dict[str, Any], device: int) -> PackedFailure | None:
+    """Compile (and, with a GPU, load) one candidate; None on success, else why it cannot run (its
+    error, packed to be rebuilt in the parent). Raises :class:`CannotCompileHere` when the worker
+    cannot try it."""
     fn = _kernel_fn(call.kernel)
     config, _ = decode_config(encoded)
     where = None if _answers is not None else device
@@ -208,18 +210,21 @@ def _compile(call: CallSpec, encoded: dict[str, Any], device: int) -> str | None
     meta = {k: _stand_in(spec, where) for k, spec in call.meta}
     try:
         kernel = fn.run(*args, grid=(1,), warmup=True, **meta, **config.all_kwargs())
-        return _make_ready(kernel)
+        error = _make_ready(kernel)
     except Exception as exc:
-        reason = one_line_reason(exc)
-        if _answers is not None and "forked subprocess" in reason:  # something asked CUDA after all
-            raise CannotCompileHere(reason) from None
-        return reason
+        error = exc
+    if error is None:
+        return None
+    packed = pack_failure(error)
+    if _answers is not None and "forked subprocess" in packed.reason:  # something asked CUDA after all
+        raise CannotCompileHere(packed.reason) from None
+    return packed
 
 
-def _make_ready(kernel: Any) -> str | None:
-    """Make a compiled kernel as ready to launch as this worker can; why it cannot run on the device
-    (shared memory, one line), or None. A fork-server worker loads it (raising what loading raises);
-    a forked worker checks its shared memory and builds its launcher."""
+def _make_ready(kernel: Any) -> Exception | None:
+    """Make a compiled kernel as ready to launch as this worker can; the error that it cannot run on
+    the device (shared memory), or None. A fork-server worker loads it (raising what loading
+    raises); a forked worker checks its shared memory and builds its launcher."""
     if _answers is None:
         _compat.load_compiled(kernel)
         return None
@@ -320,8 +325,9 @@ class CompilePool:
                 atexit.register(pool.shutdown)
             return pool
 
-    def submit(self, call: CallSpec, config: Config) -> cf.Future[str | None]:
-        """Compile ``config`` for ``call`` in a worker; the future's result is None or a reason."""
+    def submit(self, call: CallSpec, config: Config) -> cf.Future[PackedFailure | None]:
+        """Compile ``config`` for ``call`` in a worker; the future's result is None or the candidate's
+        failure (:meth:`PackedFailure.failure` rebuilds its exception here)."""
         try:
             encoded = encode_config(config)
         except EncodingError as exc:

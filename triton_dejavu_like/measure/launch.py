@@ -76,8 +76,9 @@ def one_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-#: Why a candidate cannot run: the exception it raised in this process, or the one-line reason
-#: (``Type: message``) a worker process gave for it; what a worker raised stays in the worker.
+#: Why a candidate cannot run: the exception it raised (in this process, or in a worker process and
+#: rebuilt here, see :func:`.isolation.transfer.pack_failure`), or the one-line reason
+#: (``Type: message``) a worker process gave for one that could not be rebuilt.
 Failure = BaseException | str
 
 

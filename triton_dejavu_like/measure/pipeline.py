@@ -6,8 +6,8 @@ The search (:class:`~triton_dejavu_like.search.BatchSearch`) hands out candidate
 
 - **streamed** (a :class:`~.compile_pool.CompilePool` of worker processes): the pipeline keeps the
   workers busy with the next candidates while this process times the ones already compiled; a
-  candidate that does not compile, or cannot run on the device, is ruled out with its reason and no
-  GPU time;
+  candidate that does not compile, or cannot run on the device, is ruled out with its error (as
+  the worker raised it, rebuilt here) and no GPU time;
 - **batched** (threads, the interpreter, isolated workers): each batch the search hands out is
   compiled together (``Evaluator.prepare``), then timed one by one.
 """
@@ -24,6 +24,7 @@ from typing import Any
 from .._compat import Config
 from .._log import log
 from .compile_pool import CallSpec, CompilePool, Unsupported
+from .isolation.transfer import PackedFailure
 from .launch import Failure
 from .precompile import cancelled_on_error
 
@@ -96,7 +97,7 @@ class Pipeline:
         is replaced; its candidates are tried again as :class:`_Retries` says, never compiled in
         this process, since the crash would end the program. An exception that ends the run (one
         that ends tuning, Ctrl-C) cancels the compiles not started yet: the pool serves later runs."""
-        flight: dict[cf.Future[str | None], tuple[int, CompilePool]] = {}
+        flight: dict[cf.Future[PackedFailure | None], tuple[int, CompilePool]] = {}
         ready: collections.deque[int] = collections.deque()
         retries = _Retries()
 
@@ -147,21 +148,23 @@ class Pipeline:
                 done, _ = cf.wait(flight, return_when=cf.FIRST_COMPLETED)
                 for future in done:
                     index, owner = flight.pop(future)
+                    failure: Failure | None
                     try:
-                        reason = future.result()
+                        packed = future.result()
+                        failure = None if packed is None else packed.failure()
                     except BrokenProcessPool:  # a worker died, with this candidate in its pool
                         replace(owner)
-                        reason = retries.broke(index)
-                        if reason is None:
+                        failure = retries.broke(index)
+                        if failure is None:
                             continue
                     except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
                         log.debug("compile worker failed on candidate %d: %s", index, exc)
-                        reason = None
-                    if reason is None:
+                        failure = None
+                    if failure is None:
                         self.counters.compiled += 1
                         ready.append(index)
                     else:
-                        self._tell(index, self.rule_out(index, reason), timed=False)
+                        self._tell(index, self.rule_out(index, failure), timed=False)
 
 
 @dataclass

@@ -37,10 +37,12 @@ def candidates_failed(message: str, failure: Failure | None) -> AutotuningError:
     is also an instance of ``failure``'s class, so that an ``except`` clause written for upstream's
     autotuner (which lets the candidate's own error through) still catches it.
 
-    ``failure`` is the candidate's exception, which becomes the cause (its attributes, such as
-    ``OutOfResources.required``, are copied; ``error_message`` and ``str()`` are the summary), or a
-    worker's reason, whose ``Type`` names the class (one of Triton's errors or a built-in one). A
-    class Python cannot combine with ours (or none known) gives a plain :class:`AutotuningError`."""
+    ``failure`` is the candidate's exception (raised here, or in a worker process and rebuilt
+    here), which becomes the cause (its attributes, such as ``OutOfResources.required``, are
+    copied; ``error_message`` and ``str()`` are the summary), or the reason of a worker whose
+    exception could not be rebuilt, whose ``Type`` names the class (one of Triton's errors or a
+    built-in one). A class Python cannot combine with ours (or none known) gives a plain
+    :class:`AutotuningError`."""
     error = _failed_as(None if failure is None else _error_class(failure), message)
     if isinstance(failure, BaseException):
         if type(error) is not AutotuningError:

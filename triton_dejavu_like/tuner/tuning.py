@@ -31,6 +31,7 @@ from ..measure import (
     open_evaluator,
 )
 from ..measure.compile_pool import CallSpec, CompilePool, compile_in_processes
+from ..measure.isolation import WorkerError
 from ..measure.pipeline import Counters, Pipeline
 from ..measure.progress import progress_bar
 from ..search import BatchSearch, Budget, SearchSpace, make_strategy
@@ -91,8 +92,9 @@ class Trial:
             self.phases[name] = round(self.phases.get(name, 0.0) + time.perf_counter() - start, 6)
 
     def rule_out(self, config: Config, failure: Failure) -> float:
-        """Record a candidate that cannot run, with its exception (kept only while it is the one
-        :meth:`all_failed` would raise) or a worker's reason."""
+        """Record a candidate that cannot run, with its exception (raised here, or rebuilt from a
+        worker process's; kept only while it is the one :meth:`all_failed` would raise) or the
+        reason a worker gave where its exception could not be rebuilt."""
         reason = one_line_reason(failure)
         self.failures[config] = reason
         self.timings[config] = [math.inf] * len(QUANTILES)
@@ -153,6 +155,8 @@ class Trial:
         except TuningStopped:  # no candidate would run: tuning ends
             self.stopped_at = config
             raise
+        except WorkerError as exc:  # a worker's exception that could not be rebuilt here
+            return self.rule_out(config, exc.reason)
         except Exception as exc:  # the candidate is ruled out, tuning goes on
             return self.rule_out(config, exc)
         if not result[0] >= 0:  # NaN or negative (a user's do_bench): no time, and none a store keeps

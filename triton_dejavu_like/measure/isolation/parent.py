@@ -57,7 +57,14 @@ from .settings import (
     Description,
     IsolationError,
 )
-from .transfer import KernelRef, launch_grid, map_tensors, private_copies, unpack_exception, unpack_failure
+from .transfer import (
+    KernelRef,
+    PackedFailure,
+    launch_grid,
+    map_tensors,
+    private_copies,
+    unpack_exception,
+)
 from .worker import ForkBootstrap, RemoteBootstrap, worker_main
 
 log = logging.getLogger(__name__)
@@ -98,9 +105,10 @@ class IsolatedEvaluator(Evaluator):
 
     def prepare(self, configs: Sequence[Config]) -> dict[Config, Failure]:
         """Start the worker and let it compile the candidates (in parallel where Triton can); the
-        worker's failures come back as one-line reasons. A candidate whose grid function raised
-        ends the batch sent: the candidates before it are timed first, as upstream's would be, then
-        timing it ends tuning (:meth:`measure`)."""
+        worker's failures come back as themselves where they can be rebuilt here, else as their
+        one-line reasons. A candidate whose grid function raised ends the batch sent: the
+        candidates before it are timed first, as upstream's would be, then timing it ends tuning
+        (:meth:`measure`)."""
         ruled_out: dict[Config, Failure] = {}
         sendable: list[Config] = []
         for config in configs:
@@ -128,8 +136,8 @@ class IsolatedEvaluator(Evaluator):
                 one_line(exc),
             )
             return ruled_out
-        for index, reason in reply[1].items():
-            ruled_out[sendable[index]] = reason
+        for index, packed in reply[1].items():
+            ruled_out[sendable[index]] = packed.failure()
         return ruled_out
 
     def measure(self, config: Config) -> list[float]:
@@ -218,7 +226,7 @@ class IsolatedEvaluator(Evaluator):
             if context_error is not None:
                 self._discard()
                 raise CandidateCrashed(f"CUDA context lost: {context_error}")
-            raise unpack_exception(blob, summary)
+            raise unpack_exception(PackedFailure(blob, summary))
         return reply
 
     def _ensure_worker(self) -> _Worker:
@@ -432,7 +440,7 @@ def _not_stopped(reply: tuple[Any, ...]) -> tuple[Any, ...]:
     """``reply``, unless it says that the worker stopped tuning (:class:`TuningStopped`, raised here)."""
     if reply[0] == "stopped":
         _, what, blob, summary = reply
-        raise TuningStopped(what, unpack_failure(blob, summary))
+        raise TuningStopped(what, PackedFailure(blob, summary).failure())
     return reply
 
 

@@ -37,7 +37,12 @@ class CandidateTimedOut(RuntimeError):
 
 
 class WorkerError(RuntimeError):
-    """An exception raised in a worker that could not be sent back as itself."""
+    """An exception raised in a worker that could not be rebuilt here: ``reason`` is its one-line
+    reason (``Type: message``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ... import _compat
 from ..._compat import Config
-from ..launch import LaunchContext, one_line, user_call
+from ..launch import Failure, LaunchContext, one_line_reason, user_call
 from .settings import IsolationError, WorkerError
 
 
@@ -197,27 +197,87 @@ def exit_with_parent() -> None:
     threading.Thread(target=watch, name="worker-parent-watch", daemon=True).start()
 
 
-def pack_exception(exc: BaseException) -> tuple[bytes | None, str]:
-    """The exception pickled if it survives the round trip, and a one-line summary."""
-    summary = f"{type(exc).__name__}: {one_line(exc)}"
+#: The most bytes a worker sends to rebuild one exception (a compile error carries the kernel's
+#: source): one that would take more, an attribute holding a tensor say, comes back as its reason.
+MAX_PACKED_BYTES = 256 * 1024
+
+
+class PackedFailure(NamedTuple):
+    """A candidate's failure in a worker process, as it travels to the parent: ``payload`` rebuilds
+    the exception there (see :func:`pack_failure`; None when it cannot travel), ``reason`` is its
+    one-line reason (``Type: message``), for logs and for when it cannot be rebuilt."""
+
+    payload: bytes | None
+    reason: str
+
+    def failure(self) -> Failure:
+        """The exception rebuilt in this process, or the reason where it cannot be."""
+        rebuilt = None if self.payload is None else _rebuilt(self.payload)
+        return self.reason if rebuilt is None else rebuilt
+
+
+def pack_failure(failure: Failure) -> PackedFailure:
+    """``failure`` (an exception raised in this worker, or a reason) made ready to send to the parent.
+
+    The exception travels pickled where it comes back as itself (its class, and a text); else as
+    its class (by module and qualified name), its arguments and those of its attributes that
+    pickle, put together in the parent without calling its constructor, where that says the same
+    (its one-line reason); each within :data:`MAX_PACKED_BYTES`. With neither, the reason alone.
+    Storage never holds these: they are live objects passed between two processes of one program."""
+    reason = one_line_reason(failure)
+    if isinstance(failure, BaseException):
+        whole = _pickled(failure)
+        if _rebuilds(whole, type(failure)):
+            return PackedFailure(whole, reason)
+        parts = _pickled(_parts(failure))
+        if _rebuilds(parts, type(failure), reason):
+            return PackedFailure(parts, reason)
+    return PackedFailure(None, reason)
+
+
+def _pickled(value: Any) -> bytes | None:
     try:
-        blob = pickle.dumps(exc)
-        pickle.loads(blob)
-    except Exception:
-        blob = None
-    return blob, summary
+        return pickle.dumps(value)
+    except Exception:  # an unpicklable part (a lock, a local class), or a __reduce__ that fails
+        return None
 
 
-def unpack_failure(blob: bytes | None, summary: str) -> Exception | str:
-    """The exception :func:`pack_exception` packed, or its summary where it did not come back."""
-    if blob is not None:
-        with contextlib.suppress(Exception):
-            exc = pickle.loads(blob)
-            if isinstance(exc, Exception):
-                return exc
-    return summary
+def _parts(exc: BaseException) -> tuple[type[BaseException], tuple[Any, ...], dict[str, Any]]:
+    """The exception's class, its arguments (none if they do not pickle) and its picklable attributes."""
+    args = exc.args if _pickled(exc.args) is not None else ()
+    state = {name: value for name, value in vars(exc).items() if _pickled(value) is not None}
+    return type(exc), args, state
 
 
-def unpack_exception(blob: bytes | None, summary: str) -> Exception:
-    found = unpack_failure(blob, summary)
+def _rebuilt(payload: bytes) -> Exception | None:
+    """The exception :func:`pack_failure` packed (None where it cannot be made here)."""
+    try:
+        found = pickle.loads(payload)
+        if isinstance(found, tuple):  # its parts: put together without its constructor
+            cls, args, state = found
+            found = cls.__new__(cls, *args)
+            found.args = args
+            vars(found).update(state)
+    except Exception:  # a class this process cannot import, a constructor pickle cannot call
+        return None
+    return found if isinstance(found, Exception) else None
+
+
+def _rebuilds(payload: bytes | None, cls: type, reason: str | None = None) -> bool:
+    """Whether ``payload``, within :data:`MAX_PACKED_BYTES`, rebuilds an exception of class ``cls``
+    that can say what it is (``reason`` exactly, when given)."""
+    if payload is None or len(payload) > MAX_PACKED_BYTES:
+        return False
+    rebuilt = _rebuilt(payload)
+    try:
+        said = one_line_reason(rebuilt) if type(rebuilt) is cls else None
+    except Exception:  # a __str__ that needs an attribute left behind
+        return False
+    return said is not None and (reason is None or said == reason)
+
+
+def unpack_exception(packed: PackedFailure) -> Exception:
+    """The exception a worker raised, rebuilt here; :class:`WorkerError` with its reason where it
+    cannot be."""
+    found = packed.failure()
     return found if isinstance(found, Exception) else WorkerError(found)

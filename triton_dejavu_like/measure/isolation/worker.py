@@ -17,12 +17,12 @@ from ..._compat import Config
 from ..._log import log, relay_warnings
 from ...codec import config_id, decode_config
 from ..evaluate import Evaluator, InProcessEvaluator
-from ..launch import LaunchContext, TuningStopped, one_line, one_line_reason
+from ..launch import LaunchContext, TuningStopped, one_line
 from ..numerics import CheckedEvaluator
 from ..recipe import KernelRecipe
 from ._cuda import cuda_context_error, synchronize
 from .settings import Description, IsolationError
-from .transfer import KernelRef, die_with_parent, pack_exception, private_copies
+from .transfer import KernelRef, die_with_parent, pack_failure, private_copies
 
 # --- the worker's side --------------------------------------------------------------------------------
 
@@ -127,8 +127,8 @@ class _Session:
     def _prepare(self, descriptions: list[Description]) -> tuple[Any, ...]:
         configs = [self.decode(d) for d in descriptions]
         ruled_out = self.evaluator.prepare(configs)
-        reasons = {i: one_line_reason(ruled_out[c]) for i, c in enumerate(configs) if c in ruled_out}
-        return ("prepared", reasons)  # the errors themselves stay here
+        failures = {i: pack_failure(ruled_out[c]) for i, c in enumerate(configs) if c in ruled_out}
+        return ("prepared", failures)
 
     def _refine(self, descriptions: list[Description]) -> tuple[Any, ...]:
         configs = [self.decode(d) for d in descriptions]
@@ -143,8 +143,8 @@ class _Session:
         except Exception as exc:
             self.context_error = cuda_context_error()
             if isinstance(exc, TuningStopped) and isinstance(exc.error, Exception) and not self.context_error:
-                return ("stopped", exc.what, *pack_exception(exc.error))
-            blob, summary = pack_exception(exc)
+                return ("stopped", exc.what, *pack_failure(exc.error))
+            blob, summary = pack_failure(exc)
             return ("error", blob, summary, self.context_error)
 
 
