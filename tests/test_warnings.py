@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -259,6 +260,47 @@ def test_timing_arguments_without_do_bench_are_not_warned_about():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DejavuConfigWarning)
         tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], warmup=25, rep=100)(double_kernel)
+
+
+def own_timer_tuner(**options):
+    """double_kernel tuned by the package's own timer (no do_bench)."""
+    return tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], **options)(double_kernel)
+
+
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        (
+            {"timing": TimingPolicy(finalists=0, screen_ms=5.0, final_ms=50.0)},
+            "timing=TimingPolicy(screen_ms, final_ms) have no effect: finalists=0 times every candidate",
+        ),
+        (
+            {"warmup": 25, "timing": TimingPolicy(final_margin=0.0)},
+            "timing=TimingPolicy(final_margin) has no effect: with warmup, rep or use_cuda_graph given",
+        ),
+        (
+            {"use_cuda_graph": True, "timing": TimingPolicy(final_ms=20.0, screen_ms=5.0)},
+            "timing=TimingPolicy(final_ms) has no effect",
+        ),
+    ],
+)
+def test_timing_policy_fields_that_the_other_timing_arguments_leave_unused(options, said):
+    """The careful stage's fields do nothing when Triton's do_bench times the finalists (warmup, rep or
+    use_cuda_graph given), and every field but finalists does nothing with finalists=0: said once, at
+    decoration, naming only the fields set to other than their defaults."""
+    with pytest.warns(DejavuConfigWarning, match=re.escape(f"double_kernel: {said}")):
+        own_timer_tuner(**options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        own_timer_tuner(**options)  # once
+
+
+def test_timing_policy_fields_in_use_are_not_warned_about():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        own_timer_tuner(timing=TimingPolicy(screen_ms=5.0, final_ms=50.0, final_margin=0.0))
+        own_timer_tuner(warmup=25, timing=TimingPolicy(screen_ms=5.0, finalists=3))
+        own_timer_tuner(timing=TimingPolicy(finalists=0))
 
 
 def test_use_only_restored_without_a_stored_winner_tunes_everything_and_says_so(monkeypatch):

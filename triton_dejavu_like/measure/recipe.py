@@ -7,6 +7,7 @@ worker started fresh finds the kernel's module-level object and asks it for its 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,24 @@ class TimingSettings:
             "timing": self.policy != TimingPolicy(),
         }
         return [name for name, is_given in given.items() if is_given]
+
+    def unused_policy_fields(self) -> list[str]:
+        """The fields of ``timing=TimingPolicy(...)`` set to other than their defaults that change
+        nothing with the other timing arguments: with ``finalists=0`` every candidate is timed in one
+        stage by Triton's ``do_bench(warmup, rep)``, so the screen's and the careful stage's fields are
+        unused; with ``warmup``, ``rep`` or ``use_cuda_graph`` given, the careful stage is Triton's
+        ``do_bench`` (``do_bench_cudagraph``) too, so its fields are unused. (With a ``do_bench``,
+        :meth:`overridden` names ``timing`` as a whole.)"""
+        if self.do_bench is not None:
+            return []
+        default = TimingPolicy()
+        if self.policy.finalists == 0:
+            unused = [f.name for f in dataclasses.fields(TimingPolicy) if f.name != "finalists"]
+        elif self.warmup is not None or self.rep is not None or self.use_cuda_graph:
+            unused = [f.name for f in dataclasses.fields(TimingPolicy) if f.name.startswith("final_")]
+        else:
+            return []
+        return [name for name in unused if getattr(self.policy, name) != getattr(default, name)]
 
     def benchmarker(self, interpreted: bool) -> Benchmarker:
         return make_benchmarker(

@@ -484,6 +484,20 @@ def _warn_ignored(kernel: str, settings: TunerSettings) -> None:
             kernel,
             _have(overridden),
         )
+    unused = settings.timing.unused_policy_fields()
+    if unused:
+        warn_once(
+            DejavuConfigWarning,
+            kernel,
+            "%s: timing=TimingPolicy(%s) %s: %s",
+            kernel,
+            ", ".join(unused),
+            "has no effect" if len(unused) == 1 else "have no effect",
+            "finalists=0 times every candidate in one stage with triton.testing.do_bench(warmup, rep)"
+            if settings.timing.policy.finalists == 0
+            else "with warmup, rep or use_cuda_graph given, the finalists are timed by triton.testing's "
+            "do_bench (do_bench_cudagraph) with those, as upstream times every candidate",
+        )
     if settings.ignored_budget:
         warn_once(
             DejavuConfigWarning,
