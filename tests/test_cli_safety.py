@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from storage_helpers import (
     write_document,
 )
 
-from triton_dejavu_like import _env
+from triton_dejavu_like import DejavuConfigWarning, _env
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import inventory
 from triton_dejavu_like.tools import cli
@@ -161,6 +162,18 @@ def test_export_into_a_file_that_is_not_an_archive_is_refused(capsys, root, tmp_
     target.write_text("mine")
     assert run("export", str(target), "--root", str(root)) == 2
     assert target.read_text() == "mine"
+
+
+def test_force_on_an_export_into_a_directory_is_said_to_change_nothing(capsys, root, tmp_path):
+    folder = tmp_path / "shipped"
+    with pytest.warns(
+        DejavuConfigWarning, match="export: --force has no effect when exporting into a directory"
+    ):
+        assert run("export", str(folder), "--root", str(root), "--force") == 0
+    assert capsys.readouterr().out.startswith("exported")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        assert run("export", str(tmp_path / "other"), "--root", str(root)) == 0
 
 
 def test_merge_lists_the_stored_entries_it_replaces(capsys, root, tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _compat
+from ..._log import DejavuConfigWarning, warn_once
 from ...codec import describe_config
 from ...store import StoredEntry, inventory, parse_timestamp
 from ...store.entry import InvalidEntry
@@ -186,6 +187,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         if out.exists() and not out.is_dir():
             raise UsageError(f"{out} is a file; export to a storage directory or a .tar.gz archive")
+        if args.force:
+            warn_once(
+                DejavuConfigWarning,
+                "--force",
+                "export: --force has no effect when exporting into a directory: the selection is merged "
+                "into what it holds (it replaces only an existing .tar.gz archive)",
+            )
         report = inventory.merge_into(out, files, dry_run=args.dry_run)
         if report.problems:
             report_problems(report.problems)
