@@ -247,6 +247,23 @@ def test_a_directory_linked_elsewhere_is_seen_by_the_tuner_and_the_commands(caps
     assert not list(elsewhere.rglob("cache.json"))  # prune reached it too
 
 
+def test_a_cache_file_linked_to_a_shared_file_is_written_through_and_stays_a_link(tmp_path):
+    root, shared = tmp_path / "root", tmp_path / "shared" / "matmul.json"
+    tuner = make_tuner(custom_data_storage=root)
+    launch(tuner, 100)
+    shared.parent.mkdir()
+    tuner.cache_path().rename(shared)
+    tuner.cache_path().symlink_to(shared)
+    launch(make_tuner(custom_data_storage=root), 200)  # a new process tunes a new key
+    assert tuner.cache_path().is_symlink() and tuner.cache_path().resolve() == shared
+    assert len(json.loads(shared.read_text())["entries"]) == 2
+    bench = InstantBench()
+    later = make_tuner(bench=bench, custom_data_storage=root)
+    launch(later, 100)
+    launch(later, 200)
+    assert bench.calls == 0
+
+
 def test_a_link_loop_is_walked_once(tmp_path):
     root = tmp_path / "root"
     cache_file(root).record(entries_for([(1,)]))

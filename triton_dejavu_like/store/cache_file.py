@@ -190,8 +190,11 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old or the new file, never a mix.
 
     A new file is created with mode 0o666 minus the umask, like any file the user creates; a file
-    that is replaced keeps its permission bits.
+    that is replaced keeps its permission bits. A symbolic link is written through (links are
+    followed everywhere): the file it points to is replaced, and the link stays.
     """
+    if os.path.islink(path):
+        path = Path(os.path.realpath(path))
     tmp = path.with_name(_temp_name(path))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
