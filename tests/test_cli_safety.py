@@ -26,6 +26,7 @@ from storage_helpers import (
 from triton_dejavu_like import DejavuConfigWarning, _env
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import inventory
+from triton_dejavu_like.store.cache_file import CacheFile
 from triton_dejavu_like.tools import cli
 
 REPO = Path(__file__).parent.parent
@@ -248,17 +249,25 @@ def test_a_directory_linked_elsewhere_is_seen_by_the_tuner_and_the_commands(caps
 
 
 def test_a_cache_file_linked_to_a_shared_file_is_written_through_and_stays_a_link(tmp_path):
-    root, shared = tmp_path / "root", tmp_path / "shared" / "matmul.json"
-    tuner = make_tuner(custom_data_storage=root)
-    launch(tuner, 100)
+    """Two roots whose cache.json links to one shared file: each tuner writes into that file (under
+    its lock, which both share), the links stay, and a later process restores both keys."""
+    roots, shared = [tmp_path / "a", tmp_path / "b"], tmp_path / "shared" / "matmul.json"
+    first = make_tuner(custom_data_storage=roots[0])
+    launch(first, 100)
     shared.parent.mkdir()
-    tuner.cache_path().rename(shared)
-    tuner.cache_path().symlink_to(shared)
-    launch(make_tuner(custom_data_storage=root), 200)  # a new process tunes a new key
-    assert tuner.cache_path().is_symlink() and tuner.cache_path().resolve() == shared
+    first.cache_path().rename(shared)
+    second = make_tuner(custom_data_storage=roots[1])
+    for tuner in (first, second):
+        tuner.cache_path().parent.mkdir(parents=True, exist_ok=True)
+        tuner.cache_path().symlink_to(shared)
+    launch(make_tuner(custom_data_storage=roots[1]), 200)  # a new process tunes a new key
+    for tuner in (first, second):
+        assert tuner.cache_path().is_symlink() and tuner.cache_path().resolve() == shared
     assert len(json.loads(shared.read_text())["entries"]) == 2
+    locks = {CacheFile(tuner.cache_path(), {}).lock_path for tuner in (first, second)}
+    assert locks == {shared.with_name("matmul.json.lock")}
     bench = InstantBench()
-    later = make_tuner(bench=bench, custom_data_storage=root)
+    later = make_tuner(bench=bench, custom_data_storage=roots[0])
     launch(later, 100)
     launch(later, 200)
     assert bench.calls == 0

@@ -173,6 +173,12 @@ def read_document(path: Path, *, parameters: Collection[str] | None = None) -> D
 # --- writing -------------------------------------------------------------------------------------------
 
 
+def followed(path: Path) -> Path:
+    """``path``, or the file it links to: where a write lands and what its lock guards (links are
+    followed everywhere, so two roots whose cache files link to one file share its lock)."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else path
+
+
 def _temp_name(path: Path) -> str:
     return f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
@@ -193,8 +199,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     that is replaced keeps its permission bits. A symbolic link is written through (links are
     followed everywhere): the file it points to is replaced, and the link stays.
     """
-    if os.path.islink(path):
-        path = Path(os.path.realpath(path))
+    path = followed(path)
     tmp = path.with_name(_temp_name(path))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
@@ -315,11 +320,12 @@ class CacheFile:
 
     @property
     def lock_path(self) -> Path:
-        return self.path.with_name(self.path.name + LOCK_SUFFIX)
+        path = followed(self.path)
+        return path.with_name(path.name + LOCK_SUFFIX)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with file_lock(self.path, self.lock_timeout):
+        with file_lock(followed(self.path), self.lock_timeout):
             yield
 
     def _read(self, *, exclusive: bool) -> Document | None:
