@@ -125,7 +125,8 @@ def autotune(
     be a module-level global. ``numerical_check=True`` (None: on with ``TRITON_DEJAVU_NUMERICAL_CHECK=1``
     or any of the next arguments) rules out candidates whose outputs differ from the reference's:
     ``reference_fn(**kernel_args)`` (writes the expected outputs, or returns ``{name: tensor}``) or
-    else the first candidate that runs and writes an output. ``check_outputs`` names the output
+    else the first config listed that runs and writes an output (of the first three, run untimed before
+    the search; put a trusted config first). ``check_outputs`` names the output
     arguments (default: the tensor arguments the reference changes); ``check_rtol``/``check_atol``
     replace the dtype-aware tolerances. See docs/isolation.md.
 
