@@ -150,6 +150,22 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             MetadataRecorder(settings.metadata_key) if settings.metadata_key is not None else None
         )
 
+    # --- copies ---------------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What ``copy.copy``/``copy.deepcopy`` (of a model holding a kernel, say) take: everything
+        but the lock and what this process learnt at the first miss (the store, the benchmarker),
+        which the copy learns again at its own first miss. The decided keys are kept, as upstream's
+        ``.cache`` is."""
+        state = self.__dict__.copy()
+        state["_lock"] = None
+        state["_state"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     # --- the config list ----------------------------------------------------------------------
 
     def _platform(self) -> Platform:
