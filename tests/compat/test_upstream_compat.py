@@ -696,6 +696,37 @@ def test_heuristics_over_autotune(autotune):
     assert len(bench.timed) == 4
 
 
+# --- .cache and .configs changed after tuning --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_configs_and_cache_assigned_after_tuning_take_effect_at_the_next_launch(autotune):
+    """Code written for upstream pins a config with ``kernel.configs, kernel.cache = [config], {}``
+    (to sweep configs, compare outputs bit for bit), writes a config into ``.cache``, or clears
+    ``.cache`` to decide again: each takes effect at the next launch of a key already decided."""
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel)
+    stock = list(tuner.configs)
+    run_add(tuner)
+    assert bench.launched[-1] == 32
+    for config in stock:  # pinned, one config after the other
+        tuner.configs, tuner.cache = [config], {}
+        run_add(tuner)
+        assert bench.launched[-1] == config.kwargs["BLOCK"] == tuner.best_config.kwargs["BLOCK"]
+    tuner.configs = [stock[0]]  # one config: launched whatever .cache holds
+    run_add(tuner)
+    assert bench.launched[-1] == 16
+    tuner.configs, tuner.cache = stock, {}  # the stock list again: decided again, the same pick
+    run_add(tuner)
+    assert bench.launched[-1] == 32
+    tuner.cache[key_for(100)] = stock[3]  # a config written into .cache
+    run_add(tuner)
+    assert bench.launched[-1] == 128
+    tuner.cache.clear()
+    run_add(tuner)
+    assert bench.launched[-1] == 32 and list(tuner.cache) == [key_for(100)]
+
+
 # --- copies -------------------------------------------------------------------------------------------------
 
 
