@@ -8,6 +8,7 @@ on older ones and ours must already behave like the newest release.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -693,6 +694,61 @@ def test_heuristics_over_autotune(autotune):
     assert torch.equal(out, (x + y) * 3)
     assert tuner.best_config.kwargs == {"BLOCK": 32}
     assert len(bench.timed) == 4
+
+
+# --- .cache and .configs changed after tuning --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_configs_and_cache_assigned_after_tuning_take_effect_at_the_next_launch(autotune):
+    """Code written for upstream pins a config with ``kernel.configs, kernel.cache = [config], {}``
+    (to sweep configs, compare outputs bit for bit), writes a config into ``.cache``, or clears
+    ``.cache`` to decide again: each takes effect at the next launch of a key already decided."""
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel)
+    stock = list(tuner.configs)
+    run_add(tuner)
+    assert bench.launched[-1] == 32
+    for config in stock:  # pinned, one config after the other
+        tuner.configs, tuner.cache = [config], {}
+        run_add(tuner)
+        assert bench.launched[-1] == config.kwargs["BLOCK"] == tuner.best_config.kwargs["BLOCK"]
+    tuner.configs = [stock[0]]  # one config: launched whatever .cache holds
+    run_add(tuner)
+    assert bench.launched[-1] == 16
+    tuner.configs, tuner.cache = stock, {}  # the stock list again: decided again, the same pick
+    run_add(tuner)
+    assert bench.launched[-1] == 32
+    tuner.cache[key_for(100)] = stock[3]  # a config written into .cache
+    run_add(tuner)
+    assert bench.launched[-1] == 128
+    tuner.cache.clear()
+    run_add(tuner)
+    assert bench.launched[-1] == 32 and list(tuner.cache) == [key_for(100)]
+
+
+# --- copies -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+@pytest.mark.parametrize("autotune", both())
+def test_a_copied_tuner_launches_its_tuned_config_without_tuning_again(autotune, copier):
+    """``copy.deepcopy`` of a model or an object that holds a kernel copies the autotuner: the copy
+    keeps what was tuned (``.cache``, ``.best_config``) and launches it without benchmarking."""
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel)
+    run_add(tuner)
+    copied = copier(tuner)
+    assert isinstance(copied, UpstreamAutotuner) and copied is not tuner
+    assert list(copied.cache) == [key_for(100)]
+    assert copied.cache[key_for(100)].kwargs == {"BLOCK": 32}
+    copied_bench = copied.configs[0].pre_hook.__self__  # deepcopy copies the configs and their hooks
+    timed = len(copied_bench.timed)
+    run_add(copied)
+    assert copied.best_config.kwargs == {"BLOCK": 32}
+    assert len(copied_bench.timed) == timed  # no tuning
+    run_add(copied, 40)  # a new key tunes in the copy
+    assert key_for(40) in copied.cache and len(copied_bench.timed) == timed + len(BLOCKS)
 
 
 # --- the default config and meta-parameter conflicts -------------------------------------------------------

@@ -57,6 +57,42 @@ class _ProcessState:
     identity: dict[str, Any] | None  # the storage identity (None: not computable)
 
 
+def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``dict`` method of :class:`DecidedKeys` that calls its ``changed`` after changing it."""
+
+    def change(self: DecidedKeys, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        self._changed()
+        return result
+
+    change.__name__ = method.__name__
+    return change
+
+
+class DecidedKeys(dict):  # type: ignore[type-arg]
+    """``.cache``: upstream's ``{key tuple: Config}``. A change made to it from outside (a key set or
+    removed, the dict cleared) calls ``changed``, so that the next launch of every key reads it again:
+    code written for upstream pins a config by writing it there, or re-decides by clearing it."""
+
+    __slots__ = ("_changed",)
+
+    def __init__(self, entries: Any, changed: Callable[[], None]) -> None:
+        super().__init__(entries)
+        self._changed = changed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DecidedKeys, (dict(self), self._changed))
+
+    __setitem__ = _notifying(dict.__setitem__)
+    __delitem__ = _notifying(dict.__delitem__)
+    __ior__ = _notifying(dict.__ior__)
+    clear = _notifying(dict.clear)
+    pop = _notifying(dict.pop)
+    popitem = _notifying(dict.popitem)
+    setdefault = _notifying(dict.setdefault)
+    update = _notifying(dict.update)
+
+
 class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
     """An upstream-compatible autotuner that stores its results and restores them in later processes.
 
@@ -150,6 +186,22 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             MetadataRecorder(settings.metadata_key) if settings.metadata_key is not None else None
         )
 
+    # --- copies ---------------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What ``copy.copy``/``copy.deepcopy`` (of a model holding a kernel, say) take: everything
+        but the lock and what this process learnt at the first miss (the store, the benchmarker),
+        which the copy learns again at its own first miss. The decided keys are kept, as upstream's
+        ``.cache`` is."""
+        state = self.__dict__.copy()
+        state["_lock"] = None
+        state["_state"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     # --- the config list ----------------------------------------------------------------------
 
     def _platform(self) -> Platform:
@@ -167,7 +219,29 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
 
     @configs.setter
     def configs(self, value: Sequence[Config] | None) -> None:
+        """Upstream's attribute, also assigned after decoration (``kernel.configs = [config]`` pins a
+        config): every key is decided again at its next launch."""
         self._configs_list = list(value) if value is not None else None
+        if "_meta_names" in self.__dict__:  # not while upstream's __init__ sets it
+            self._meta_names = self._tuned_names()
+        self._forget_launches()
+
+    @property
+    def cache(self) -> dict[tuple[Any, ...], Config]:
+        """Upstream's ``{key tuple: Config}`` of the decided keys; assigning or changing it from outside
+        takes effect at the next launch, as upstream's does."""
+        return self._cache
+
+    @cache.setter
+    def cache(self, value: dict[tuple[Any, ...], Config]) -> None:
+        self._cache = DecidedKeys(value, self._forget_launches)
+        self._forget_launches()
+
+    def _forget_launches(self) -> None:
+        """Empty the hot path's table: each key's next launch looks at ``.cache`` and ``.configs``."""
+        table = self.__dict__.get("_launch")
+        if table:
+            table.clear()
 
     @property
     def config_space(self) -> ConfigSpace | None:
@@ -305,12 +379,14 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             if hit is not None:
                 return hit
             key = self._keys.key(args, kwargs)
-            config = self.cache.get(key.values)  # decided for an equal key, or filled in by the caller
+            # decided for an equal key, or filled in by the caller; upstream launches a list of one
+            # config without looking at .cache
+            config = self.cache.get(key.values) if len(self.configs) > 1 else None
             if config is None:
                 state = self._process_state()
                 outcome = self._decide(state, key, args, kwargs)
                 config = outcome.config
-                self.cache[key.values] = config
+                dict.__setitem__(self.cache, key.values, config)  # not a change from outside
                 self.last_decision = outcome.source
                 if outcome.source == "tuned":
                     self.configs_timings = outcome.configs_timings

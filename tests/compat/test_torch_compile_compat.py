@@ -1,0 +1,67 @@
+"""What torch.compile's support for user-defined Triton kernels reads from an autotuner, checked with
+torch's own code (``torch._higher_order_ops.triton_kernel_wrap`` and ``torch._inductor.ir``): a kernel
+of ours is accepted or refused as upstream's is, and yields the same configs and tensor names.
+
+Compiling such a kernel needs a GPU (torch finds no Triton device on a CPU build, and the interpreter's
+kernels are no ``JITFunction``), so only the checks and the metadata torch reads are exercised here."""
+
+from __future__ import annotations
+
+import types
+import warnings
+from typing import Any
+
+import pytest
+import triton
+from compat_helpers import UPSTREAM_RUNS, add_kernel
+
+import triton_dejavu_like as tdl
+
+functions = pytest.importorskip("torch._dynamo.variables.functions")
+inductor_ir = pytest.importorskip("torch._inductor.ir")
+
+PLAIN = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+CASES: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "reset_restore": {"reset_to_zero": ["out_ptr"], "restore_value": ["x_ptr"]},
+    "do_bench": {"do_bench": lambda call, quantiles=None: 1.0},
+    "pre_hook": {"pre_hook": lambda *args, **kwargs: None},
+    "config_pre_hook": {"configs": [triton.Config({"BLOCK": 16}, pre_hook=lambda nargs: None)]},
+}
+
+
+def torch_reads(tuner: Any) -> tuple[str, Any, list[dict[str, Any]], list[str], list[str]]:
+    """Whether torch's tracing accepts the kernel, then what Inductor reads from it."""
+    variable = types.SimpleNamespace()
+    try:
+        functions.dynamo_triton_hopifier_singleton.init_variable(variable, tuner, None, (1,))
+        verdict = "accepted"
+    except Exception as error:  # torch's Unsupported
+        verdict = f"refused: {type(error).__name__}"
+    node = types.SimpleNamespace(kernel_idx=variable.kernel_idx)
+    kernel, configs, restore, reset = inductor_ir.UserDefinedTritonKernel.get_kernel_and_metadata(node)
+    return verdict, kernel, [c.kwargs for c in configs], restore, reset
+
+
+ACCEPTED = ("plain", "reset_restore", "do_bench")
+
+
+@pytest.mark.skipif(not UPSTREAM_RUNS, reason="Triton 3.2's Autotuner asks a GPU driver for a benchmarker")
+@pytest.mark.parametrize("case", list(CASES))
+def test_torch_compile_reads_our_autotuner_as_upstreams(case):
+    options = dict(CASES[case])
+    configs = options.pop("configs", PLAIN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = torch_reads(tdl.autotune(configs=configs, key=["n"], **options)(add_kernel))
+        theirs = torch_reads(triton.autotune(configs=configs, key=["n"], **options)(add_kernel))
+    assert ours == theirs
+    assert ours[1] is add_kernel
+    assert ours[0] == ("accepted" if case in ACCEPTED else "refused: Unsupported")
+
+
+def test_torch_compile_reads_the_configs_of_a_config_space():
+    space = tdl.ConfigSpace({"BLOCK": [16, 32]}, num_warps=[1])
+    verdict, kernel, configs, _, _ = torch_reads(tdl.autotune(config_space=space, key=["n"])(add_kernel))
+    assert verdict == "accepted" and kernel is add_kernel
+    assert configs == [{"BLOCK": 16}, {"BLOCK": 32}]
