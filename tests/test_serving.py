@@ -132,6 +132,27 @@ def test_warm_up_with_tuning_then_serve_without():
     assert tuner.last_decision == "tuned" and bench.calls > calls
 
 
+def test_a_miss_during_cuda_graph_capture_is_answered_without_timing(monkeypatch):
+    """Timing a candidate synchronises, which ends a CUDA graph capture with an error: a key missed
+    while the current stream captures is answered as with tuning off (here by the nearest tuned
+    key), counted as a miss, stored nowhere, and said once; outside the capture tuning resumes."""
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    run_add(tuner, 64)  # warm-up: tuned and stored
+    calls, stored = bench.calls, tree(storage())
+    capturing = {"now": True}
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing["now"])
+    with pytest.warns(tdl.DejavuTuningWarning, match=r"add_kernel: key .* a CUDA graph is being captured"):
+        run_add(tuner, 100)
+    assert (tuner.last_decision, block(tuner)) == ("nearest", 128)
+    assert bench.calls == calls and tree(storage()) == stored
+    assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+    capturing["now"] = False
+    run_add(tuner, 5000)
+    assert tuner.last_decision == "tuned" and bench.calls > calls
+
+
 def test_tuning_blocks_nest_and_leave_in_any_order(monkeypatch):
     assert tuning_enabled()
     monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")

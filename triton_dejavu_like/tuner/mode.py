@@ -15,7 +15,9 @@ Semantics:
   removes only its own setting, in whatever order threads leave their blocks, so an outer block
   takes over again when the inner one ends.
 - Outside every block, ``TRITON_DEJAVU_READ_ONLY=1`` decides (read at each miss); unset: tuning on.
-- ``TRITON_DEJAVU_DETERMINISTIC=1`` turns tuning off whatever the switch says.
+- ``TRITON_DEJAVU_DETERMINISTIC=1`` turns tuning off whatever the switch says, and so does a CUDA
+  (HIP) graph being captured on the calling thread's current stream (:func:`graph_capturing`):
+  timing a candidate synchronises, which would end the capture with an error.
 - The switch is consulted at a miss: a key answered while tuning is off stays answered that way
   for the life of the process (it is never stored, so a later process with tuning on tunes it).
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -54,9 +57,20 @@ def tuning(enabled: bool) -> Iterator[None]:
             del _active[token]
 
 
+def graph_capturing() -> bool:
+    """Whether the calling thread's current CUDA (HIP) stream is capturing a graph (``torch.cuda.graph``,
+    a serving engine capturing its decode steps). Never initialises CUDA: False until torch has."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return bool(cuda is not None and cuda.is_initialized() and cuda.is_current_stream_capturing())
+    except Exception:  # a torch without the query, or a device that cannot answer: not capturing
+        return False
+
+
 def tuning_enabled() -> bool:
     """True when a miss may be benchmarked and its result stored now."""
-    if _env.deterministic():
+    if _env.deterministic() or graph_capturing():
         return False
     with _lock:
         if _active:

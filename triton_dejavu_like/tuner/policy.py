@@ -24,7 +24,7 @@ from ..store import StoredEntry
 from .errors import AutotuningError
 from .key import TuningKey
 from .misses import record_miss
-from .mode import tuning_enabled
+from .mode import graph_capturing, tuning_enabled
 from .nearest import nearest
 from .tuning import Outcome
 
@@ -89,17 +89,30 @@ class MissPolicy:
         """The nearest tuned key's config, else the ``fallback_heuristic``, else the first candidate
         (upstream's choice when it does not benchmark)."""
         deterministic = _env.deterministic()
-        warn_once(
-            DejavuTuningWarning,
-            self.kernel_name,
-            "%s: tuning is off (%s) and some keys are not in the store; they are answered by the "
-            "nearest tuned key, the fallback_heuristic or the first config. Tune them ahead of time "
-            "with 'python -m triton_dejavu_like tune SPEC' (set %s=FILE to record them; "
-            "'python -m triton_dejavu_like misses FILE' lists them)",
-            self.kernel_name,
-            f"{_env.DETERMINISTIC}=1" if deterministic else f"{_env.READ_ONLY} or tuning(False)",
-            _env.MISSES_FILE,
-        )
+        if graph_capturing() and not deterministic:
+            warn_once(
+                DejavuTuningWarning,
+                self.kernel_name,
+                "%s: key %r is not in the store and a CUDA graph is being captured, where candidates "
+                "cannot be timed (timing synchronises): it, and any other key missed during capture, is "
+                "answered by the nearest tuned key, the fallback_heuristic or the first config, for the "
+                "life of this process. Launch each shape once before capturing, or tune ahead of time "
+                "with 'python -m triton_dejavu_like tune SPEC'",
+                self.kernel_name,
+                key.values,
+            )
+        else:
+            warn_once(
+                DejavuTuningWarning,
+                self.kernel_name,
+                "%s: tuning is off (%s) and some keys are not in the store; they are answered by the "
+                "nearest tuned key, the fallback_heuristic or the first config. Tune them ahead of time "
+                "with 'python -m triton_dejavu_like tune SPEC' (set %s=FILE to record them; "
+                "'python -m triton_dejavu_like misses FILE' lists them)",
+                self.kernel_name,
+                f"{_env.DETERMINISTIC}=1" if deterministic else f"{_env.READ_ONLY} or tuning(False)",
+                _env.MISSES_FILE,
+            )
         found = nearest(key.values, restored.values(), candidates, self.config_id)
         if found is not None:
             entry, config = found
