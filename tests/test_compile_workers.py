@@ -374,8 +374,8 @@ def test_a_config_that_crashes_the_compiler_is_ruled_out_and_the_run_goes_on(tmp
     pytest.importorskip("triton.knobs")
     result = run_script(tmp_path, "crashing.py", CRASHING)
     crashers = {i for i in range(6) if i % 2 == 0}  # num_warps=2
-    assert result["timed"] == sorted(set(range(6)) - crashers)
-    assert {int(i) for i in result["ruled_out"]} == crashers
-    assert all("compile worker died" in reason for reason in result["ruled_out"].values())
-    assert 1 + len(crashers) <= result["pools"] <= 1 + 3 * len(crashers)
-    assert result["left"] == []
+    assert result["timed"] == sorted(set(range(6)) - crashers), result
+    assert {int(i) for i in result["ruled_out"]} == crashers, result
+    assert all("compile worker died" in reason for reason in result["ruled_out"].values()), result
+    assert 1 + len(crashers) <= result["pools"] <= 1 + 3 * len(crashers), result
+    assert result["left"] == [], result
