@@ -307,7 +307,7 @@ CRASHING = textwrap.dedent(
 
     import triton_dejavu_like as tdl
     from triton_dejavu_like import _compat
-    from triton_dejavu_like.measure.compile_pool import CallSpec, CompilePool, _token_of
+    from triton_dejavu_like.measure.compile_pool import CallSpec, CompilePool, _token_of, compiled_safely
     from triton_dejavu_like.measure.pipeline import Pipeline
     from triton_dejavu_like.search import BatchSearch, Budget, SearchSpace, make_strategy
 
@@ -352,9 +352,16 @@ CRASHING = textwrap.dedent(
             ruled_out[i] = reason
             return math.inf
 
-        pipeline = Pipeline(search, configs, measure, rule_out, lambda batch: {}, batch_size=4)
         first = fresh()
         first.start()
+        if sys.argv[1:] == ["first-compiled-safely"]:  # the numerical check's reference, before a search
+            streamed, safe = (first, call), []
+            for config in configs[:2]:  # the first crashes the compiler, the second compiles
+                compiled, streamed = compiled_safely(streamed, config)
+                safe.append([compiled, streamed[0] is first])
+            print(json.dumps({"safe": safe, "pools": len(pools)}))
+            sys.exit(0)
+        pipeline = Pipeline(search, configs, measure, rule_out, lambda batch: {}, batch_size=4)
         pipeline.run_streamed(first, call)
         for pool in pools:
             pool.shutdown(wait=True)
@@ -366,6 +373,15 @@ CRASHING = textwrap.dedent(
         }))
     """
 )
+
+
+def test_a_config_compiled_before_it_is_launched_here_cannot_crash_this_process(tmp_path):
+    # the numerical check's reference runs in the tuning process before the search: a worker compiles
+    # it first, so a config that crashes the compiler ends a worker (the pool is replaced) and is not
+    # launched here; one that compiles is launched from the disk cache, with the same pool
+    pytest.importorskip("triton.knobs")
+    result = run_script(tmp_path, "crashing.py", CRASHING, "first-compiled-safely")
+    assert result == {"safe": [[False, False], [True, False]], "pools": 2}, result
 
 
 def test_a_config_that_crashes_the_compiler_is_ruled_out_and_the_run_goes_on(tmp_path):

@@ -147,7 +147,7 @@ COMPILER_CRASH = textwrap.dedent(
     CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 512, 1024, 2048) for w in (2, 4, 8)]
 
 
-    @tdl.autotune(key=["n"], configs=CONFIGS)
+    @tdl.autotune(key=["n"], configs=CONFIGS, numerical_check=os.environ["TDL_TEST_CHECK"] == "1")
     @triton.jit
     def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -177,14 +177,18 @@ COMPILER_CRASH = textwrap.dedent(
 )
 
 
-def test_configs_that_crash_the_compiler_are_ruled_out_by_compile_workers(tmp_path):
+@pytest.mark.parametrize("check", ["0", "1"], ids=["unchecked", "numerical_check"])
+def test_configs_that_crash_the_compiler_are_ruled_out_by_compile_workers(tmp_path, check):
     # a crash in the compiler ends a compile worker, never the tuning process: the config is ruled
-    # out and the others are tuned (before, the tuning process compiled it again, and died)
+    # out and the others are tuned (before, the tuning process compiled it again, and died). The
+    # first config crashes: with the numerical check it is tried as the reference before the search,
+    # compiled by a worker first (before, this process compiled it, and died)
     report = run_script(
         tmp_path,
         "compiler_crash.py",
         COMPILER_CRASH,
         TRITON_DEJAVU_COMPILE_PROCESSES="1",
+        TDL_TEST_CHECK=check,
     )
     print(json.dumps(report, indent=1))
     assert report["ok"] and report["best"][1] != 2

@@ -49,6 +49,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -448,6 +449,33 @@ def compile_in_processes(
         pool.restart()  # forked before this kernel was registered: fork workers that know it
         pool = CompilePool.shared(device, method)
     return (pool, call) if pool is not None else None
+
+
+def replaced(pool: CompilePool) -> CompilePool:
+    """A started pool of fresh workers in place of ``pool``, which a worker's death broke."""
+    pool.restart()
+    fresh = CompilePool.shared(pool.device, pool.method) or pool
+    fresh.start()  # as the tuner starts one: forked workers after warming
+    return fresh
+
+
+def compiled_safely(
+    streamed: tuple[CompilePool, CallSpec], config: Config
+) -> tuple[bool, tuple[CompilePool, CallSpec]]:
+    """Compile ``config`` in a worker and wait for it, before this process launches it (the
+    numerical check's reference, run before the search): whether it may be launched here (it
+    compiled into Triton's disk cache, or no worker could try it and this process compiles it as it
+    would without workers), and the pool and call to go on with. A config that crashes the compiler
+    ends a worker, never this process: False, and the broken pool is replaced."""
+    pool, call = streamed
+    try:
+        failure = pool.submit(call, config).result()
+    except BrokenProcessPool:
+        return False, (replaced(pool), call)
+    except Exception as exc:  # the config cannot travel, the pool was shut down, the worker could not try
+        log.debug("compile worker did not compile %s: %s", config, exc)
+        return True, streamed
+    return failure is None, streamed
 
 
 def _in_threads(recipe: KernelRecipe, mode: str, method: str, reason: str) -> None:

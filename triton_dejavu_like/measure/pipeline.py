@@ -23,7 +23,7 @@ from typing import Any
 
 from .._compat import Config
 from .._log import log
-from .compile_pool import CallSpec, CompilePool, Unsupported
+from .compile_pool import CallSpec, CompilePool, Unsupported, replaced
 from .isolation.transfer import PackedFailure
 from .launch import Failure
 from .precompile import cancelled_on_error
@@ -104,9 +104,7 @@ class Pipeline:
         def replace(broken: CompilePool) -> None:
             nonlocal pool
             if broken is pool:  # the first sign of a break replaces the pool
-                pool.restart()
-                pool = CompilePool.shared(pool.device, pool.method) or pool
-                pool.start()  # as the tuner starts one: forked workers after warming
+                pool = replaced(pool)
 
         def submit(index: int) -> None:
             for _ in range(2):

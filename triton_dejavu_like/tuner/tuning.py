@@ -30,7 +30,7 @@ from ..measure import (
     one_line_reason,
     open_evaluator,
 )
-from ..measure.compile_pool import CallSpec, CompilePool, compile_in_processes
+from ..measure.compile_pool import CallSpec, CompilePool, compile_in_processes, compiled_safely
 from ..measure.isolation import WorkerError
 from ..measure.pipeline import Counters, Pipeline
 from ..measure.progress import progress_bar
@@ -39,6 +39,8 @@ from ..store import InvalidEntry, StoredEntry
 from .errors import AutotuningError, candidates_failed, upstream_precedence
 from .key import TuningKey
 
+#: A compile pool of worker processes and the call its workers compile candidates for.
+Streamed = tuple[CompilePool, CallSpec]
 #: How many of the best candidates an entry keeps with their timings.
 TOP_K = 5
 #: How many ruled-out candidates an entry lists with their reasons.
@@ -244,9 +246,9 @@ class TuningRun:
             self.benchmarker.compile_ahead(streamed[0].submit_job)
         try:
             with open_evaluator(self.recipe, ctx) as evaluator:
-                if reference is None:
-                    self._adopt_reference(evaluator, trial, candidates[:REFERENCE_TRIES])
-                elif not self._adopt_reference(evaluator, trial, reference):
+                tries = candidates[:REFERENCE_TRIES] if reference is None else reference
+                adopted, streamed = self._adopt_reference(evaluator, trial, tries, streamed)
+                if reference is not None and not adopted:
                     self._warn_ranks_may_disagree(len(reference))
                 search = self._search(evaluator, trial, space, streamed, warm_start)
         except TuningStopped as stop:  # the evaluator (its workers, its buffers) is closed
@@ -266,21 +268,30 @@ class TuningRun:
         entry = self._entry(key, best, trial, search, duration, candidates_hash)
         return Outcome(best, "tuned", trial.timings, duration, entry)
 
-    def _adopt_reference(self, evaluator: Evaluator, trial: Trial, configs: Sequence[Config]) -> bool:
+    def _adopt_reference(
+        self, evaluator: Evaluator, trial: Trial, configs: Sequence[Config], streamed: Streamed | None
+    ) -> tuple[bool, Streamed | None]:
         """Make the first of ``configs`` that runs and writes one of the outputs the numerical check's
         reference, so that the verdicts do not depend on the order the search measures candidates in
-        (nor, for ranks tuning together, on each rank's share). Whether one did; nothing runs without
-        the check, or with ``reference_fn``. If none writes, the first candidate measured that writes
-        becomes the reference, as without ``configs``."""
+        (nor, for ranks tuning together, on each rank's share). Whether one did, and the compile pool
+        to go on with; nothing runs without the check, or with ``reference_fn``. If none writes, the
+        first candidate measured that writes becomes the reference, as without ``configs``. With
+        compile workers, each is compiled by a worker first: one that crashes the compiler ends a
+        worker (the pool is replaced), never this process."""
         check = self.recipe.check
         if not configs or check is None or check.reference_fn is not None:
-            return True
+            return True, streamed
         name = self.recipe.kernel_name
         for config in configs:
+            if streamed is not None:
+                compiled, streamed = compiled_safely(streamed, config)
+                if not compiled:
+                    log.debug("%s: [%s] does not compile: not the reference", name, describe_config(config))
+                    continue
             try:
                 if evaluator.adopt_reference(config):
                     log.debug("%s: the numerical check's reference is [%s]", name, describe_config(config))
-                    return True
+                    return True, streamed
             except TuningStopped:  # an error no candidate escapes (a hook's): tuning ends
                 trial.stopped_at = config
                 raise
@@ -288,7 +299,7 @@ class TuningRun:
                 reason = one_line_reason(exc)
                 log.debug("%s: [%s] cannot be the reference: %s", name, describe_config(config), reason[:300])
         log.debug("%s: none of the first %d configs wrote the outputs: no reference yet", name, len(configs))
-        return False
+        return False, streamed
 
     def _warn_ranks_may_disagree(self, tried: int) -> None:
         name = self.recipe.kernel_name
@@ -307,7 +318,7 @@ class TuningRun:
         evaluator: Evaluator,
         trial: Trial,
         space: SearchSpace,
-        streamed: tuple[CompilePool, CallSpec] | None,
+        streamed: Streamed | None,
         warm_start: Sequence[int],
     ) -> BatchSearch:
         """Search the candidates with ``evaluator`` (compiled by ``streamed``'s workers, if given),
