@@ -300,7 +300,7 @@ def test_a_forked_child_neither_uses_nor_shuts_down_its_parents_compile_workers(
 
 CRASHING = textwrap.dedent(
     """
-    import json, math, multiprocessing, os, resource, sys
+    import json, math, multiprocessing, os, resource, sys, time
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -365,6 +365,9 @@ CRASHING = textwrap.dedent(
         pipeline.run_streamed(first, call)
         for pool in pools:
             pool.shutdown(wait=True)
+        deadline = time.monotonic() + 10  # a broken pool's workers may take a moment to be reaped
+        while multiprocessing.active_children() and time.monotonic() < deadline:
+            time.sleep(0.05)
         print(json.dumps({
             "timed": sorted(timed),
             "ruled_out": {str(i): r for i, r in ruled_out.items()},
