@@ -59,7 +59,6 @@ from .settings import (
 )
 from .transfer import (
     KernelRef,
-    PackedFailure,
     launch_grid,
     map_tensors,
     private_copies,
@@ -222,11 +221,11 @@ class IsolatedEvaluator(Evaluator):
             self._discard()
             raise
         if reply[0] == "error":
-            _, blob, summary, context_error = reply
+            _, packed, context_error = reply
             if context_error is not None:
                 self._discard()
                 raise CandidateCrashed(f"CUDA context lost: {context_error}")
-            raise unpack_exception(PackedFailure(blob, summary))
+            raise unpack_exception(packed)
         return reply
 
     def _ensure_worker(self) -> _Worker:
@@ -253,7 +252,7 @@ class IsolatedEvaluator(Evaluator):
                 reply = _not_stopped(worker.call(("prepare", []), self.timeout_s, what))
                 if reply[0] == "error":
                     raise IsolationError(
-                        f"{name}: a worker could not compute the numerical reference: {reply[2]}"
+                        f"{name}: a worker could not compute the numerical reference: {reply[1].reason}"
                     )
         self.worker_starts += 1
         log.debug(
@@ -439,8 +438,8 @@ class _Worker:
 def _not_stopped(reply: tuple[Any, ...]) -> tuple[Any, ...]:
     """``reply``, unless it says that the worker stopped tuning (:class:`TuningStopped`, raised here)."""
     if reply[0] == "stopped":
-        _, what, blob, summary = reply
-        raise TuningStopped(what, PackedFailure(blob, summary).failure())
+        _, what, packed = reply
+        raise TuningStopped(what, packed.failure())
     return reply
 
 

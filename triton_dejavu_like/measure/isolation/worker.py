@@ -143,9 +143,8 @@ class _Session:
         except Exception as exc:
             self.context_error = cuda_context_error()
             if isinstance(exc, TuningStopped) and isinstance(exc.error, Exception) and not self.context_error:
-                return ("stopped", exc.what, *pack_failure(exc.error))
-            blob, summary = pack_failure(exc)
-            return ("error", blob, summary, self.context_error)
+                return ("stopped", exc.what, pack_failure(exc.error))
+            return ("error", pack_failure(exc), self.context_error)
 
 
 def worker_main(conn: Connection, inherited: Connection | None, bootstrap: Any) -> None:
