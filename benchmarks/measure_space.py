@@ -18,7 +18,10 @@ The examples' own spaces are small (attention 4 configs, RMSNorm 8), so each cas
   (65536 x 1024): the attention and RMSNorm grids on other problems;
 - ``matmul_decode`` (16x4096x4096), ``attention_long`` (1 x 32 heads, 8192 tokens, head_dim 64,
   causal) and ``rmsnorm_wide`` (2048 x 32768): three more problems, measured after the search's
-  settings were chosen.
+  settings were chosen;
+- ``matmul_deep`` (2048x2048x8192) and ``attention_d128_causal`` (4 x 16 heads, 2048 tokens, head_dim
+  128, causal): two more, measured to check a change of the search's settings on spaces it was not
+  chosen on.
 
 Every config is compiled first, in ``--jobs`` worker processes sharing one fresh Triton cache (the
 compile time recorded per config is its worker's ``JITFunction.warmup`` wall time, after one untimed
@@ -67,12 +70,14 @@ MATMUL_SHAPES = {
     "matmul": (4096, 4096, 4096),
     "matmul_skinny": (512, 4096, 1024),
     "matmul_decode": (16, 4096, 4096),
+    "matmul_deep": (2048, 2048, 8192),
 }
 #: Other problems for the attention and RMSNorm kernels (the plain case names use the examples'
 #: "full" size): the same grid of parameters, another space of times
 ATTENTION_SHAPES = {
     "attention_d128": {"batch": 2, "heads": 16, "seq": 4096, "head_dim": 128, "causal": False},
     "attention_long": {"batch": 1, "heads": 32, "seq": 8192, "head_dim": 64, "causal": True},
+    "attention_d128_causal": {"batch": 4, "heads": 16, "seq": 2048, "head_dim": 128, "causal": True},
 }
 RMSNORM_SHAPES = {
     "rmsnorm_tall": {"rows": 65536, "cols": 1024},
