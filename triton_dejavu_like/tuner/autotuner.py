@@ -10,34 +10,27 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .. import _compat
 from .._compat import Config
 from .._log import DejavuConfigWarning, DejavuStorageWarning, warn_once
 from ..codec import short_repr
-from ..measure import Benchmarker, KernelRecipe
+from ..measure import KernelRecipe
 from ..measure.bench import QUANTILES
 from ..measure.launch import launch_kwargs
-from ..store import (
-    Platform,
-    Store,
-    StoredEntry,
-    detect_platform,
-)
-from ..store.warm_start import MAX_FOREIGN_SEEDS
-from . import ranks
-from .config_space import ConfigSpace, platform_check_for
+from ..store import Platform, detect_platform
+from .attributes import UpstreamAttributes
+from .config_space import ConfigSpace
+from .deciding import KeyDecision, ProcessState
 from .dejavu_extras import MetadataRecorder
 from .key import NO_DTYPE, KeyPlan, Tensor, TuningKey
 from .mode import tuning_enabled
 from .policy import MissPolicy
 from .report import report
 from .settings import TunerSettings
-from .single_flight import tune_once, wait_timeout_s
 from .storage import StorageIdentity
-from .tuning import Outcome, TuningRun
+from .tuning import Outcome
 from .upstream import UpstreamSemantics
 
 #: What a hit launches with: the config, its launch kwargs, and its pre_hook (or None).
@@ -46,54 +39,7 @@ Launch = tuple[Config, dict[str, Any], Callable[..., Any] | None]
 _OPTION_NAMES = frozenset(_compat.CONFIG_FIELDS)
 
 
-@dataclass
-class _ProcessState:
-    """What a tuner learns once per process, at its first miss."""
-
-    platform: Platform
-    benchmarker: Benchmarker
-    store: Store
-    restored: dict[str, StoredEntry]
-    identity: dict[str, Any] | None  # the storage identity (None: not computable)
-
-
-def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A ``dict`` method of :class:`DecidedKeys` that calls its ``changed`` after changing it."""
-
-    def change(self: DecidedKeys, *args: Any, **kwargs: Any) -> Any:
-        result = method(self, *args, **kwargs)
-        self._changed()
-        return result
-
-    change.__name__ = method.__name__
-    return change
-
-
-class DecidedKeys(dict):  # type: ignore[type-arg]
-    """``.cache``: upstream's ``{key tuple: Config}``. A change made to it from outside (a key set or
-    removed, the dict cleared) calls ``changed``, so that the next launch of every key reads it again:
-    code written for upstream pins a config by writing it there, or re-decides by clearing it."""
-
-    __slots__ = ("_changed",)
-
-    def __init__(self, entries: Any, changed: Callable[[], None]) -> None:
-        super().__init__(entries)
-        self._changed = changed
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (DecidedKeys, (dict(self), self._changed))
-
-    __setitem__ = _notifying(dict.__setitem__)
-    __delitem__ = _notifying(dict.__delitem__)
-    __ior__ = _notifying(dict.__ior__)
-    clear = _notifying(dict.clear)
-    pop = _notifying(dict.pop)
-    popitem = _notifying(dict.popitem)
-    setdefault = _notifying(dict.setdefault)
-    update = _notifying(dict.update)
-
-
-class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
+class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.UpstreamAutotuner):
     """An upstream-compatible autotuner that stores its results and restores them in later processes.
 
     The first arguments are upstream's (``triton.runtime.autotuner.Autotuner``); ``settings`` holds
@@ -170,7 +116,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         self.last_decision: str | None = None
         self.nargs: dict[str, Any] | None = None
         self._config_ids: dict[int, tuple[Config, str]] = {}
-        self._state: _ProcessState | None = None
+        self._state: ProcessState | None = None
         self._lock = threading.RLock()
         self._launch: dict[tuple[Any, ...], Launch] = {}  # the hot path's table
         self._keys = KeyPlan(arg_names, key, ignore_dtypes=settings.ignore_dtypes)
@@ -202,58 +148,8 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
-    # --- the config list ----------------------------------------------------------------------
-
     def _platform(self) -> Platform:
         return detect_platform(_compat.is_interpreted(self.fn))
-
-    @property
-    def configs(self) -> list[Config]:
-        if self._configs_list is None and self._config_space is not None:
-            platform = self._platform()
-            listed = self._config_space.configs(platform_check_for(platform.backend, platform.capability))
-            if not listed:
-                raise ValueError(f"{self._name}: the ConfigSpace has no valid config on this platform")
-            self._configs_list = listed
-        return self._configs_list if self._configs_list is not None else []
-
-    @configs.setter
-    def configs(self, value: Sequence[Config] | None) -> None:
-        """Upstream's attribute, also assigned after decoration (``kernel.configs = [config]`` pins a
-        config): every key is decided again at its next launch."""
-        self._configs_list = list(value) if value is not None else None
-        if "_meta_names" in self.__dict__:  # not while upstream's __init__ sets it
-            self._meta_names = self._tuned_names()
-        self._forget_launches()
-
-    @property
-    def cache(self) -> dict[tuple[Any, ...], Config]:
-        """Upstream's ``{key tuple: Config}`` of the decided keys; assigning or changing it from outside
-        takes effect at the next launch, as upstream's does."""
-        return self._cache
-
-    @cache.setter
-    def cache(self, value: dict[tuple[Any, ...], Config]) -> None:
-        self._cache = DecidedKeys(value, self._forget_launches)
-        self._forget_launches()
-
-    def _forget_launches(self) -> None:
-        """Empty the hot path's table: each key's next launch looks at ``.cache`` and ``.configs``."""
-        table = self.__dict__.get("_launch")
-        if table:
-            table.clear()
-
-    @property
-    def config_space(self) -> ConfigSpace | None:
-        return self._config_space
-
-    def _tuned_names(self) -> frozenset[str]:
-        if self._config_space is not None:
-            return frozenset(self._config_space.kwargs_with_lists)
-        names: set[str] = set()
-        for config in self._configs_list or ():
-            names.update(config.kwargs)
-        return frozenset(names)
 
     @property
     def _name(self) -> str:
@@ -403,7 +299,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             self._launch[lookup] = launch
             return launch
 
-    def _process_state(self) -> _ProcessState:
+    def _process_state(self) -> ProcessState:
         if self._state is None:
             _compat.require_gpu_driver(self._name, self.fn)
             platform = self._platform()
@@ -413,11 +309,11 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
             restored = store.load(repair=tuning_enabled())
             if not restored and identity is not None:
                 self._note_dejavu_results()
-            self._state = _ProcessState(platform, benchmarker, store, restored, identity)
+            self._state = ProcessState(platform, benchmarker, store, restored, identity)
         return self._state
 
     def _decide(
-        self, state: _ProcessState, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, state: ProcessState, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome:
         nargs = dict(zip(self.arg_names, args))
         candidates = self._candidates(nargs, kwargs)
@@ -432,74 +328,28 @@ class Autotuner(UpstreamSemantics, StorageIdentity, _compat.UpstreamAutotuner):
                 short_repr(key.values),
                 key.problem,
             )
-        candidates_hash = self._configs_hash(candidates)
-        pruning = bool(self.early_config_prune or self.perf_model)
-        answer = self._policy.answer(key, candidates, candidates_hash, state.restored, pruning=pruning)
-        if isinstance(answer, Outcome):
-            return answer
-        run = TuningRun(
-            self.kernel_recipe(),
-            self.settings.strategy,
-            self.settings.budget,
-            state.benchmarker,
+        return KeyDecision(
+            self._name,
+            state,
+            key,
+            args,
+            kwargs,
+            nargs,
+            candidates,
+            self._configs_hash(candidates),
+            bool(self.early_config_prune or self.perf_model),
+            self._policy,
+            self.settings,
+            self.kernel_recipe,
             _compat.is_interpreted(self.fn),
-        )
+            self._config_id,
+            self._expose_nargs,
+        ).outcome()
 
-        def measure(subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome:
-            self.nargs = nargs
-            try:
-                warm_start = self._warm_start(state, subset)
-                return run.run(
-                    key,
-                    args,
-                    kwargs,
-                    subset,
-                    warm_start=warm_start,
-                    candidates_hash=candidates_hash,
-                    reference=reference,
-                )
-            finally:
-                self.nargs = None
-
-        def keep(outcome: Outcome) -> None:
-            if key.id is not None and outcome.entry is not None:
-                state.restored[key.id] = outcome.entry
-                state.store.record({key.id: outcome.entry})
-
-        def tune() -> Outcome:
-            outcome = measure(answer)
-            keep(outcome)
-            return outcome
-
-        def adopt(entry: StoredEntry) -> Outcome | None:
-            """A result another process (or rank) stored for this key, if it fits these candidates."""
-            found = self._policy.restored(entry, answer, candidates_hash, pruning=pruning)
-            if found is not None:
-                state.restored[key.id or ""] = entry
-            return found
-
-        meeting_place = ranks.active_store()
-        if meeting_place is not None:  # ranks that miss this key split its candidates
-            kernel = state.identity or {"kernel": self._name, "gpu": state.platform.gpu}
-            scope = [kernel, key.id or repr(key.values), candidates_hash]
-            timeout = wait_timeout_s(len(answer), state.restored)
-            return ranks.tune_together(meeting_place, scope, key, self._name, answer, measure, keep, timeout)
-        return tune_once(state.store, key, self._name, len(answer), state.restored, tune, adopt)
-
-    def _warm_start(self, state: _ProcessState, candidates: list[Config]) -> list[int]:
-        """Indices of candidates that won other stored keys, then of the winners of this kernel
-        stored for other GPUs and platforms (a few): good first guesses for a new key."""
-        if self.settings.strategy == "exhaustive":
-            return []
-        index = {self._config_id(c): i for i, c in enumerate(candidates)}
-        winners = [entry.config_id for entry in state.restored.values()]
-        winners += [cid for cid in state.store.foreign_winners() if cid in index][:MAX_FOREIGN_SEEDS]
-        seeds: list[int] = []
-        for cid in winners:
-            i = index.get(cid)
-            if i is not None and i not in seeds:
-                seeds.append(i)
-        return seeds
+    def _expose_nargs(self, nargs: dict[str, Any] | None) -> None:
+        """Upstream's ``nargs``: the arguments of the call being tuned, which hooks and
+        ``prune_configs`` read (None between tuning runs)."""
+        self.nargs = nargs
 
     # --- measuring ------------------------------------------------------------------------------------
 

@@ -1,0 +1,110 @@
+"""Upstream's ``.configs`` and ``.cache`` attributes, which code written for upstream assigns or changes
+after decoration (``kernel.configs = [config]`` to pin a config, a config written into ``.cache``, the
+dict cleared to decide again): such a change takes effect at the next launch, as upstream's does,
+because it empties the launch table of :class:`~triton_dejavu_like.tuner.autotuner.Autotuner`'s fast
+path. A ``ConfigSpace`` is listed into ``.configs`` at first use, for the platform of that process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._compat import Config
+from ..store import Platform
+from .config_space import ConfigSpace, platform_check_for
+
+
+def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``dict`` method of :class:`DecidedKeys` that calls its ``changed`` after changing it."""
+
+    def change(self: DecidedKeys, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        self._changed()
+        return result
+
+    change.__name__ = method.__name__
+    return change
+
+
+class DecidedKeys(dict):  # type: ignore[type-arg]
+    """``.cache``: upstream's ``{key tuple: Config}``. A change made to it from outside (a key set or
+    removed, the dict cleared) calls ``changed``, so that the next launch of every key reads it again:
+    code written for upstream pins a config by writing it there, or re-decides by clearing it."""
+
+    __slots__ = ("_changed",)
+
+    def __init__(self, entries: Any, changed: Callable[[], None]) -> None:
+        super().__init__(entries)
+        self._changed = changed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (DecidedKeys, (dict(self), self._changed))
+
+    __setitem__ = _notifying(dict.__setitem__)
+    __delitem__ = _notifying(dict.__delitem__)
+    __ior__ = _notifying(dict.__ior__)
+    clear = _notifying(dict.clear)
+    pop = _notifying(dict.pop)
+    popitem = _notifying(dict.popitem)
+    setdefault = _notifying(dict.setdefault)
+    update = _notifying(dict.update)
+
+
+class UpstreamAttributes:
+    """The config list and the decided keys of the tuner it is mixed into (a mixin: the tuner sets
+    ``_config_space``, ``_configs_list``, ``_meta_names`` and the launch table ``_launch``)."""
+
+    _config_space: ConfigSpace | None
+    _configs_list: list[Config] | None
+    _meta_names: frozenset[str]
+    _cache: DecidedKeys
+    _name: str
+    _platform: Callable[[], Platform]
+
+    @property
+    def configs(self) -> list[Config]:
+        if self._configs_list is None and self._config_space is not None:
+            platform = self._platform()
+            listed = self._config_space.configs(platform_check_for(platform.backend, platform.capability))
+            if not listed:
+                raise ValueError(f"{self._name}: the ConfigSpace has no valid config on this platform")
+            self._configs_list = listed
+        return self._configs_list if self._configs_list is not None else []
+
+    @configs.setter
+    def configs(self, value: Sequence[Config] | None) -> None:
+        """Upstream's attribute, also assigned after decoration (``kernel.configs = [config]`` pins a
+        config): every key is decided again at its next launch."""
+        self._configs_list = list(value) if value is not None else None
+        if "_meta_names" in self.__dict__:  # not while upstream's __init__ sets it
+            self._meta_names = self._tuned_names()
+        self._forget_launches()
+
+    @property
+    def cache(self) -> dict[tuple[Any, ...], Config]:
+        """Upstream's ``{key tuple: Config}`` of the decided keys; assigning or changing it from outside
+        takes effect at the next launch, as upstream's does."""
+        return self._cache
+
+    @cache.setter
+    def cache(self, value: dict[tuple[Any, ...], Config]) -> None:
+        self._cache = DecidedKeys(value, self._forget_launches)
+        self._forget_launches()
+
+    def _forget_launches(self) -> None:
+        """Empty the hot path's table: each key's next launch looks at ``.cache`` and ``.configs``."""
+        table = self.__dict__.get("_launch")
+        if table:
+            table.clear()
+
+    @property
+    def config_space(self) -> ConfigSpace | None:
+        return self._config_space
+
+    def _tuned_names(self) -> frozenset[str]:
+        if self._config_space is not None:
+            return frozenset(self._config_space.kwargs_with_lists)
+        names: set[str] = set()
+        for config in self._configs_list or ():
+            names.update(config.kwargs)
+        return frozenset(names)

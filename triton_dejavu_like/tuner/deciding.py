@@ -1,0 +1,136 @@
+"""Deciding a key the fast path missed: the miss policy's answer, or a tuning run (alone, under a
+single-flight lease, or split among ranks) whose result is kept in the store.
+
+:class:`KeyDecision` is what :class:`~triton_dejavu_like.tuner.autotuner.Autotuner` hands a miss to.
+It is given what it needs (the policy, the settings, the kernel recipe, the tuner's config ids)
+and never reaches back into the tuner, except through ``expose_nargs``: upstream's hooks and
+``prune_configs`` read the arguments of the call being tuned from ``tuner.nargs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._compat import Config
+from ..measure import Benchmarker, KernelRecipe
+from ..store import Platform, Store, StoredEntry
+from ..store.warm_start import MAX_FOREIGN_SEEDS
+from . import ranks
+from .key import TuningKey
+from .policy import MissPolicy
+from .settings import TunerSettings
+from .single_flight import tune_once, wait_timeout_s
+from .tuning import Outcome, TuningRun
+
+
+@dataclass
+class ProcessState:
+    """What a tuner learns once per process, at its first miss."""
+
+    platform: Platform
+    benchmarker: Benchmarker
+    store: Store
+    restored: dict[str, StoredEntry]
+    identity: dict[str, Any] | None  # the storage identity (None: not computable)
+
+
+@dataclass
+class KeyDecision:
+    """One missed key with more than one candidate, and how its tuner measures candidates."""
+
+    name: str  # the kernel's
+    state: ProcessState
+    key: TuningKey
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    nargs: dict[str, Any]  # the arguments by name
+    candidates: list[Config]  # after upstream's pruning
+    candidates_hash: str
+    pruning: bool  # early_config_prune or perf_model: the stored candidates may differ from the list
+    policy: MissPolicy
+    settings: TunerSettings
+    recipe: Callable[[], KernelRecipe]
+    interpreted: bool
+    config_id: Callable[[Config], str]
+    expose_nargs: Callable[[dict[str, Any] | None], None]
+    _tuned: list[Config] = field(init=False, default_factory=list)  # the candidates the policy left
+    _run: TuningRun | None = field(init=False, default=None)
+
+    def outcome(self) -> Outcome:
+        """The policy's answer (restored, fallback, ...), else the result of tuning: with ranks the
+        ranks that miss this key split its candidates; otherwise one process tunes it under a lease
+        and the others adopt what it stores."""
+        answer = self.policy.answer(
+            self.key, self.candidates, self.candidates_hash, self.state.restored, pruning=self.pruning
+        )
+        if isinstance(answer, Outcome):
+            return answer
+        self._tuned = answer
+        self._run = TuningRun(
+            self.recipe(),
+            self.settings.strategy,
+            self.settings.budget,
+            self.state.benchmarker,
+            self.interpreted,
+        )
+        meeting_place = ranks.active_store()
+        if meeting_place is not None:
+            kernel = self.state.identity or {"kernel": self.name, "gpu": self.state.platform.gpu}
+            scope = [kernel, self.key.id or repr(self.key.values), self.candidates_hash]
+            timeout = wait_timeout_s(len(answer), self.state.restored)
+            return ranks.tune_together(
+                meeting_place, scope, self.key, self.name, answer, self._measure, self._keep, timeout
+            )
+        return tune_once(
+            self.state.store, self.key, self.name, len(answer), self.state.restored, self._tune, self._adopt
+        )
+
+    def _measure(self, subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome:
+        assert self._run is not None
+        self.expose_nargs(self.nargs)
+        try:
+            return self._run.run(
+                self.key,
+                self.args,
+                self.kwargs,
+                subset,
+                warm_start=self._warm_start(subset),
+                candidates_hash=self.candidates_hash,
+                reference=reference,
+            )
+        finally:
+            self.expose_nargs(None)
+
+    def _keep(self, outcome: Outcome) -> None:
+        if self.key.id is not None and outcome.entry is not None:
+            self.state.restored[self.key.id] = outcome.entry
+            self.state.store.record({self.key.id: outcome.entry})
+
+    def _tune(self) -> Outcome:
+        outcome = self._measure(self._tuned)
+        self._keep(outcome)
+        return outcome
+
+    def _adopt(self, entry: StoredEntry) -> Outcome | None:
+        """A result another process (or rank) stored for this key, if it fits these candidates."""
+        found = self.policy.restored(entry, self._tuned, self.candidates_hash, pruning=self.pruning)
+        if found is not None:
+            self.state.restored[self.key.id or ""] = entry
+        return found
+
+    def _warm_start(self, candidates: list[Config]) -> list[int]:
+        """Indices of candidates that won other stored keys, then of the winners of this kernel
+        stored for other GPUs and platforms (a few): good first guesses for a new key."""
+        if self.settings.strategy == "exhaustive":
+            return []
+        index = {self.config_id(c): i for i, c in enumerate(candidates)}
+        winners = [entry.config_id for entry in self.state.restored.values()]
+        foreign = [cid for cid in self.state.store.foreign_winners() if cid in index]
+        seeds: list[int] = []
+        for cid in winners + foreign[:MAX_FOREIGN_SEEDS]:
+            i = index.get(cid)
+            if i is not None and i not in seeds:
+                seeds.append(i)
+        return seeds
