@@ -751,6 +751,31 @@ def test_a_copied_tuner_launches_its_tuned_config_without_tuning_again(autotune,
     assert key_for(40) in copied.cache and len(copied_bench.timed) == timed + len(BLOCKS)
 
 
+@pytest.mark.parametrize("autotune", both())
+def test_a_shallow_copy_launches_from_its_own_config_list_and_shares_cache(autotune):
+    """``copy.copy`` of a tuner: assigning the copy's ``.configs``/``.cache`` (pinning a config in
+    it) leaves the original launching what it decided, and a config written into the ``.cache`` the
+    two share (a shallow copy shares the dict, as upstream's copies do) is launched by both."""
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel)
+    stock = list(tuner.configs)
+    run_add(tuner)
+    copied = copy.copy(tuner)
+    copied.configs, copied.cache = [stock[0]], {}
+    run_add(copied)
+    assert bench.launched[-1] == 16
+    run_add(tuner)
+    assert bench.launched[-1] == 32 and tuner.best_config.kwargs == {"BLOCK": 32}
+    shared = copy.copy(tuner)
+    assert shared.cache is tuner.cache
+    run_add(shared)  # decided keys are launched from the copy's own table
+    shared.cache[key_for(100)] = stock[3]
+    run_add(shared)
+    assert bench.launched[-1] == 128
+    run_add(tuner)
+    assert bench.launched[-1] == 128
+
+
 # --- the default config and meta-parameter conflicts -------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ path. A ``ConfigSpace`` is listed into ``.configs`` at first use, for the platfo
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,17 +29,35 @@ def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
 
 class DecidedKeys(dict):  # type: ignore[type-arg]
     """``.cache``: upstream's ``{key tuple: Config}``. A change made to it from outside (a key set or
-    removed, the dict cleared) calls ``changed``, so that the next launch of every key reads it again:
-    code written for upstream pins a config by writing it there, or re-decides by clearing it."""
+    removed, the dict cleared) calls every listener, so that the next launch of every key reads it
+    again: code written for upstream pins a config by writing it there, or re-decides by clearing it.
+    The listeners are held weakly: a shallow copy of a tuner shares its ``.cache`` (as upstream's
+    copies do) and listens too, without keeping the copy alive."""
 
-    __slots__ = ("_changed",)
+    __slots__ = ("_listeners",)
 
-    def __init__(self, entries: Any, changed: Callable[[], None]) -> None:
+    def __init__(self, entries: Any, changed: Callable[[], None] | None = None) -> None:
         super().__init__(entries)
-        self._changed = changed
+        self._listeners: list[weakref.WeakMethod[Callable[[], None]]] = []
+        if changed is not None:
+            self.listen(changed)
+
+    def listen(self, changed: Callable[[], None]) -> None:
+        """Call ``changed`` (a bound method) after each change from outside, while its object lives."""
+        self._listeners.append(weakref.WeakMethod(changed))
+
+    def _changed(self) -> None:
+        alive = []
+        for ref in self._listeners:
+            changed = ref()
+            if changed is not None:
+                changed()
+                alive.append(ref)
+        self._listeners[:] = alive
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (DecidedKeys, (dict(self), self._changed))
+        """A copy (``copy.deepcopy`` of its tuner) has no listener until its tuner listens."""
+        return (DecidedKeys, (dict(self),))
 
     __setitem__ = _notifying(dict.__setitem__)
     __delitem__ = _notifying(dict.__delitem__)

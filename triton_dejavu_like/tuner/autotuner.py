@@ -138,7 +138,9 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
         """What ``copy.copy``/``copy.deepcopy`` (of a model holding a kernel, say) take: everything
         but the lock and what this process learnt at the first miss (the store, the benchmarker),
         which the copy learns again at its own first miss. The decided keys are kept, as upstream's
-        ``.cache`` is."""
+        ``.cache`` is (``copy.copy`` shares that dict, as upstream's copies do); a copy launches from a
+        launch table of its own, so that assigning its ``.configs`` or ``.cache`` leaves the original
+        as it was."""
         state = self.__dict__.copy()
         state["_lock"] = None
         state["_state"] = None
@@ -147,6 +149,8 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
+        self._launch = dict(self._launch)
+        self._cache.listen(self._forget_launches)
 
     def _platform(self) -> Platform:
         return detect_platform(_compat.is_interpreted(self.fn))
