@@ -727,6 +727,28 @@ def test_configs_and_cache_assigned_after_tuning_take_effect_at_the_next_launch(
     assert bench.launched[-1] == 32 and list(tuner.cache) == [key_for(100)]
 
 
+@pytest.mark.parametrize("autotune", both())
+def test_configs_changed_in_place_after_tuning_take_effect_at_the_next_launch(autotune):
+    """``kernel.configs[:] = [config]`` and the list's other in-place changes: a single config left is
+    launched for every key, a new key chooses among the list as it is, a decided key keeps its config
+    while there is a choice (upstream reads the list at every launch)."""
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel)
+    stock = list(tuner.configs)
+    run_add(tuner)
+    assert bench.launched[-1] == 32
+    tuner.configs[:] = [stock[0]]
+    run_add(tuner)
+    assert bench.launched[-1] == 16 == tuner.best_config.kwargs["BLOCK"]
+    tuner.configs.extend(stock[1:])
+    run_add(tuner)
+    assert bench.launched[-1] == 32
+    del tuner.configs[:]
+    tuner.configs.append(stock[3])
+    run_add(tuner, 40)
+    assert bench.launched[-1] == 128
+
+
 # --- copies -------------------------------------------------------------------------------------------------
 
 

@@ -16,9 +16,9 @@ from .config_space import ConfigSpace, platform_check_for
 
 
 def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A ``dict`` method of :class:`DecidedKeys` that calls its ``changed`` after changing it."""
+    """A method of a :class:`_Watched` container that calls its listeners after changing it."""
 
-    def change(self: DecidedKeys, *args: Any, **kwargs: Any) -> Any:
+    def change(self: _Watched, *args: Any, **kwargs: Any) -> Any:
         result = method(self, *args, **kwargs)
         self._changed()
         return result
@@ -27,23 +27,16 @@ def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
     return change
 
 
-class DecidedKeys(dict):  # type: ignore[type-arg]
-    """``.cache``: upstream's ``{key tuple: Config}``. A change made to it from outside (a key set or
-    removed, the dict cleared) calls every listener, so that the next launch of every key reads it
-    again: code written for upstream pins a config by writing it there, or re-decides by clearing it.
-    The listeners are held weakly: a shallow copy of a tuner shares its ``.cache`` (as upstream's
-    copies do) and listens too, without keeping the copy alive."""
+class _Watched:
+    """A container that calls its listeners after a change made to it from outside. The listeners
+    are bound methods held weakly: a shallow copy of a tuner shares the container (as upstream's
+    copies share theirs) and listens too, without keeping the copy alive. A copy of the container
+    itself (``copy.deepcopy`` of its tuner) has no listener until its tuner listens."""
 
-    __slots__ = ("_listeners",)
-
-    def __init__(self, entries: Any, changed: Callable[[], None] | None = None) -> None:
-        super().__init__(entries)
-        self._listeners: list[weakref.WeakMethod[Callable[[], None]]] = []
-        if changed is not None:
-            self.listen(changed)
+    __slots__ = ()
+    _listeners: list[weakref.WeakMethod[Callable[[], None]]]
 
     def listen(self, changed: Callable[[], None]) -> None:
-        """Call ``changed`` (a bound method) after each change from outside, while its object lives."""
         self._listeners.append(weakref.WeakMethod(changed))
 
     def _changed(self) -> None:
@@ -55,8 +48,20 @@ class DecidedKeys(dict):  # type: ignore[type-arg]
                 alive.append(ref)
         self._listeners[:] = alive
 
+
+class DecidedKeys(_Watched, dict):  # type: ignore[type-arg]
+    """``.cache``: upstream's ``{key tuple: Config}``. A change made to it from outside (a key set or
+    removed, the dict cleared) empties the launch tables of the tuners that listen, so that the next
+    launch of every key reads it again: code written for upstream pins a config by writing it there,
+    or re-decides by clearing it."""
+
+    __slots__ = ("_listeners",)
+
+    def __init__(self, entries: Any = ()) -> None:
+        super().__init__(entries)
+        self._listeners = []
+
     def __reduce__(self) -> tuple[Any, ...]:
-        """A copy (``copy.deepcopy`` of its tuner) has no listener until its tuner listens."""
         return (DecidedKeys, (dict(self),))
 
     __setitem__ = _notifying(dict.__setitem__)
@@ -69,12 +74,39 @@ class DecidedKeys(dict):  # type: ignore[type-arg]
     update = _notifying(dict.update)
 
 
+class ConfigList(_Watched, list):  # type: ignore[type-arg]
+    """``.configs``: upstream's list of candidate configs. Changed in place (``kernel.configs[:] =
+    [config]``, ``.append``), it makes its tuners read it again at the next launch of every key."""
+
+    __slots__ = ("_listeners",)
+
+    def __init__(self, configs: Any = ()) -> None:
+        super().__init__(configs)
+        self._listeners = []
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ConfigList, (list(self),))
+
+    __setitem__ = _notifying(list.__setitem__)
+    __delitem__ = _notifying(list.__delitem__)
+    __iadd__ = _notifying(list.__iadd__)
+    __imul__ = _notifying(list.__imul__)
+    append = _notifying(list.append)
+    extend = _notifying(list.extend)
+    insert = _notifying(list.insert)
+    pop = _notifying(list.pop)
+    remove = _notifying(list.remove)
+    clear = _notifying(list.clear)
+    sort = _notifying(list.sort)
+    reverse = _notifying(list.reverse)
+
+
 class UpstreamAttributes:
     """The config list and the decided keys of the tuner it is mixed into (a mixin: the tuner sets
     ``_config_space``, ``_configs_list``, ``_meta_names`` and the launch table ``_launch``)."""
 
     _config_space: ConfigSpace | None
-    _configs_list: list[Config] | None
+    _configs_list: ConfigList | None
     _meta_names: frozenset[str]
     _cache: DecidedKeys
     _name: str
@@ -87,17 +119,32 @@ class UpstreamAttributes:
             listed = self._config_space.configs(platform_check_for(platform.backend, platform.capability))
             if not listed:
                 raise ValueError(f"{self._name}: the ConfigSpace has no valid config on this platform")
-            self._configs_list = listed
+            self._configs_list = self._watched_configs(listed)
         return self._configs_list if self._configs_list is not None else []
 
     @configs.setter
     def configs(self, value: Sequence[Config] | None) -> None:
         """Upstream's attribute, also assigned after decoration (``kernel.configs = [config]`` pins a
         config): every key is decided again at its next launch."""
-        self._configs_list = list(value) if value is not None else None
+        self._configs_list = self._watched_configs(value) if value is not None else None
+        self._configs_changed()
+
+    def _watched_configs(self, configs: Sequence[Config]) -> ConfigList:
+        watched = ConfigList(configs)
+        watched.listen(self._configs_changed)
+        return watched
+
+    def _configs_changed(self) -> None:
         if "_meta_names" in self.__dict__:  # not while upstream's __init__ sets it
             self._meta_names = self._tuned_names()
         self._forget_launches()
+
+    def _listen_again(self) -> None:
+        """A copy of the tuner (``copy.copy`` shares its containers, ``copy.deepcopy`` copies them)
+        listens to its ``.cache`` and ``.configs``."""
+        self._cache.listen(self._forget_launches)
+        if self._configs_list is not None:
+            self._configs_list.listen(self._configs_changed)
 
     @property
     def cache(self) -> dict[tuple[Any, ...], Config]:
@@ -107,7 +154,8 @@ class UpstreamAttributes:
 
     @cache.setter
     def cache(self, value: dict[tuple[Any, ...], Config]) -> None:
-        self._cache = DecidedKeys(value, self._forget_launches)
+        self._cache = DecidedKeys(value)
+        self._cache.listen(self._forget_launches)
         self._forget_launches()
 
     def _forget_launches(self) -> None:

@@ -150,7 +150,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
         self.__dict__.update(state)
         self._lock = threading.RLock()
         self._launch = dict(self._launch)
-        self._cache.listen(self._forget_launches)
+        self._listen_again()
 
     def _platform(self) -> Platform:
         return detect_platform(_compat.is_interpreted(self.fn))
@@ -280,13 +280,15 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
                 return hit
             key = self._keys.key(args, kwargs)
             # decided for an equal key, or filled in by the caller; upstream launches a list of one
-            # config without looking at .cache
-            config = self.cache.get(key.values) if len(self.configs) > 1 else None
+            # config without reading or writing .cache
+            choice = len(self.configs) > 1
+            config = self.cache.get(key.values) if choice else None
             if config is None:
                 state = self._process_state()
                 outcome = self._decide(state, key, args, kwargs)
                 config = outcome.config
-                dict.__setitem__(self.cache, key.values, config)  # not a change from outside
+                if choice:
+                    dict.__setitem__(self.cache, key.values, config)  # not a change from outside
                 self.last_decision = outcome.source
                 if outcome.source == "tuned":
                     self.configs_timings = outcome.configs_timings
