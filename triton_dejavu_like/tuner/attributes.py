@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .._compat import Config
 from ..store import Platform
@@ -27,6 +27,20 @@ def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
     return change
 
 
+_W = TypeVar("_W", bound="_Watched")
+
+
+def _notifies(*names: str) -> Callable[[type[_W]], type[_W]]:
+    """A class decorator: the methods ``names`` of the class's built-in container, notifying."""
+
+    def decorate(cls: type[_W]) -> type[_W]:
+        for name in names:
+            setattr(cls, name, _notifying(getattr(cls._plain, name)))
+        return cls
+
+    return decorate
+
+
 class _Watched:
     """A container that calls its listeners after a change made to it from outside. The listeners
     are bound methods held weakly: a shallow copy of a tuner shares the container (as upstream's
@@ -35,6 +49,14 @@ class _Watched:
 
     __slots__ = ()
     _listeners: list[weakref.WeakMethod[Callable[[], None]]]
+    _plain: type  # the built-in container it is
+
+    def __init__(self, contents: Any = ()) -> None:
+        super().__init__(contents)  # type: ignore[call-arg]
+        self._listeners = []
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._plain(self),))
 
     def listen(self, changed: Callable[[], None]) -> None:
         self._listeners.append(weakref.WeakMethod(changed))
@@ -49,6 +71,7 @@ class _Watched:
         self._listeners[:] = alive
 
 
+@_notifies("__setitem__", "__delitem__", "__ior__", "clear", "pop", "popitem", "setdefault", "update")
 class DecidedKeys(_Watched, dict):  # type: ignore[type-arg]
     """``.cache``: upstream's ``{key tuple: Config}``. A change made to it from outside (a key set or
     removed, the dict cleared) empties the launch tables of the tuners that listen, so that the next
@@ -56,49 +79,29 @@ class DecidedKeys(_Watched, dict):  # type: ignore[type-arg]
     or re-decides by clearing it."""
 
     __slots__ = ("_listeners",)
-
-    def __init__(self, entries: Any = ()) -> None:
-        super().__init__(entries)
-        self._listeners = []
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (DecidedKeys, (dict(self),))
-
-    __setitem__ = _notifying(dict.__setitem__)
-    __delitem__ = _notifying(dict.__delitem__)
-    __ior__ = _notifying(dict.__ior__)
-    clear = _notifying(dict.clear)
-    pop = _notifying(dict.pop)
-    popitem = _notifying(dict.popitem)
-    setdefault = _notifying(dict.setdefault)
-    update = _notifying(dict.update)
+    _plain = dict
 
 
+@_notifies(
+    "__setitem__",
+    "__delitem__",
+    "__iadd__",
+    "__imul__",
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
+)
 class ConfigList(_Watched, list):  # type: ignore[type-arg]
     """``.configs``: upstream's list of candidate configs. Changed in place (``kernel.configs[:] =
     [config]``, ``.append``), it makes its tuners read it again at the next launch of every key."""
 
     __slots__ = ("_listeners",)
-
-    def __init__(self, configs: Any = ()) -> None:
-        super().__init__(configs)
-        self._listeners = []
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ConfigList, (list(self),))
-
-    __setitem__ = _notifying(list.__setitem__)
-    __delitem__ = _notifying(list.__delitem__)
-    __iadd__ = _notifying(list.__iadd__)
-    __imul__ = _notifying(list.__imul__)
-    append = _notifying(list.append)
-    extend = _notifying(list.extend)
-    insert = _notifying(list.insert)
-    pop = _notifying(list.pop)
-    remove = _notifying(list.remove)
-    clear = _notifying(list.clear)
-    sort = _notifying(list.sort)
-    reverse = _notifying(list.reverse)
+    _plain = list
 
 
 class UpstreamAttributes:
