@@ -15,7 +15,11 @@ environment::
     PYTHONPATH=. python benchmarks/search_replay.py --full --no-synthetic --no-noise \\
         --strategies bayesian random --seeds 20 --batches 1 16 --save ours.json
     ktvenv/bin/python benchmarks/kernel_tuner_replay.py --seeds 20 --save kt.json
-    python benchmarks/kernel_tuner_replay.py --render kt.json --ours ours.json
+    ktvenv/bin/python benchmarks/kernel_tuner_replay.py --seeds 20 --failed-excluded \\
+        --strategies bayes_opt genetic_algorithm --save kt_failed_excluded.json
+    python benchmarks/kernel_tuner_replay.py --render kt.json kt_failed_excluded.json --ours ours.json
+
+(``--data DIR ...`` for other folders of spaces, ``--workers`` processes, 2 by default.)
 
 How a run is set up (read from Kernel Tuner 1.5.0's sources):
 
@@ -26,10 +30,16 @@ How a run is set up (read from Kernel Tuner 1.5.0's sources):
   file not ending in ``}}}`` as unclosed).
 * Candidates: the configs the file holds, failed ones included, as in ``search_replay.py``. Grid
   points absent from the file are excluded by a restriction over the parameter values (membership
-  in the file's configs). Kernel Tuner's own ``tune_cache`` instead drops failed configs from the
-  space; that is not used here, since it would give Kernel Tuner a space without failures.
+  in the file's configs). Kernel Tuner's own ``tune_cache`` drops the failed configs from the
+  space as well, which would spare Kernel Tuner the failures our strategies meet (``--failed-excluded``
+  does that, below).
 * A failed config (``"InvalidConfig"``, ``"CompilationFailedConfig"``, ``"RuntimeFailedConfig"``)
-  is answered as an error; the strategies see their invalid value (the largest float).
+  is answered as an error, whose cost is the largest float (``util.get_result_cost``). Kernel
+  Tuner's Bayesian optimisation recognises a failure only by its own invalid value, 1e20
+  (``BayesianOptimization.is_valid``), so it fits its Gaussian process to failed configs at
+  1.8e308, which can stall it (on the two convolution spaces and pnpoly its 5% runs end where its
+  2% runs do). ``--failed-excluded`` runs Kernel Tuner on the file's configs less the failed ones,
+  with the same K and scoring: it never spends an evaluation on a failure, which ours do.
 * Budget: ``strategy_options={"max_fevals": K}`` with K = ceil(share * N), N the configs in the
   file, the same K as ``Budget(max_share=share)`` gives our strategies. The simulation runner
   counts a config towards ``max_fevals`` the first time it is evaluated, failed or not; a repeated
@@ -37,7 +47,7 @@ How a run is set up (read from Kernel Tuner 1.5.0's sources):
   sides get K distinct configs, failures included.
 * Unlike ``search_replay.py``, whose 2% figure is the prefix of a run given 5%, each budget is a
   run of its own here (simulated annealing scales its schedule and Bayesian optimisation its loop
-  to ``max_fevals``), which can only favour Kernel Tuner at 2%. Kernel Tuner's Bayesian
+  to ``max_fevals``), as Kernel Tuner is meant to be used. Kernel Tuner's Bayesian
   optimisation first collects 20 valid samples (Latin hypercube, then random draws): where K <= 20
   (2% of a space of about 600 configs is 13), its run is that initial sample only.
 * Seeds: the strategies draw from ``random``'s and NumPy's global generators, both seeded with the
@@ -49,7 +59,14 @@ How a run is set up (read from Kernel Tuner 1.5.0's sources):
   Both sides see mean times (run ``search_replay.py`` with ``--no-noise``); the simulation replays
   each record's mean ``time``.
 
-Strategies are run with Kernel Tuner's default options.
+Strategies run with Kernel Tuner's default options (``NAME:OPTION=VALUE,...`` in ``--strategies``
+changes one). Two of them stop before spending ``max_fevals`` with those defaults, and the table of
+distinct configs evaluated / K says by how much: simulated annealing's schedule ends after about
+3/4 of K (its iteration count is computed from ``T_min`` alone, its temperature from ``T_min / T``),
+and the genetic algorithm after 90 generations of 26 (2,340 evaluations, repeats included, fewer
+distinct configs than K on the spaces of several thousand). ``genetic_algorithm:maxiter=1000``
+lifts the generation cap; it may still stop short, where its count of evaluations with repeats
+reaches the size of the space.
 """
 
 from __future__ import annotations
@@ -73,7 +90,13 @@ from pathlib import Path
 from typing import Any
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "search-spaces"
-STRATEGIES = ("genetic_algorithm", "bayes_opt", "random_sample", "simulated_annealing")
+STRATEGIES = (
+    "genetic_algorithm",
+    "genetic_algorithm:maxiter=1000",
+    "bayes_opt",
+    "random_sample",
+    "simulated_annealing",
+)
 BUDGETS = (0.02, 0.05)  # shares of the space, as in search_replay.py
 HELD_IN = ("pnpoly_RTX_3090", "convolution_RTX_2080_Ti")  # search_replay.HELD_IN: settings chosen there
 PROBLEM_SIZE = (1,)  # written into each temporary cachefile and passed to tune_kernel
@@ -144,6 +167,11 @@ class Job:
     strategy: str
     seed: int
     share: float
+    failed_excluded: bool = False  # candidates: the file's configs less the failed ones
+
+    @property
+    def column(self) -> str:
+        return f"KT {self.strategy}" + (" (failed configs excluded)" if self.failed_excluded else "")
 
 
 @dataclass
@@ -174,7 +202,7 @@ def evaluation_order(job: Job, space: Space) -> list[str]:
 
     name, options = strategy_options(job.strategy)
     keys = space.doc["tune_params_keys"]
-    candidates = set(space.mean_ms)
+    candidates = {k for k, t in space.mean_ms.items() if not (job.failed_excluded and math.isinf(t))}
     random.seed(job.seed)
     np.random.seed(job.seed)
     bayes_opt.LatinHypercube = functools.partial(qmc.LatinHypercube, rng=np.random.default_rng(job.seed))
@@ -260,9 +288,7 @@ Fractions = dict[tuple[str, str], dict[float, list[float]]]
 def kt_fractions(results: Iterable[Result]) -> Fractions:
     out: Fractions = {}
     for r in results:
-        out.setdefault((r.job.space, f"KT {r.job.strategy}"), {}).setdefault(r.job.share, []).append(
-            r.fraction
-        )
+        out.setdefault((r.job.space, r.job.column), {}).setdefault(r.job.share, []).append(r.fraction)
     return out
 
 
@@ -325,9 +351,9 @@ def usage_table(results: Sequence[Result]) -> str:
     schedule that ends early); repeated configs are free and not counted."""
     used: dict[tuple[str, float], list[float]] = {}
     for r in results:
-        used.setdefault((r.job.strategy, r.job.share), []).append(r.evaluated / r.budget)
+        used.setdefault((r.job.column, r.job.share), []).append(r.evaluated / r.budget)
     strategies = sorted({s for s, _ in used})
-    header = ["KT strategy", *(f"distinct evaluated / K @{b:.0%}" for b in BUDGETS)]
+    header = ["strategy", *(f"distinct evaluated / K @{b:.0%}" for b in BUDGETS)]
     rows = [
         [s, *(f"{statistics.fmean(used[(s, b)]):.3f}" if (s, b) in used else "-" for b in BUDGETS)]
         for s in strategies
@@ -335,8 +361,10 @@ def usage_table(results: Sequence[Result]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in (header, ["---", "---:", "---:"], *rows))
 
 
-def render(kt: Path, ours: Path | None, data: Sequence[Path]) -> str:
-    results, run = load_results(kt)
+def render(kt: Sequence[Path], ours: Path | None, data: Sequence[Path]) -> str:
+    loaded = [load_results(path) for path in kt]
+    results = [r for runs, _ in loaded for r in runs]
+    run = loaded[0][1]
     fractions = kt_fractions(results)
     if ours is not None:
         fractions.update(our_fractions(ours))
@@ -364,7 +392,8 @@ def jobs_for(spaces: Sequence[Space], cachefiles: dict[str, Path], args: argpars
             if seed - args.first_seed >= seeds:
                 continue
             for strategy in args.strategies:
-                jobs += [Job(space.name, str(cachefiles[space.name]), strategy, seed, b) for b in BUDGETS]
+                path = str(cachefiles[space.name])
+                jobs += [Job(space.name, path, strategy, seed, b, args.failed_excluded) for b in BUDGETS]
     return jobs
 
 
@@ -383,7 +412,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--large-seeds", type=int, default=20, help="... get this many seeds")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--save", type=Path, help="write the runs (JSON) here")
-    parser.add_argument("--render", type=Path, help="render saved runs (--save) instead of running")
+    parser.add_argument(
+        "--failed-excluded",
+        action="store_true",
+        help="leave the failed configs out of Kernel Tuner's space (as its tune_cache does); K unchanged",
+    )
+    parser.add_argument(
+        "--render", type=Path, nargs="+", help="render saved runs (--save, one or more) instead of running"
+    )
     parser.add_argument(
         "--ours", type=Path, help="with --render: search_replay.py --save results to put beside"
     )
@@ -414,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.save:
         save_results(results, run, args.save)
-    print(render(args.save, None, args.data) if args.save else f"{len(results)} runs")
+    print(render([args.save], None, args.data) if args.save else f"{len(results)} runs")
     return 0
 
 

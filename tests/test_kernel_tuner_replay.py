@@ -115,12 +115,12 @@ def test_a_table_puts_saved_runs_of_both_sides_side_by_side(tiny, tmp_path):
         ],
     }
     (tmp_path / "ours.json").write_text(json.dumps(ours))
-    text = kt.render(tmp_path / "kt.json", tmp_path / "ours.json", [tmp_path])
+    text = kt.render([tmp_path / "kt.json"], tmp_path / "ours.json", [tmp_path])
     row = next(line for line in text.splitlines() if line.startswith("| tiny_GPU"))
     header = next(line for line in text.splitlines() if line.startswith("| space"))
     assert header == "| space | N | KT genetic_algorithm | ours bayesian b1 | ours bayesian b16 |"
     assert row == "| tiny_GPU | 5 | 0.500 / 1.000 (1) | 0.375 / 1.000 (2) | 0.375 / 1.000 (2) |"
-    assert "| genetic_algorithm | 1.000 | 1.000 |" in text
+    assert "| KT genetic_algorithm | 1.000 | 1.000 |" in text
 
 
 def test_kernel_tuner_replays_a_tiny_space(tiny, tmp_path):
@@ -128,3 +128,5 @@ def test_kernel_tuner_replays_a_tiny_space(tiny, tmp_path):
     path = kt.write_simulation_cache(tiny, tmp_path)
     order = kt.evaluation_order(kt.Job("tiny_GPU", str(path), "random_sample", 0, 1.0), tiny)
     assert sorted(set(order)) == sorted(tiny.mean_ms)
+    job = kt.Job("tiny_GPU", str(path), "random_sample", 0, 1.0, failed_excluded=True)
+    assert sorted(set(kt.evaluation_order(job, tiny))) == ["1,1", "1,2", "2,1", "2,2"]
