@@ -52,8 +52,12 @@ How a run is set up (read from Kernel Tuner 1.5.0's sources):
   (2% of a space of about 600 configs is 13), its run is that initial sample only.
 * Seeds: the strategies draw from ``random``'s and NumPy's global generators, both seeded with the
   run's seed; the Latin hypercube sampler of Bayesian optimisation otherwise draws fresh OS entropy,
-  so it is given a generator seeded the same way. A run is reproducible; seed k of a Kernel Tuner
-  strategy and seed k of ours share nothing but the number.
+  so it is given a generator seeded the same way. Seed k of a Kernel Tuner strategy and seed k of
+  ours share nothing but the number. Runs repeat exactly, except Bayesian optimisation's: its
+  default method (``multi-ultrafast``) decides when to refit its model from measured wall-clock
+  times, so a run can differ under another load (on the spaces without failures, the
+  ``--failed-excluded`` runs are repeats: at 5%, 4, 2 and 2 of 20 seeds differed on the three
+  RMSNorm spaces, moving their means by up to 0.016; the other runs repeated exactly).
 * Scoring, as ``search_replay.py``: the space's best mean time divided by the best mean time among
   the first K distinct configs evaluated (a failed config counts as not found), averaged over seeds.
   Both sides see mean times (run ``search_replay.py`` with ``--no-noise``); the simulation replays
@@ -317,12 +321,20 @@ def mean_cell(fractions: dict[float, list[float]] | None) -> str:
     return " / ".join(f"{statistics.fmean(fractions[s]):.3f}" for s in BUDGETS) + f" ({seeds})"
 
 
+def mean_with_error(samples: Sequence[Sequence[float]]) -> str:
+    """Mean over spaces of each space's mean over seeds, ± its standard error (seeds independent):
+    sqrt(sum of var_s / n_s) / number of spaces."""
+    means = [statistics.fmean(x) for x in samples]
+    var = sum(statistics.variance(x) / len(x) if len(x) > 1 else math.nan for x in samples)
+    return f"{statistics.fmean(means):.3f} ± {math.sqrt(var) / len(samples):.3f}"
+
+
 def group_mean(fractions: Fractions, spaces: Sequence[str], column: str) -> str:
     """Mean over ``spaces`` of the per-space mean fractions (only if every space has the column)."""
     cells = [fractions.get((s, column)) for s in spaces]
     if not spaces or any(c is None or any(b not in c for b in BUDGETS) for c in cells):
         return "-"
-    return " / ".join(f"{statistics.fmean(statistics.fmean(c[b]) for c in cells):.3f}" for b in BUDGETS)
+    return " / ".join(mean_with_error([c[b] for c in cells]) for b in BUDGETS)
 
 
 def comparison_table(fractions: Fractions, sizes: dict[str, int]) -> str:

@@ -121,6 +121,7 @@ def test_a_table_puts_saved_runs_of_both_sides_side_by_side(tiny, tmp_path):
     assert header == "| space | N | KT genetic_algorithm | ours bayesian b1 | ours bayesian b16 |"
     assert row == "| tiny_GPU | 5 | 0.500 / 1.000 (1) | 0.375 / 1.000 (2) | 0.375 / 1.000 (2) |"
     assert "| KT genetic_algorithm | 1.000 | 1.000 |" in text
+    assert "| **mean of 1 spaces** |  | 0.500 ± nan / 1.000 ± nan | 0.375 ± 0.125 / 1.000 ± 0.000 |" in text
 
 
 def test_kernel_tuner_replays_a_tiny_space(tiny, tmp_path):
