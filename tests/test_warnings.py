@@ -328,6 +328,24 @@ def test_isolation_arguments_without_isolation():
     ]
 
 
+def test_compile_processes_asked_for_with_isolation(monkeypatch):
+    """TRITON_DEJAVU_COMPILE_PROCESSES=1 asks for compile worker processes; with isolation each
+    isolated worker compiles the candidates it times, so the variable has no effect: said once per
+    kernel, at its first tuning."""
+    monkeypatch.setenv(_env.COMPILE_PROCESSES, "1")
+    tuner = make_tuner(use_isolated_process=True)
+    with pytest.warns(DejavuConfigWarning) as shown:
+        launch(tuner, 100)
+    said = [str(w.message) for w in shown if _env.COMPILE_PROCESSES in str(w.message)]
+    assert said == [
+        "double_kernel: TRITON_DEJAVU_COMPILE_PROCESSES=1 has no effect with isolation: each isolated "
+        "worker compiles the candidates it times"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        launch(tuner, 200)
+
+
 def test_search_budget_arguments_without_a_search_strategy():
     """Exhaustive search (neither use_random_search nor use_bo) measures every candidate: a budget
     given to it has no effect, said once at decoration."""

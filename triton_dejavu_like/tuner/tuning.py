@@ -240,6 +240,15 @@ class TuningRun:
                 argument,
                 _env.USE_ISOLATED_PROCESS,
             )
+        if isolated and _env.compile_processes() == "on":
+            warn_once(
+                DejavuConfigWarning,
+                f"{name}:{_env.COMPILE_PROCESSES}",
+                "%s: %s=1 has no effect with isolation: each isolated worker compiles the candidates "
+                "it times",
+                name,
+                _env.COMPILE_PROCESSES,
+            )
         streamed = None if isolated else compile_in_processes(self.recipe, ctx, candidates)
         if streamed is not None:
             streamed[0].start()  # the workers start while the strategy (SMAC's import) is set up
