@@ -187,7 +187,8 @@ def test_compiling_in_threads_where_processes_were_asked_for_is_reported(
     monkeypatch.setenv(_env.COMPILE_PROCESSES, processes)
     monkeypatch.setenv(_env.COMPILE_START, start)
     monkeypatch.setattr(compile_pool, "main_reimport_is_harmless", lambda: main_harmless)
-    recipe = types.SimpleNamespace(fn=add_kernel, kernel_name="add_kernel")
+    not_isolated = types.SimpleNamespace(active=lambda: False)
+    recipe = types.SimpleNamespace(fn=add_kernel, kernel_name="add_kernel", isolation=not_isolated)
     ctx = types.SimpleNamespace(interpreted=False, args=(object(),), kwargs={})
     configs = [None] * _env.PROCESS_COMPILE_MIN[start]
     with warnings.catch_warnings(record=True) as caught:

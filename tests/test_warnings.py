@@ -338,7 +338,7 @@ def test_compile_processes_asked_for_with_isolation(monkeypatch):
         launch(tuner, 100)
     said = [str(w.message) for w in shown if _env.COMPILE_PROCESSES in str(w.message)]
     assert said == [
-        "double_kernel: TRITON_DEJAVU_COMPILE_PROCESSES=1 has no effect with isolation: each isolated "
+        "double_kernel: compiling in threads despite TRITON_DEJAVU_COMPILE_PROCESSES=1: each isolated "
         "worker compiles the candidates it times"
     ]
     with warnings.catch_warnings():

@@ -421,9 +421,13 @@ def compile_in_processes(
     recipe: KernelRecipe, ctx: LaunchContext, configs: Sequence[Config]
 ) -> tuple[CompilePool, CallSpec] | None:
     """The pool and call to compile ``configs`` with, or None where processes cannot be used
-    (interpreter, an argument that cannot travel, a kernel a worker cannot import, few candidates)."""
+    (isolation, interpreter, an argument that cannot travel, a kernel a worker cannot import, few
+    candidates)."""
     mode = _env.compile_processes()
     method = _env.compile_start()
+    if recipe.isolation.active():
+        _in_threads(recipe, mode, method, "each isolated worker compiles the candidates it times")
+        return None
     few = mode == "auto" and len(configs) < _env.PROCESS_COMPILE_MIN[method]
     if ctx.interpreted or mode == "off" or few:
         return None

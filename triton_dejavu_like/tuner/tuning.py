@@ -229,7 +229,6 @@ class TuningRun:
         trial = Trial(name, candidates)
         start = time.perf_counter()
         ctx = self.recipe.context(args, kwargs, interpreted=self.interpreted, benchmarker=self.benchmarker)
-        isolated = self.recipe.isolation.active()
         for argument in self.recipe.isolation.ignored():
             warn_once(
                 DejavuConfigWarning,
@@ -240,16 +239,7 @@ class TuningRun:
                 argument,
                 _env.USE_ISOLATED_PROCESS,
             )
-        if isolated and _env.compile_processes() == "on":
-            warn_once(
-                DejavuConfigWarning,
-                f"{name}:{_env.COMPILE_PROCESSES}",
-                "%s: %s=1 has no effect with isolation: each isolated worker compiles the candidates "
-                "it times",
-                name,
-                _env.COMPILE_PROCESSES,
-            )
-        streamed = None if isolated else compile_in_processes(self.recipe, ctx, candidates)
+        streamed = compile_in_processes(self.recipe, ctx, candidates)
         if streamed is not None:
             streamed[0].start()  # the workers start while the strategy (SMAC's import) is set up
             self.benchmarker.compile_ahead(streamed[0].submit_job)
