@@ -347,7 +347,6 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
             self._policy,
             self.settings,
             self.kernel_recipe,
-            _compat.is_interpreted(self.fn),
             self._config_id,
             self._expose_nargs,
         ).outcome()

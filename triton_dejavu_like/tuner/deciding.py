@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _compat
 from .._compat import Config
 from ..measure import Benchmarker, KernelRecipe
 from ..store import Platform, Store, StoredEntry
@@ -52,7 +53,6 @@ class KeyDecision:
     policy: MissPolicy
     settings: TunerSettings
     recipe: Callable[[], KernelRecipe]
-    interpreted: bool
     config_id: Callable[[Config], str]
     expose_nargs: Callable[[dict[str, Any] | None], None]
     _tuned: list[Config] = field(init=False, default_factory=list)  # the candidates the policy left
@@ -68,12 +68,13 @@ class KeyDecision:
         if isinstance(answer, Outcome):
             return answer
         self._tuned = answer
+        recipe = self.recipe()
         self._run = TuningRun(
-            self.recipe(),
+            recipe,
             self.settings.strategy,
             self.settings.budget,
             self.state.benchmarker,
-            self.interpreted,
+            _compat.is_interpreted(recipe.fn),
         )
         meeting_place = ranks.active_store()
         if meeting_place is not None:
