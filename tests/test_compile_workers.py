@@ -163,19 +163,28 @@ def test_compile_processes_values(monkeypatch, raw, mode):
 
 
 @pytest.mark.parametrize(
-    ("processes", "start", "main_harmless", "warned"),
+    ("processes", "start", "main_harmless", "isolated", "warned"),
     [
-        ("on", "fork", True, "TRITON_DEJAVU_COMPILE_PROCESSES=1: an argument of type object"),
-        ("auto", "forkserver", False, 'TRITON_DEJAVU_COMPILE_START=forkserver: .*if __name__ == "__main__"'),
-        ("auto", "fork", True, None),  # auto chose processes: threads instead is no news
+        ("on", "fork", True, False, "TRITON_DEJAVU_COMPILE_PROCESSES=1: an argument of type object"),
+        ("on", "fork", True, True, "TRITON_DEJAVU_COMPILE_PROCESSES=1: each isolated worker compiles"),
+        (
+            "auto",
+            "forkserver",
+            False,
+            False,
+            'TRITON_DEJAVU_COMPILE_START=forkserver: .*if __name__ == "__main__"',
+        ),
+        ("auto", "forkserver", True, True, "TRITON_DEJAVU_COMPILE_START=forkserver: each isolated worker"),
+        ("auto", "fork", True, False, None),  # auto chose processes: threads instead is no news
+        ("auto", "fork", True, True, None),
     ],
 )
 def test_compiling_in_threads_where_processes_were_asked_for_is_reported(
-    monkeypatch, processes, start, main_harmless, warned
+    monkeypatch, processes, start, main_harmless, isolated, warned
 ):
     """A run that would compile in worker processes but cannot (an argument that cannot travel, a main
-    script each fork-server worker would run again) compiles in threads: said once where the
-    environment asked for processes."""
+    script each fork-server worker would run again, isolated workers that compile what they time)
+    compiles in threads: said once where the environment asked for processes."""
     import types
     import warnings
 
@@ -187,8 +196,8 @@ def test_compiling_in_threads_where_processes_were_asked_for_is_reported(
     monkeypatch.setenv(_env.COMPILE_PROCESSES, processes)
     monkeypatch.setenv(_env.COMPILE_START, start)
     monkeypatch.setattr(compile_pool, "main_reimport_is_harmless", lambda: main_harmless)
-    not_isolated = types.SimpleNamespace(active=lambda: False)
-    recipe = types.SimpleNamespace(fn=add_kernel, kernel_name="add_kernel", isolation=not_isolated)
+    isolation = types.SimpleNamespace(active=lambda: isolated)
+    recipe = types.SimpleNamespace(fn=add_kernel, kernel_name="add_kernel", isolation=isolation)
     ctx = types.SimpleNamespace(interpreted=False, args=(object(),), kwargs={})
     configs = [None] * _env.PROCESS_COMPILE_MIN[start]
     with warnings.catch_warnings(record=True) as caught:

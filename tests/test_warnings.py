@@ -267,6 +267,32 @@ def own_timer_tuner(**options):
     return tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16})], **options)(double_kernel)
 
 
+@pytest.fixture
+def as_on_a_gpu(monkeypatch):
+    """Decorating as for a kernel that is not interpreted (compiled for a GPU): the timing arguments
+    then mean what they mean there."""
+    from triton_dejavu_like import _compat
+
+    monkeypatch.setattr(_compat, "is_interpreted", lambda fn: False)
+
+
+def test_gpu_timing_arguments_under_the_interpreter():
+    """The interpreter's CPU timer takes warmup and rep only: use_cuda_graph and timing= given to a
+    kernel it runs have no effect, said once at decoration (timing= as a whole, not its fields)."""
+    options = {"use_cuda_graph": True, "warmup": 5, "timing": TimingPolicy(finalists=0, screen_ms=5.0)}
+    with pytest.warns(DejavuConfigWarning) as shown:
+        own_timer_tuner(**options)
+    assert [str(w.message) for w in shown] == [
+        "double_kernel: use_cuda_graph, timing have no effect under the interpreter (TRITON_INTERPRET=1): "
+        "candidates are timed on the CPU, with warmup and rep only"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        own_timer_tuner(**options)  # once
+        own_timer_tuner(warmup=5, rep=20)  # the CPU timer uses these
+
+
+@pytest.mark.usefixtures("as_on_a_gpu")
 @pytest.mark.parametrize(
     "options, said",
     [
@@ -295,6 +321,7 @@ def test_timing_policy_fields_that_the_other_timing_arguments_leave_unused(optio
         own_timer_tuner(**options)  # once
 
 
+@pytest.mark.usefixtures("as_on_a_gpu")
 def test_timing_policy_fields_in_use_are_not_warned_about():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DejavuConfigWarning)
@@ -328,18 +355,17 @@ def test_isolation_arguments_without_isolation():
     ]
 
 
-def test_compile_processes_asked_for_with_isolation(monkeypatch):
-    """TRITON_DEJAVU_COMPILE_PROCESSES=1 asks for compile worker processes; with isolation each
-    isolated worker compiles the candidates it times, so the variable has no effect: said once per
-    kernel, at its first tuning."""
+def test_compile_processes_asked_for_under_the_interpreter(monkeypatch):
+    """TRITON_DEJAVU_COMPILE_PROCESSES=1 asks for compile worker processes; the interpreter compiles
+    nothing, so the variable has no effect: said once per kernel, at its first tuning."""
     monkeypatch.setenv(_env.COMPILE_PROCESSES, "1")
-    tuner = make_tuner(use_isolated_process=True)
+    tuner = make_tuner()
     with pytest.warns(DejavuConfigWarning) as shown:
         launch(tuner, 100)
     said = [str(w.message) for w in shown if _env.COMPILE_PROCESSES in str(w.message)]
     assert said == [
-        "double_kernel: compiling in threads despite TRITON_DEJAVU_COMPILE_PROCESSES=1: each isolated "
-        "worker compiles the candidates it times"
+        "double_kernel: nothing is compiled despite TRITON_DEJAVU_COMPILE_PROCESSES=1: the interpreter "
+        "runs kernels without compiling them"
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error", DejavuConfigWarning)

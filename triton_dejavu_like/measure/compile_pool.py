@@ -425,11 +425,16 @@ def compile_in_processes(
     candidates)."""
     mode = _env.compile_processes()
     method = _env.compile_start()
+    if ctx.interpreted:
+        _in_threads(
+            recipe, mode, method, "the interpreter runs kernels without compiling them", "nothing is compiled"
+        )
+        return None
     if recipe.isolation.active():
         _in_threads(recipe, mode, method, "each isolated worker compiles the candidates it times")
         return None
     few = mode == "auto" and len(configs) < _env.PROCESS_COMPILE_MIN[method]
-    if ctx.interpreted or mode == "off" or few:
+    if mode == "off" or few:
         return None
     if method == "forkserver" and not main_reimport_is_harmless():
         _in_threads(
@@ -482,11 +487,13 @@ def compiled_safely(
     return failure is None, streamed
 
 
-def _in_threads(recipe: KernelRecipe, mode: str, method: str, reason: str) -> None:
-    """Say why this run compiles in threads: a warning where the environment asked for worker
-    processes (``TRITON_DEJAVU_COMPILE_PROCESSES=1``, or ``TRITON_DEJAVU_COMPILE_START=forkserver``:
-    a fork server is the default only where the platform cannot fork), a debug record where
-    ``auto`` chose forked workers."""
+def _in_threads(
+    recipe: KernelRecipe, mode: str, method: str, reason: str, instead: str = "compiling in threads"
+) -> None:
+    """Say why this run compiles in threads (or, under the interpreter, compiles nothing: ``instead``):
+    a warning where the environment asked for worker processes (``TRITON_DEJAVU_COMPILE_PROCESSES=1``,
+    or ``TRITON_DEJAVU_COMPILE_START=forkserver``: a fork server is the default only where the
+    platform cannot fork), a debug record where ``auto`` chose forked workers."""
     asked = (
         f"{_env.COMPILE_PROCESSES}=1"
         if mode == "on"
@@ -495,13 +502,14 @@ def _in_threads(recipe: KernelRecipe, mode: str, method: str, reason: str) -> No
         else None
     )
     if asked is None:
-        log.debug("%s: compiling in threads (%s)", recipe.kernel_name, reason)
+        log.debug("%s: %s (%s)", recipe.kernel_name, instead, reason)
         return
     warn_once(
         DejavuConfigWarning,
         recipe.kernel_name,
-        "%s: compiling in threads despite %s: %s",
+        "%s: %s despite %s: %s",
         recipe.kernel_name,
+        instead,
         asked,
         reason,
     )

@@ -64,6 +64,14 @@ class TimingSettings:
             return []
         return [name for name in unused if getattr(self.policy, name) != getattr(default, name)]
 
+    def ignored_by_interpreter(self) -> list[str]:
+        """The timing arguments given that the interpreter's CPU timer does not use (it takes
+        ``warmup`` and ``rep`` only). With a ``do_bench``, :meth:`overridden` names them."""
+        if self.do_bench is not None:
+            return []
+        given = {"use_cuda_graph": self.use_cuda_graph, "timing": self.policy != TimingPolicy()}
+        return [name for name, is_given in given.items() if is_given]
+
     def benchmarker(self, interpreted: bool) -> Benchmarker:
         return make_benchmarker(
             do_bench=self.do_bench,

@@ -76,7 +76,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
                 {"warmup": warmup, "rep": rep, "use_cuda_graph": use_cuda_graph, "do_bench": do_bench}
             )
         _names(arg_names, "check_outputs", settings.numerical_check.outputs)
-        _warn_ignored(_compat.python_function(fn).__name__, settings)
+        _warn_ignored(_compat.python_function(fn).__name__, settings, _compat.is_interpreted(fn))
         self.settings = settings
         self._config_space = config_space
         self._configs_list: list[Config] | None = None
@@ -403,8 +403,9 @@ def _names(arg_names: list[str], what: str, names: Sequence[str] | str | None) -
     return names
 
 
-def _warn_ignored(kernel: str, settings: TunerSettings) -> None:
-    """Arguments given that have no effect with the others: said once, at decoration."""
+def _warn_ignored(kernel: str, settings: TunerSettings, interpreted: bool) -> None:
+    """Arguments given that have no effect with the others (or under the interpreter): said once,
+    at decoration."""
     overridden = settings.timing.overridden()
     if overridden:
         warn_once(
@@ -416,7 +417,17 @@ def _warn_ignored(kernel: str, settings: TunerSettings) -> None:
             _have(overridden),
         )
     unused = settings.timing.unused_policy_fields()
-    if unused:
+    cpu_ignores = settings.timing.ignored_by_interpreter() if interpreted else []
+    if cpu_ignores:  # timing= as a whole, so not its fields again below
+        warn_once(
+            DejavuConfigWarning,
+            kernel,
+            "%s: %s no effect under the interpreter (TRITON_INTERPRET=1): candidates are timed on the "
+            "CPU, with warmup and rep only",
+            kernel,
+            _have(cpu_ignores),
+        )
+    elif unused:
         warn_once(
             DejavuConfigWarning,
             kernel,
