@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton
-from compat_helpers import Bench, add_kernel, blocks_of, key_for, run_add
+from compat_helpers import Bench, accumulate_kernel, add_kernel, blocks_of, grid, key_for, run_add
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like._log import forget_warnings
@@ -73,6 +73,29 @@ def test_dejavu_positional_order():
     run_add(tuner)
     assert pruned == [4]
     assert tuner.cache == {(100,): tuner.best_config}  # ignore_dtypes, the 23rd
+
+
+def test_hooks_written_for_dejavu_take_the_positional_arguments_by_position():
+    """triton-dejavu called ``pre_hook(args)`` and ``post_hook(args)`` with the call's positional
+    arguments, and no ``exception``: such hooks run unchanged (here a reset by position, which every
+    benchmark launch and the launch after tuning start from)."""
+    bench = Bench()
+    seen = []
+
+    def reset(args, reset_only=False):
+        args[0].zero_()
+
+    def post(args):
+        seen.append((args[-1], args["n"]))
+
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), pre_hook=reset, post_hook=post, do_bench=bench)(
+        accumulate_kernel
+    )
+    acc, x = torch.full((100,), 7.0), torch.arange(100, dtype=torch.float32)
+    tuner[grid(100)](acc, x, 100)
+    assert torch.equal(acc, x)
+    assert tuner.best_config.kwargs == {"BLOCK": 32}
+    assert seen == [(100, 100)] * len(bench.timed)
 
 
 def test_dejavu_positional_fallback_heuristic_is_twelfth(monkeypatch):

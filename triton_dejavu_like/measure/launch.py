@@ -15,6 +15,24 @@ from .bench import Benchmarker
 log = logging.getLogger(__name__)
 
 
+class HookArguments(dict):  # type: ignore[type-arg]
+    """What the tuner's hooks receive: every argument by name with the config's values, as upstream
+    passes them (``nargs["x_ptr"]``), and the call's positional arguments by position too
+    (``args[0]``), as triton-dejavu passed its hooks the tuple of them. A name is never an ``int``,
+    so the two never meet."""
+
+    __slots__ = ("_positional",)
+
+    def __init__(self, named: dict[str, Any], positional: Sequence[str]) -> None:
+        super().__init__(named)
+        self._positional = positional
+
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is int:
+            return super().__getitem__(self._positional[key])
+        return super().__getitem__(key)
+
+
 @dataclass
 class LaunchContext:
     """A kernel call being tuned: the kernel, its arguments, and the tuner's hooks and timer."""
@@ -42,7 +60,12 @@ class LaunchContext:
         launch = dict(
             self.kwargs, **launch_kwargs(config, interpreted=self.interpreted, parameters=parameters)
         )
-        return launch, {**self.nargs, **self.kwargs, **config.all_kwargs()}
+        return launch, self.hook_args(config.all_kwargs())
+
+    def hook_args(self, values: dict[str, Any]) -> HookArguments:
+        """What the tuner's hooks (and a config's ``pre_hook``) receive for a launch with ``values``
+        (a config's): the arguments by name and by position, the call's keywords, then ``values``."""
+        return HookArguments({**self.nargs, **self.kwargs, **values}, tuple(self.nargs))
 
 
 def launch_kwargs(

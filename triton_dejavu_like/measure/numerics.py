@@ -460,8 +460,7 @@ class CheckedEvaluator(Evaluator):
 
         assert self.check.reference_fn is not None
         self._tensors.restore()
-        hook_args = {**self.ctx.nargs, **self.ctx.kwargs, **self._hook_values}
-        user_call("pre_hook", self.ctx.pre_hook, hook_args, reset_only=True)
+        user_call("pre_hook", self.ctx.pre_hook, self.ctx.hook_args(self._hook_values), reset_only=True)
         self._tensors.mark_start()
         result = user_call("reference_fn", self.check.reference_fn, **self._arguments)
         if result is None:

@@ -23,7 +23,7 @@ from ..store import Platform, detect_platform
 from .attributes import UpstreamAttributes
 from .config_space import ConfigSpace
 from .deciding import KeyDecision, ProcessState
-from .dejavu_extras import MetadataRecorder
+from .dejavu_extras import MetadataRecorder, post_hook_as_called
 from .key import NO_DTYPE, KeyPlan, Tensor, TuningKey
 from .mode import tuning_enabled
 from .policy import MissPolicy
@@ -88,7 +88,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
             reset_to_zero,
             restore_value,
             pre_hook=pre_hook,
-            post_hook=post_hook,
+            post_hook=post_hook_as_called(post_hook),
             prune_configs_by=prune_configs_by,
             **_compat.upstream_init_kwargs(do_bench=self._bench_dispatch),
         )

@@ -1,4 +1,5 @@
-"""triton-dejavu's module-level extras: ``global_metadata_store``, ``jitcache`` and ``global_cache_lock``.
+"""triton-dejavu's module-level extras: ``global_metadata_store``, ``jitcache`` and ``global_cache_lock``;
+and its ``post_hook(args)``, which took no ``exception``.
 
 ``metadata_key=`` makes a tuner record its chosen config in :data:`global_metadata_store` at each
 launch, in dejavu's format (for proton's ``metadata_fn``). ``jitcache`` is accepted for code written
@@ -8,8 +9,10 @@ always goes through Triton's own path (safe on every release).
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .._compat import Config
 
@@ -83,4 +86,37 @@ def jitcache(
     return decorator
 
 
-__all__ = ["CacheLock", "MetadataRecorder", "global_cache_lock", "global_metadata_store", "jitcache"]
+def post_hook_as_called(hook: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """``hook`` as the tuner calls a ``post_hook``: ``hook(args, exception=...)``, as upstream does. A
+    hook written for triton-dejavu, which called ``post_hook(args)``, has no ``exception`` parameter:
+    it is called without one."""
+    if hook is None or _takes_exception(hook):
+        return hook
+
+    @functools.wraps(hook)
+    def without_exception(args: Any, exception: BaseException | None = None) -> Any:
+        return hook(args)
+
+    return without_exception
+
+
+def _takes_exception(hook: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(hook).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: called as upstream calls it
+        return True
+    by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD or (p.name == "exception" and p.kind in by_keyword)
+        for p in parameters
+    )
+
+
+__all__ = [
+    "CacheLock",
+    "MetadataRecorder",
+    "global_cache_lock",
+    "global_metadata_store",
+    "jitcache",
+    "post_hook_as_called",
+]

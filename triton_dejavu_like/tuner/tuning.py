@@ -263,7 +263,7 @@ class TuningRun:
                 )
         finally:
             trial.drop_error()
-        self.recipe.pre_hook({**ctx.nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
+        self.recipe.pre_hook(ctx.hook_args(best.all_kwargs()), reset_only=True)
         entry = self._entry(key, best, trial, search, duration, candidates_hash)
         return Outcome(best, "tuned", trial.timings, duration, entry)
 
