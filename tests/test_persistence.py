@@ -157,6 +157,58 @@ def test_code_version_covers_called_jit_functions_and_ignores_formatting(tmp_pat
     assert _code_version(tmp_path, "k4", body="tl.load(x_ptr + offs, mask=mask)") != base
 
 
+HEURISTICS_MODULE = """
+import triton
+import triton.language as tl
+
+import triton_dejavu_like as tdl
+
+SPLIT = {split}
+
+
+def rows_per_program(args):
+    return max(1, args["n"] // SPLIT)
+
+
+@tdl.autotune(key=["n"], configs=[triton.Config({{"BLOCK": 16}})])
+@triton.heuristics(
+    {{
+        "EVEN": {even},
+        "ROWS": rows_per_program,
+    }}
+)
+@triton.jit
+def kern(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr, ROWS: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) * ROWS)
+"""
+
+
+EVEN = 'lambda args: args["n"] % args["BLOCK"] == 0'
+
+
+@pytest.mark.parametrize(
+    ("even", "split", "same"),
+    [
+        (EVEN, 64, True),
+        (
+            'lambda args: (\n            args["n"]%args["BLOCK"]==0  # layout and comments aside\n        )',
+            64,
+            True,
+        ),
+        ('lambda args: args["n"] % 32 == 0', 64, False),  # another heuristic
+        (EVEN, 128, False),  # a value a heuristic reads
+    ],
+)
+def test_code_version_covers_the_heuristics_under_the_tuner(tmp_path, even, split, same):
+    """The meta-parameters a ``@triton.heuristics`` under the tuner sets are compiled into the kernel:
+    a result tuned under other heuristics is not restored as if it were this one's."""
+    base = load_module(tmp_path / "base.py", HEURISTICS_MODULE.format(even=EVEN, split=64))
+    other = load_module(tmp_path / "other.py", HEURISTICS_MODULE.format(even=even, split=split))
+    assert (other.kern.cache_path() == base.kern.cache_path()) is same
+    assert "code_version-" in str(base.kern.cache_path())
+
+
 JIT_OPTIONS_MODULE = """
 import triton
 import triton.language as tl

@@ -140,12 +140,14 @@ def _canonical_ast(node: Any) -> str:
     return repr(node)
 
 
-def _function_node(obj: Any, fn: Any) -> ast.FunctionDef:
+def _function_node(obj: Any, fn: Any) -> ast.AST:
     """The AST of the function, without decorators or docstring.
 
     A JITFunction keeps its source (read once when it was decorated): that is used when present,
     so only interpreted kernels pay for ``inspect.getsource``.
     """
+    if fn.__name__ == "<lambda>":
+        return _lambda_nodes(fn)
     source = getattr(obj, "src", None)
     if not isinstance(source, str):
         source = inspect.getsource(fn)
@@ -160,7 +162,19 @@ def _function_node(obj: Any, fn: Any) -> ast.FunctionDef:
     raise ValueError(f"cannot find the source of {fn.__qualname__}")
 
 
-def _names(node: ast.FunctionDef) -> tuple[list[tuple[str, ...]], set[str]]:
+def _lambda_nodes(fn: Any) -> ast.AST:
+    """The lambdas written on the line where the lambda ``fn`` starts, from its module's parsed source:
+    its code does not say which of them it is, and the text of those lines alone may not parse (a
+    lambda inside a dict literal)."""
+    lines, _ = inspect.findsource(fn)
+    line = fn.__code__.co_firstlineno
+    found = [n for n in ast.walk(ast.parse("".join(lines))) if isinstance(n, ast.Lambda) and n.lineno == line]
+    if not found:
+        raise ValueError(f"cannot find the source of the lambda on line {line}")
+    return ast.Tuple(elts=sorted(found, key=lambda n: n.col_offset), ctx=ast.Load())
+
+
+def _names(node: ast.AST) -> tuple[list[tuple[str, ...]], set[str]]:
     """In one pass over the function: the dotted names it reads, e.g. ('helper',), ('mod', 'CONST'),
     and the names that are local to it (arguments and assignment targets)."""
     chains: list[tuple[str, ...]] = []
@@ -226,11 +240,30 @@ def code_version(kernel: Any) -> str:
     It covers the function's source as an AST (so line numbers, decorators, comments, docstrings
     and formatting do not matter), the ``@jit`` arguments that change the compiled code
     (``do_not_specialize``, ``do_not_specialize_on_alignment``, ``noinline``, ``debug``), the @jit
-    functions it calls (recursively, with the methods of the ``@triton.aggregate`` classes it uses)
-    and the constexpr or scalar globals and closure values it reads. Names that resolve to triton
-    itself are covered by the Triton version in the storage path.
+    functions it calls (recursively, with the methods of the ``@triton.aggregate`` classes it uses),
+    the constexpr or scalar globals and closure values it reads, and the functions of the
+    ``@triton.heuristics`` under the tuner (the meta-parameters they set are compiled in). Names
+    that resolve to triton itself are covered by the Triton version in the storage path.
     """
-    return stable_hash(_describe_function(kernel, {}))
+    description = _describe_function(kernel, {})
+    heuristics = _compat.heuristics_under(kernel)
+    if heuristics:  # only when there are, so that the identity of a kernel without them is unchanged
+        description = {
+            "kernel": description,
+            "heuristics": [{name: _describe_heuristic(f) for name, f in h.items()} for h in heuristics],
+        }
+    return stable_hash(description)
+
+
+def _describe_heuristic(fn: Any) -> Any:
+    """A heuristic's function as a kernel's (its code, the plain values and @jit functions it reads); a
+    callable without source (a ``functools.partial``, code made by ``exec``) by its name."""
+    if inspect.isfunction(fn):
+        try:
+            return _describe_function(fn, {})
+        except (OSError, TypeError, ValueError, SyntaxError):
+            pass
+    return {"name": callable_name(fn)}
 
 
 def _describe_function(obj: Any, seen: dict[Any, str]) -> Any:
