@@ -168,10 +168,16 @@ def _lambda_nodes(fn: Any) -> ast.AST:
     lambda inside a dict literal)."""
     lines, _ = inspect.findsource(fn)
     line = fn.__code__.co_firstlineno
-    found = [n for n in ast.walk(ast.parse("".join(lines))) if isinstance(n, ast.Lambda) and n.lineno == line]
+    found = [n for n in _lambdas("".join(lines)) if n.lineno == line]
     if not found:
         raise ValueError(f"cannot find the source of the lambda on line {line}")
     return ast.Tuple(elts=sorted(found, key=lambda n: n.col_offset), ctx=ast.Load())
+
+
+@functools.lru_cache(maxsize=16)
+def _lambdas(module_source: str) -> tuple[ast.Lambda, ...]:
+    """The lambdas of a module's source, parsed once for all the heuristics written there."""
+    return tuple(n for n in ast.walk(ast.parse(module_source)) if isinstance(n, ast.Lambda))
 
 
 def _names(node: ast.AST) -> tuple[list[tuple[str, ...]], set[str]]:
