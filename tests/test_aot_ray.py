@@ -1,5 +1,6 @@
 """``tune --ray``: cases as Ray tasks on a local cluster (2 fake GPUs), results returned as cache
-file bytes and merged; a lost task is reported and a re-run completes it. Skipped without Ray."""
+file bytes and merged; a lost task is reported and a re-run completes it; the actors' warnings are
+issued once by the driver. Skipped without Ray."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ ray = pytest.importorskip("ray")
 
 from test_aot import SIZES, SPEC, statuses, stored  # noqa: E402
 
+import triton_dejavu_like as tdl  # noqa: E402
 from triton_dejavu_like.tools import cli  # noqa: E402
+
+TESTS = str(Path(__file__).parent)
 
 
 def report_of(out: str) -> dict:
@@ -116,3 +120,33 @@ def test_workers_waiting_for_a_gpu_that_is_taken_do_not_hold_the_run(
     report = report_of(capsys.readouterr().out)
     assert set(statuses(report).values()) == {"tuned"} and not report["errors"]
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == list(SIZES)
+
+
+@pytest.mark.slow
+def test_a_warning_of_both_actors_is_issued_once_by_the_driver(crash_marker, monkeypatch, capsys, tmp_path):
+    # each actor issued its own copy, which Ray printed (or not: log_to_driver) and the driver never
+    # saw as a warning: the actors return theirs with their answers and the driver issues each once
+    monkeypatch.setenv("TRITON_DEJAVU_COMPILE_THREADS", "-3")  # read by each actor as it tunes
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        f"import os, sys, time; sys.path.insert(0, {TESTS!r})\n"
+        "from pathlib import Path\n"
+        "import aot_cases, triton_dejavu_like as tdl\n"
+        f"MEETING = Path({str(meeting)!r})\n"
+        "def together(n):\n"
+        "    (MEETING / str(os.getpid())).touch()  # each case waits for the other actor's: both tune\n"
+        "    deadline = time.monotonic() + 120\n"
+        "    while len(list(MEETING.iterdir())) < 2 and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "    aot_cases.add(n)\n"
+        "CASES = [tdl.TuneCase(f'add-{n}', together, (n,)) for n in (16, 40)]\n"
+    )
+    with pytest.warns(tdl.DejavuWarning) as shown:
+        status = cli.main(["tune", str(spec), "--root", str(tmp_path / "root"), "--ray", "--json"])
+    report = report_of(capsys.readouterr().out)
+    assert status == 0 and set(statuses(report).values()) == {"tuned"}
+    assert len({case["worker"] for case in report["cases"]}) == 2  # both actors tuned
+    bad_value = [w for w in shown if "TRITON_DEJAVU_COMPILE_THREADS='-3' is not valid" in str(w.message)]
+    assert len(bad_value) == 1 and bad_value[0].category is tdl.DejavuConfigWarning

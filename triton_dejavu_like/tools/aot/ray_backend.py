@@ -10,6 +10,8 @@ target as each batch ends. An actor that dies (its process or node) loses its ba
 "lost"; a new actor takes its place while batches remain, and the other batches' results are kept.
 An actor must answer ``ready()`` within a start timeout (placed on a GPU, the SPEC loaded) or it is
 dropped with an error; with no actor left, the batches not run are reported lost: the run ends.
+The package's warnings of an actor (loading the SPEC, tuning) come back with its answers and are
+issued by the driver, once for all actors.
 The SPEC (its file or module) must be importable where the actors run: the same path on every node,
 or shipped with Ray's ``runtime_env`` (``working_dir``, ``py_modules``).
 """
@@ -20,6 +22,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _env
+from ..._log import DejavuWarning, encode_warning, reissue_warning, relay_warnings
 from ...store import inventory
 from . import merging
 from .case import load_cases
@@ -43,20 +47,27 @@ class RayUnavailable(RuntimeError):
 
 class CaseRunner:
     """A Ray actor's state: the SPEC's cases and, from its first batch on, a temporary storage root
-    seeded with ``known`` (an actor dropped before it got work leaves no directory behind)."""
+    seeded with ``known`` (an actor dropped before it got work leaves no directory behind). The
+    package's warnings are kept (:func:`~triton_dejavu_like._log.encode_warning`) and go with the
+    next answer."""
 
     def __init__(self, spec: str, known: dict[str, bytes]) -> None:
+        self._warnings: list[dict[str, Any]] = []
+        self._warnings_lock = threading.Lock()  # warnings may come from any thread of the actor
+        relay_warnings(self._keep_warning)  # also those of loading the SPEC (a kernel's decoration)
         self.cases = {case.name: case for case in load_cases(spec)}
         self.known: dict[str, bytes] | None = known
         self.root: Path | None = None
         self.where = f"ray node {os.uname().nodename} pid {os.getpid()}"
 
-    def ready(self) -> str:
-        """Answers once the actor runs (placed on a GPU, the SPEC loaded): where it runs."""
-        return self.where
+    def ready(self) -> dict[str, Any]:
+        """Answers once the actor runs (placed on a GPU, the SPEC loaded): where it runs, and the
+        warnings of loading the SPEC."""
+        return {"where": self.where, "warnings": self._take_warnings()}
 
     def run(self, names: Sequence[str]) -> dict[str, Any]:
-        """Tune ``names``; ``{"results": [CaseResult JSON], "files": {relative path: bytes}}``."""
+        """Tune ``names``; ``{"results": [CaseResult JSON], "files": {relative path: bytes},
+        "warnings": [encoded warning]}``."""
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="tdl-ray-tune-"))
             merging.seed(self.root, self.known or {})
@@ -65,11 +76,22 @@ class CaseRunner:
         results = [run_case_named(self.cases, name, root, self.where) for name in names]
         used = sorted({f for r in results for f in r.files})
         files = {f: (root / f).read_bytes() for f in used if (root / f).is_file()}
-        return {"results": [r.to_json() for r in results], "files": files}
+        return {"results": [r.to_json() for r in results], "files": files, "warnings": self._take_warnings()}
 
     def close(self) -> None:
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
+
+    def _keep_warning(
+        self, category: type[DejavuWarning], subject: str, message: str, args: tuple[Any, ...]
+    ) -> None:
+        with self._warnings_lock:
+            self._warnings.append(encode_warning(category, subject, message, args))
+
+    def _take_warnings(self) -> list[dict[str, Any]]:
+        with self._warnings_lock:
+            taken, self._warnings = self._warnings, []
+        return taken
 
 
 def run_case_named(cases: dict[str, Any], name: str, root: Path, worker: str) -> CaseResult:
@@ -200,13 +222,16 @@ class _Scheduler:
         """A worker finished starting, or failed to."""
         del self.deadlines[ref]
         try:
-            self.ray.get(ref)
+            answer = self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
             # Ray's message ends with the exception the actor's __init__ raised
             self.ray.kill(runner)
             self.errors.append(f"a Ray worker did not start: {_line(exc, -1, type(exc).__name__)}")
         else:
             self.idle.append(runner)
+            self._reissue(
+                answer.get("warnings") if isinstance(answer, dict) else None, f"ray worker {ref.hex()[:12]}"
+            )
 
     def _not_started(self, ref: Any, why: str) -> None:
         runner, _ = self.running.pop(ref)
@@ -216,13 +241,14 @@ class _Scheduler:
 
     def _answered(self, ref: Any, runner: Any, batch: list[str]) -> None:
         ray = self.ray
+        origin = f"ray worker {ref.hex()[:12]}"
         try:
             answer = ray.get(ref)
             got = [CaseResult.from_json(r) for r in answer["results"]]
             files = answer["files"]
             if not all(isinstance(k, str) and isinstance(v, bytes) for k, v in files.items()):
                 raise TypeError("the worker returned cache files that are not bytes")
-            self.problems += merging.merge_bytes(self.target, files, f"ray worker {ref.hex()[:12]}")
+            self.problems += merging.merge_bytes(self.target, files, origin)
             self.idle.append(runner)
         except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
             ray.kill(runner)
@@ -230,7 +256,14 @@ class _Scheduler:
             if self.todo:  # its GPU is free again: a fresh worker takes the next batch
                 self.start_one()
             return
+        self._reissue(answer.get("warnings"), origin)
         self._report(got)
+
+    def _reissue(self, warnings: Any, origin: str) -> None:
+        """Issue a worker's warnings here, where the user sees them: once for all workers."""
+        for warning in warnings if isinstance(warnings, list) else [warnings]:
+            if not reissue_warning(warning):
+                self.errors.append(f"{origin}: unreadable warning {str(warning)[:200]!r}")
 
     def _lose(self, names: Sequence[str], why: str) -> None:
         self._report([CaseResult(name, "lost", error=why, worker="ray") for name in names])
