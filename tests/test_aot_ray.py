@@ -1,11 +1,13 @@
 """``tune --ray``: cases as Ray tasks on a local cluster (2 fake GPUs), results returned as cache
-file bytes and merged; a lost task is reported and a re-run completes it. Skipped without Ray."""
+file bytes and merged; a lost task is reported and a re-run completes it; the actors' warnings are
+issued once by the driver; Ctrl-C keeps what busy actors stored. Skipped without Ray."""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,11 @@ ray = pytest.importorskip("ray")
 
 from test_aot import SIZES, SPEC, statuses, stored  # noqa: E402
 
+import triton_dejavu_like as tdl  # noqa: E402
 from triton_dejavu_like.tools import cli  # noqa: E402
+from triton_dejavu_like.tools.aot import command  # noqa: E402
+
+TESTS = str(Path(__file__).parent)
 
 
 def report_of(out: str) -> dict:
@@ -116,3 +122,97 @@ def test_workers_waiting_for_a_gpu_that_is_taken_do_not_hold_the_run(
     report = report_of(capsys.readouterr().out)
     assert set(statuses(report).values()) == {"tuned"} and not report["errors"]
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == list(SIZES)
+
+
+def ray_folders() -> set[Path]:
+    """The actors' temporary storage roots (the local cluster's actors share this machine's /tmp)."""
+    return set(Path(tempfile.gettempdir()).glob("tdl-ray-tune-*"))
+
+
+@pytest.mark.slow
+def test_a_warning_of_both_actors_is_issued_once_by_the_driver(crash_marker, monkeypatch, capsys, tmp_path):
+    # each actor issued its own copy, which Ray printed (or not: log_to_driver) and the driver never
+    # saw as a warning: the actors return theirs with their answers and the driver issues each once
+    monkeypatch.setenv("TRITON_DEJAVU_COMPILE_THREADS", "-3")  # read by each actor as it tunes
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        f"import os, sys, time; sys.path.insert(0, {TESTS!r})\n"
+        "from pathlib import Path\n"
+        "import aot_cases, triton_dejavu_like as tdl\n"
+        f"MEETING = Path({str(meeting)!r})\n"
+        "def together(n):\n"
+        "    (MEETING / str(os.getpid())).touch()  # each case waits for the other actor's: both tune\n"
+        "    deadline = time.monotonic() + 120\n"
+        "    while len(list(MEETING.iterdir())) < 2 and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "    aot_cases.add(n)\n"
+        "CASES = [tdl.TuneCase(f'add-{n}', together, (n,)) for n in (16, 40)]\n"
+    )
+    with pytest.warns(tdl.DejavuWarning) as shown:
+        status = cli.main(["tune", str(spec), "--root", str(tmp_path / "root"), "--ray", "--json"])
+    report = report_of(capsys.readouterr().out)
+    assert status == 0 and set(statuses(report).values()) == {"tuned"}
+    assert len({case["worker"] for case in report["cases"]}) == 2  # both actors tuned
+    bad_value = [w for w in shown if "TRITON_DEJAVU_COMPILE_THREADS='-3' is not valid" in str(w.message)]
+    assert len(bad_value) == 1 and bad_value[0].category is tdl.DejavuConfigWarning
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_what_a_busy_actor_stored_and_leaves_no_folder(crash_marker, monkeypatch, tmp_path):
+    # Ctrl-C (here: raised where the driver reports the first answer) while the other actor is in
+    # its batch's second case, which has stored its key: the busy actor was asked to close behind
+    # its batch and killed, its keys (the first case's, the half-done case's) lost with its folder
+    done_key = tmp_path / "second-key-stored"
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        f"import sys, time; sys.path.insert(0, {TESTS!r})\n"
+        "from pathlib import Path\n"
+        "import aot_cases, triton_dejavu_like as tdl\n"
+        f"MARKER = Path({str(done_key)!r})\n"
+        "def half_done():\n"
+        "    aot_cases.add(40)\n"
+        "    MARKER.touch()\n"
+        "    time.sleep(120)  # the rest of the case, never reached\n"
+        "def waits():\n"
+        "    deadline = time.monotonic() + 120\n"
+        "    while not MARKER.exists() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "CASES = [\n"
+        "    tdl.TuneCase('add-16', aot_cases.add, (16,)),\n"
+        "    tdl.TuneCase('half-done', half_done),\n"
+        "    tdl.TuneCase('waits', waits),\n"
+        "]\n"
+    )
+
+    def interrupt(progress, result):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command.Progress, "__call__", interrupt)
+    before = ray_folders()
+    root = tmp_path / "root"
+    # batches: [add-16, half-done] on one actor, [waits] on the other
+    argv = ["tune", str(spec), "--root", str(root), "--ray", "--batch-size", "2"]
+    start = time.monotonic()
+    assert cli.main(argv) == 130
+    assert time.monotonic() - start < 120  # the sleeping case was not waited for
+    assert sorted(e.key[0] for e in stored(root).get("add_kernel", [])) == [16, 40]
+    assert ray_folders() <= before
+
+
+def test_collecting_a_stopped_actors_root_returns_its_cache_files_and_removes_it(tmp_path):
+    # what the driver runs on a killed actor's node; it removes nothing but an actor's root
+    from triton_dejavu_like.tools.aot import ray_backend
+
+    root = tmp_path / f"{ray_backend.ROOT_PREFIX}killed"
+    (root / "kernel" / "platform").mkdir(parents=True)
+    (root / "kernel" / "platform" / "cache.json").write_bytes(b'{"stored": 1}')
+    (root / "kernel" / "notes.txt").write_text("not a cache file")
+    assert ray_backend.collect_root(str(root)) == {"kernel/platform/cache.json": b'{"stored": 1}'}
+    assert not root.exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with pytest.raises(ValueError, match="not a tuning worker's root"):
+        ray_backend.collect_root(str(elsewhere))
+    assert elsewhere.exists()

@@ -85,6 +85,43 @@ def warning_class(name: str) -> type[DejavuWarning]:
     return next((cls for cls in classes if cls.__name__ == name), DejavuWarning)
 
 
+def encode_warning(
+    category: type[DejavuWarning], subject: str, message: str, args: tuple[Any, ...]
+) -> dict[str, Any]:
+    """A warning handed to a :func:`relay_warnings` sender, as JSON values (its arguments as text, or
+    the whole message formatted here, if they cannot travel): what a `tune` worker sends to the
+    process the user runs, which issues it with :func:`reissue_warning`."""
+    plain = [a if a is None or isinstance(a, (str, int, float)) else str(a) for a in args]
+    try:
+        if plain:
+            message % tuple(plain)
+    except (TypeError, ValueError):
+        message, plain = message % args, []
+    return {"category": category.__name__, "subject": subject, "message": message, "args": plain}
+
+
+def reissue_warning(data: Any) -> bool:
+    """Issue a warning that :func:`encode_warning` encoded in a worker with :func:`warn_once`, here
+    where the user sees it: once for every worker that sent it (each would show its own copy of a
+    problem they share, such as a setting or a kernel's argument). False if ``data`` is not such a
+    warning (extra keys are ignored)."""
+    if not isinstance(data, dict):
+        return False
+    category, subject, text, args = (data.get(k) for k in ("category", "subject", "message", "args"))
+    if not (
+        isinstance(category, str)
+        and isinstance(subject, str)
+        and isinstance(text, str)
+        and isinstance(args, list)
+    ):
+        return False
+    try:
+        warn_once(warning_class(category), subject, text, *args)
+    except (TypeError, ValueError):  # arguments that do not fit the message
+        return False
+    return True
+
+
 def forget_warnings() -> None:
     """Warn again about problems already reported (for tests and long-lived tools)."""
     with _seen_lock:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..._log import warn_once, warning_class
+from ..._log import reissue_warning
 from ...store import inventory
 from . import merging
 from .run import CaseResult
@@ -179,21 +179,9 @@ class WorkerPool:
         return message
 
     def _warn(self, worker: _Worker, message: dict[str, Any]) -> None:
-        """Issue a worker's warning here, where the user sees it: once for all workers (each would
-        print its own copy of a problem they share, such as a setting or a kernel's argument)."""
-        category, subject, text, args = (message.get(k) for k in ("category", "subject", "message", "args"))
-        if (
-            isinstance(category, str)
-            and isinstance(subject, str)
-            and isinstance(text, str)
-            and isinstance(args, list)
-        ):
-            try:
-                warn_once(warning_class(category), subject, text, *args)
-                return
-            except (TypeError, ValueError):  # arguments that do not fit the message
-                pass
-        self.errors.append(f"{worker.slot.name}: unreadable warning {str(message)[:200]!r}")
+        """Issue a worker's warning here, where the user sees it: once for all workers."""
+        if not reissue_warning(message):
+            self.errors.append(f"{worker.slot.name}: unreadable warning {str(message)[:200]!r}")
 
     def _assign(self, worker: _Worker, pending: deque[str]) -> None:
         worker.case = pending.popleft() if pending else None

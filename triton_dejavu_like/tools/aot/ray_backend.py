@@ -10,23 +10,37 @@ target as each batch ends. An actor that dies (its process or node) loses its ba
 "lost"; a new actor takes its place while batches remain, and the other batches' results are kept.
 An actor must answer ``ready()`` within a start timeout (placed on a GPU, the SPEC loaded) or it is
 dropped with an error; with no actor left, the batches not run are reported lost: the run ends.
+The package's warnings of an actor (loading the SPEC, tuning) come back with its answers and are
+issued by the driver, once for all actors. Interrupted (Ctrl-C) or stopped by an error, the driver
+kills the actors that are running a batch, then a task on each one's node returns the cache files
+of its temporary root as bytes (merged like an answer's) and removes the root; every wait of this
+is bounded by ``STOP_TIMEOUT_S``.
 The SPEC (its file or module) must be importable where the actors run: the same path on every node,
 or shipped with Ray's ``runtime_env`` (``working_dir``, ``py_modules``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
+import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ... import _env
+from ..._log import (
+    DejavuStorageWarning,
+    DejavuWarning,
+    encode_warning,
+    reissue_warning,
+    relay_warnings,
+    warn_once,
+)
 from ...store import inventory
 from . import merging
 from .case import load_cases
@@ -35,6 +49,11 @@ from .run import CaseResult, run_case
 
 #: Seconds a Ray worker may take to start (placed on a GPU, the SPEC loaded) before it is dropped.
 START_TIMEOUT_S = 300.0
+#: Seconds the driver gives its workers, once the run ends, to close, and to busy ones (interrupted:
+#: killed) to hand over what they stored.
+STOP_TIMEOUT_S = 60.0
+#: How an actor's temporary storage root is named (in the temporary directory of its node).
+ROOT_PREFIX = "tdl-ray-tune-"
 
 
 class RayUnavailable(RuntimeError):
@@ -43,33 +62,65 @@ class RayUnavailable(RuntimeError):
 
 class CaseRunner:
     """A Ray actor's state: the SPEC's cases and, from its first batch on, a temporary storage root
-    seeded with ``known`` (an actor dropped before it got work leaves no directory behind)."""
+    seeded with ``known`` (an actor dropped before it got work leaves no directory behind; its name
+    is chosen at once, for the driver to collect it if the actor is killed in a batch). The package's
+    warnings are kept (:func:`~triton_dejavu_like._log.encode_warning`) and go with the next answer."""
 
     def __init__(self, spec: str, known: dict[str, bytes]) -> None:
+        self._warnings: list[dict[str, Any]] = []
+        self._warnings_lock = threading.Lock()  # warnings may come from any thread of the actor
+        relay_warnings(self._keep_warning)  # also those of loading the SPEC (a kernel's decoration)
         self.cases = {case.name: case for case in load_cases(spec)}
         self.known: dict[str, bytes] | None = known
-        self.root: Path | None = None
+        self.root = Path(tempfile.gettempdir()) / f"{ROOT_PREFIX}{uuid.uuid4().hex}"
         self.where = f"ray node {os.uname().nodename} pid {os.getpid()}"
 
-    def ready(self) -> str:
-        """Answers once the actor runs (placed on a GPU, the SPEC loaded): where it runs."""
-        return self.where
+    def ready(self) -> dict[str, Any]:
+        """Answers once the actor runs (placed on a GPU, the SPEC loaded): where it runs, its node
+        (Ray's id) and root, and the warnings of loading the SPEC."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        return {"where": self.where, "node": node, "root": str(self.root), "warnings": self._take_warnings()}
 
     def run(self, names: Sequence[str]) -> dict[str, Any]:
-        """Tune ``names``; ``{"results": [CaseResult JSON], "files": {relative path: bytes}}``."""
-        if self.root is None:
-            self.root = Path(tempfile.mkdtemp(prefix="tdl-ray-tune-"))
-            merging.seed(self.root, self.known or {})
-            self.known = None
+        """Tune ``names``; ``{"results": [CaseResult JSON], "files": {relative path: bytes},
+        "warnings": [encoded warning]}``."""
         root = self.root
+        if self.known is not None:
+            root.mkdir(mode=0o700)
+            merging.seed(root, self.known)
+            self.known = None
         results = [run_case_named(self.cases, name, root, self.where) for name in names]
         used = sorted({f for r in results for f in r.files})
         files = {f: (root / f).read_bytes() for f in used if (root / f).is_file()}
-        return {"results": [r.to_json() for r in results], "files": files}
+        return {"results": [r.to_json() for r in results], "files": files, "warnings": self._take_warnings()}
 
     def close(self) -> None:
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _keep_warning(
+        self, category: type[DejavuWarning], subject: str, message: str, args: tuple[Any, ...]
+    ) -> None:
+        with self._warnings_lock:
+            self._warnings.append(encode_warning(category, subject, message, args))
+
+    def _take_warnings(self) -> list[dict[str, Any]]:
+        with self._warnings_lock:
+            taken, self._warnings = self._warnings, []
+        return taken
+
+
+def collect_root(root: str) -> dict[str, bytes]:
+    """A Ray task on the node of an actor killed in a batch: the cache files its temporary ``root``
+    holds, as bytes (for the driver to validate and merge), and the root removed."""
+    path = Path(root)
+    if not path.name.startswith(ROOT_PREFIX):  # never remove anything but an actor's root
+        raise ValueError(f"not a tuning worker's root: {root}")
+    try:
+        return merging.read_tree(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def run_case_named(cases: dict[str, Any], name: str, root: Path, worker: str) -> CaseResult:
@@ -122,10 +173,7 @@ def run_on_ray(
             "the Ray cluster has no GPU, and each tuning worker needs one (did Ray detect them? "
             "`ray start --head --num-gpus N` names them)"
         )
-    actor = ray.remote(num_gpus=1, max_restarts=0, max_task_retries=0)(CaseRunner).options(
-        runtime_env={"env_vars": worker_env()}
-    )
-    scheduler = _Scheduler(ray, actor, spec, target, on_result, start_timeout_s)
+    scheduler = _Scheduler(ray, spec, target, on_result, start_timeout_s)
     scheduler.todo.extend(batches(names, batch_size))
     for _ in range(min(gpus, len(scheduler.todo))):
         scheduler.start_one()
@@ -140,30 +188,38 @@ class _Scheduler:
     """One ``run_on_ray``: starts actors, hands each started one its next batch, merges answers.
 
     ``running`` maps each awaited reference to its actor and batch; the batch is None while the
-    actor starts (the reference is its ``ready()`` call, due by ``deadlines[ref]``)."""
+    actor starts (the reference is its ``ready()`` call, due by ``deadlines[ref]``). ``homes`` maps
+    each started actor to its node and temporary root."""
 
     def __init__(
         self,
         ray: Any,
-        actor: Any,
         spec: str,
         target: Path,
         on_result: Callable[[CaseResult], None],
         start_timeout_s: float,
     ) -> None:
-        self.ray, self.actor, self.spec, self.target = ray, actor, spec, target
+        self.ray, self.spec, self.target = ray, spec, target
         self.on_result, self.start_timeout_s = on_result, start_timeout_s
+        self.runtime_env = {"env_vars": worker_env()}
+        self.actor = ray.remote(num_gpus=1, max_restarts=0, max_task_retries=0)(CaseRunner).options(
+            runtime_env=self.runtime_env
+        )
+        self.collector = ray.remote(num_cpus=0, max_retries=0)(collect_root)
         self.known = ray.put(merging.read_tree(target))
         self.todo: deque[list[str]] = deque()
+        self.actors: list[Any] = []
         self.idle: list[Any] = []
         self.running: dict[Any, tuple[Any, list[str] | None]] = {}
         self.deadlines: dict[Any, float] = {}
+        self.homes: dict[Any, tuple[str, str]] = {}
         self.results: list[CaseResult] = []
         self.problems: list[inventory.Problem] = []
         self.errors: list[str] = []
 
     def start_one(self) -> None:
         runner = self.actor.remote(self.spec, self.known)
+        self.actors.append(runner)
         ref = runner.ready.remote()
         self.running[ref] = (runner, None)
         self.deadlines[ref] = time.monotonic() + self.start_timeout_s
@@ -200,13 +256,15 @@ class _Scheduler:
         """A worker finished starting, or failed to."""
         del self.deadlines[ref]
         try:
-            self.ray.get(ref)
-        except self.ray.exceptions.RayError as exc:
+            answer = self.ray.get(ref)
+            self.homes[runner] = (answer["node"], answer["root"])
+        except (self.ray.exceptions.RayError, KeyError, TypeError) as exc:
             # Ray's message ends with the exception the actor's __init__ raised
             self.ray.kill(runner)
             self.errors.append(f"a Ray worker did not start: {_line(exc, -1, type(exc).__name__)}")
         else:
             self.idle.append(runner)
+            self._reissue(answer.get("warnings"), f"ray worker {ref.hex()[:12]}")
 
     def _not_started(self, ref: Any, why: str) -> None:
         runner, _ = self.running.pop(ref)
@@ -216,13 +274,11 @@ class _Scheduler:
 
     def _answered(self, ref: Any, runner: Any, batch: list[str]) -> None:
         ray = self.ray
+        origin = f"ray worker {ref.hex()[:12]}"
         try:
             answer = ray.get(ref)
             got = [CaseResult.from_json(r) for r in answer["results"]]
-            files = answer["files"]
-            if not all(isinstance(k, str) and isinstance(v, bytes) for k, v in files.items()):
-                raise TypeError("the worker returned cache files that are not bytes")
-            self.problems += merging.merge_bytes(self.target, files, f"ray worker {ref.hex()[:12]}")
+            self._merge(answer["files"], origin)
             self.idle.append(runner)
         except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
             ray.kill(runner)
@@ -230,7 +286,22 @@ class _Scheduler:
             if self.todo:  # its GPU is free again: a fresh worker takes the next batch
                 self.start_one()
             return
+        self._reissue(answer.get("warnings"), origin)
         self._report(got)
+
+    def _merge(self, files: Any, origin: str) -> None:
+        """Merge cache files a worker returned as bytes (validated, never unpickled)."""
+        if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, bytes) for k, v in files.items()
+        ):
+            raise TypeError("the worker returned cache files that are not bytes")
+        self.problems += merging.merge_bytes(self.target, files, origin)
+
+    def _reissue(self, warnings: Any, origin: str) -> None:
+        """Issue a worker's warnings here, where the user sees them: once for all workers."""
+        for warning in warnings if isinstance(warnings, list) else [warnings]:
+            if not reissue_warning(warning):
+                self.errors.append(f"{origin}: unreadable warning {str(warning)[:200]!r}")
 
     def _lose(self, names: Sequence[str], why: str) -> None:
         self._report([CaseResult(name, "lost", error=why, worker="ray") for name in names])
@@ -241,17 +312,62 @@ class _Scheduler:
         self.results += got
 
     def shut_down(self) -> None:
-        """Close (remove its temporary root) and kill every actor; a worker still starting may never
-        start (no GPU for it), so only one that answered is asked to close."""
+        """Close (remove its temporary root) and kill every actor, within ``STOP_TIMEOUT_S``. A
+        worker still starting may never start (no GPU for it), so only one that answered is asked to
+        close. One running a batch (the run was interrupted, or stopped by an error) is killed at
+        once, and what it stored is collected from its node and merged."""
         ray = self.ray
+        deadline = time.monotonic() + STOP_TIMEOUT_S
         starting = list(self.deadlines)
-        answered = set(ray.wait(starting, num_returns=len(starting), timeout=0)[0]) if starting else set()
-        busy = [r for ref, (r, batch) in self.running.items() if batch is not None or ref in answered]
-        for runner in [*self.idle, *busy]:
-            with contextlib.suppress(ray.exceptions.RayError):  # a lost worker has nothing to clean
-                ray.get(runner.close.remote(), timeout=60)
-        for runner in [*self.idle, *(r for r, _ in self.running.values())]:
+        answered = _wait_all(ray, starting, time.monotonic())
+        busy = {ref: r for ref, (r, batch) in self.running.items() if batch is not None}
+        closing = [r.close.remote() for r in [*self.idle, *(self.running[ref][0] for ref in answered)]]
+        self._collect(busy, deadline)
+        _wait_all(ray, closing, deadline)
+        for runner in self.actors:
             ray.kill(runner)
+
+    def _collect(self, busy: dict[Any, Any], deadline: float) -> None:
+        """Kill the actors running a batch (``ray.cancel`` does not stop a running task of a sync
+        actor: it only flags it), then merge the cache files of their roots, read and removed by a
+        task on each one's node once its process is gone (its references fail then)."""
+        if not busy:
+            return
+        ray = self.ray
+        for runner in busy.values():
+            ray.kill(runner)
+        _wait_all(ray, list(busy), deadline)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        tasks: dict[str, Any] = {}  # root -> its collecting task
+        for runner in busy.values():
+            node, root = self.homes[runner]
+            on_node = NodeAffinitySchedulingStrategy(node, soft=False)
+            tasks[root] = self.collector.options(
+                runtime_env=self.runtime_env, scheduling_strategy=on_node
+            ).remote(root)
+        done = set(_wait_all(ray, list(tasks.values()), deadline))
+        for root, ref in tasks.items():
+            try:
+                if ref not in done:
+                    raise TimeoutError(f"no answer within {STOP_TIMEOUT_S:g} s")
+                self._merge(ray.get(ref), f"ray worker {root}")
+            except (ray.exceptions.RayError, TimeoutError, TypeError) as exc:
+                warn_once(
+                    DejavuStorageWarning,
+                    root,
+                    "the keys a stopped Ray worker stored in %s on its node were not merged (%s): "
+                    "a new `tune` run tunes them again; remove the folder if it is left there",
+                    root,
+                    _line(exc, -1, type(exc).__name__),
+                )
+
+
+def _wait_all(ray: Any, refs: list[Any], deadline: float) -> list[Any]:
+    """The references of ``refs`` that are done by ``deadline`` (a ``time.monotonic()`` time)."""
+    if not refs:
+        return []
+    return ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))[0]
 
 
 def _line(exc: BaseException, which: int, empty: str) -> str:

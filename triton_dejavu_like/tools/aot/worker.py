@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ..._log import DejavuWarning, relay_warnings
+from ..._log import DejavuWarning, encode_warning, relay_warnings
 from .case import SpecError, load_cases
 from .run import run_case
 
@@ -42,24 +42,9 @@ class _Channel:
     def warning(
         self, category: type[DejavuWarning], subject: str, message: str, args: tuple[Any, ...]
     ) -> None:
-        """Send a warning to the driver, its arguments as JSON values (as text, or the whole message
-        formatted here, if they cannot travel)."""
-        plain = [a if a is None or isinstance(a, (str, int, float)) else str(a) for a in args]
-        try:
-            if plain:
-                message % tuple(plain)
-        except (TypeError, ValueError):
-            message, plain = message % args, []
+        """Send a warning to the driver (:func:`~triton_dejavu_like._log.encode_warning`)."""
         with contextlib.suppress(OSError, ValueError):  # a daemon thread's, after the worker closed it
-            self.send(
-                {
-                    "kind": "warning",
-                    "category": category.__name__,
-                    "subject": subject,
-                    "message": message,
-                    "args": plain,
-                }
-            )
+            self.send({"kind": "warning", **encode_warning(category, subject, message, args)})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
