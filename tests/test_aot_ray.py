@@ -47,23 +47,26 @@ def test_ray_tasks_tune_merge_and_a_lost_task_is_completed_by_a_rerun(crash_mark
     root = tmp_path / "root"
     marker = crash_marker
     marker.touch()
-    argv = ["tune", f"{SPEC}:cases_with_crash", "--root", str(root), "--ray", "--batch-size", "3", "--json"]
+    argv = ["tune", f"{SPEC}:cases_with_crash", "--root", str(root), "--ray", "--batch-size", "2", "--json"]
+    before = ray_folders()
 
     assert cli.main(argv) == 1
     first = report_of(capsys.readouterr().out)
-    # batches: [16, 40, 100] [crash, 200, 500] [1000]: the crashed task loses its whole batch
-    lost = {"crash", "add-200", "add-500"}
+    # batches: [16, 40] [100, crash] [200, 500] [1000]: the crashed task loses its whole batch...
+    lost = {"add-100", "crash"}
     assert statuses(first) == {
         **{f"add-{n}": "tuned" for n in SIZES if f"add-{n}" not in lost},
         **dict.fromkeys(lost, "lost"),
     }
     assert all("Ray task lost" in c["error"] for c in first["cases"] if c["status"] == "lost")
-    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == [16, 40, 100, 1000]
+    # ... but what its actor stored before the crash (n=100) is merged, and its folder removed
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == list(SIZES)
+    assert ray_folders() <= before
 
     marker.unlink()
     assert cli.main(argv) == 0
     second = report_of(capsys.readouterr().out)
-    assert {n for n, s in statuses(second).items() if s == "tuned"} == lost
+    assert {n for n, s in statuses(second).items() if s == "tuned"} == {"crash"}
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted([*SIZES, 3000])
 
 

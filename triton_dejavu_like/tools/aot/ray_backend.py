@@ -7,7 +7,8 @@ torch's and CUDA's start and its first compiles once, not once per case. An answ
 results and the bytes of the cache files the batch used: the driver parses and validates those
 bytes like any file read from disk (nothing is unpickled from a store) and merges them into the
 target as each batch ends. An actor that dies (its process or node) loses its batch, reported
-"lost"; a new actor takes its place while batches remain, and the other batches' results are kept.
+"lost"; a new actor takes its place while batches remain, and the other batches' results are kept
+(what the dead actor stored before is collected from its node at the end, as below).
 An actor must answer ``ready()`` within a start timeout (placed on a GPU, the SPEC loaded) or it is
 dropped with an error; with no actor left, the batches not run are reported lost: the run ends.
 The package's warnings of an actor (loading the SPEC, tuning) come back with its answers and are
@@ -213,6 +214,7 @@ class _Scheduler:
         self.running: dict[Any, tuple[Any, list[str] | None]] = {}
         self.deadlines: dict[Any, float] = {}
         self.homes: dict[Any, tuple[str, str]] = {}
+        self.lost: list[Any] = []  # actors whose batch failed: their roots are collected at the end
         self.results: list[CaseResult] = []
         self.problems: list[inventory.Problem] = []
         self.errors: list[str] = []
@@ -282,6 +284,7 @@ class _Scheduler:
             self.idle.append(runner)
         except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
             ray.kill(runner)
+            self.lost.append(runner)
             self._lose(batch, f"Ray task lost: {type(exc).__name__}: {_line(exc, 0, '')}")
             if self.todo:  # its GPU is free again: a fresh worker takes the next batch
                 self.start_one()
@@ -315,7 +318,8 @@ class _Scheduler:
         """Close (remove its temporary root) and kill every actor, within ``STOP_TIMEOUT_S``. A
         worker still starting may never start (no GPU for it), so only one that answered is asked to
         close. One running a batch (the run was interrupted, or stopped by an error) is killed at
-        once, and what it stored is collected from its node and merged."""
+        once; what it stored, and what the actors whose batch failed stored, is collected from their
+        nodes and merged."""
         ray = self.ray
         deadline = time.monotonic() + STOP_TIMEOUT_S
         starting = list(self.deadlines)
@@ -329,9 +333,11 @@ class _Scheduler:
 
     def _collect(self, busy: dict[Any, Any], deadline: float) -> None:
         """Kill the actors running a batch (``ray.cancel`` does not stop a running task of a sync
-        actor: it only flags it), then merge the cache files of their roots, read and removed by a
-        task on each one's node once its process is gone (its references fail then)."""
-        if not busy:
+        actor: it only flags it), then merge the cache files of
+        their roots and of those of the actors whose batch failed (a crash keeps what the actor
+        stored before it, as a worker process's does), read and removed by a task on each one's node
+        once its process is gone (its references fail then)."""
+        if not busy and not self.lost:
             return
         ray = self.ray
         for runner in busy.values():
@@ -340,7 +346,7 @@ class _Scheduler:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         tasks: dict[str, Any] = {}  # root -> its collecting task
-        for runner in busy.values():
+        for runner in [*busy.values(), *self.lost]:
             node, root = self.homes[runner]
             on_node = NodeAffinitySchedulingStrategy(node, soft=False)
             tasks[root] = self.collector.options(
