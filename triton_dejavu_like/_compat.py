@@ -31,20 +31,6 @@ except ImportError:  # 3.2 / 3.3
 TRITON_VERSION_STR: str = triton.__version__
 
 UpstreamAutotuner = _upstream_autotuner.Autotuner
-
-
-def heuristics_under(fn: Any) -> list[dict[str, Callable[..., Any]]]:
-    """The ``values`` of each ``@triton.heuristics`` between ``fn`` and its Python function, outermost
-    first (``{meta-parameter name: function of the arguments}``)."""
-    found = []
-    current = fn
-    while current is not None and not inspect.isfunction(current):
-        if isinstance(current, _upstream_autotuner.Heuristics):
-            found.append(dict(current.values))
-        current = getattr(current, "fn", None)
-    return found
-
-
 Config = triton.Config
 
 #: ``cache_results`` (upstream's own disk cache) exists from 3.4 on.
@@ -184,6 +170,18 @@ def jit_function(fn: Any) -> JITFunction | None:
             return current
         current = getattr(current, "fn", None)
     return None
+
+
+def heuristics_under(fn: Any) -> list[dict[str, Callable[..., Any]]]:
+    """The ``values`` of each ``@triton.heuristics`` between ``fn`` and its Python function, outermost
+    first (``{meta-parameter name: function of the arguments}``)."""
+    found = []
+    current = fn
+    while current is not None and not inspect.isfunction(current):
+        if isinstance(current, _upstream_autotuner.Heuristics):
+            found.append(dict(current.values))
+        current = getattr(current, "fn", None)
+    return found
 
 
 #: The ``@triton.jit`` arguments that change the code compiled for a function, its source aside.

@@ -141,7 +141,7 @@ def _canonical_ast(node: Any) -> str:
 
 
 def _function_node(obj: Any, fn: Any) -> ast.AST:
-    """The AST of the function, without decorators or docstring.
+    """The AST of the function, without decorators or docstring (of a lambda: those on its line).
 
     A JITFunction keeps its source (read once when it was decorated): that is used when present,
     so only interpreted kernels pay for ``inspect.getsource``.
