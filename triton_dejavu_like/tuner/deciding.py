@@ -37,7 +37,7 @@ class ProcessState:
     identity: dict[str, Any] | None  # the storage identity (None: not computable)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class KeyDecision:
     """One missed key with more than one candidate, and how its tuner measures candidates."""
 
