@@ -71,6 +71,7 @@ MATMUL_SHAPES = {
     "matmul_skinny": (512, 4096, 1024),
     "matmul_decode": (16, 4096, 4096),
     "matmul_deep": (2048, 2048, 8192),
+    "matmul_wide": (8192, 8192, 512),
 }
 #: Other problems for the attention and RMSNorm kernels (the plain case names use the examples'
 #: "full" size): the same grid of parameters, another space of times
@@ -78,6 +79,7 @@ ATTENTION_SHAPES = {
     "attention_d128": {"batch": 2, "heads": 16, "seq": 4096, "head_dim": 128, "causal": False},
     "attention_long": {"batch": 1, "heads": 32, "seq": 8192, "head_dim": 64, "causal": True},
     "attention_d128_causal": {"batch": 4, "heads": 16, "seq": 2048, "head_dim": 128, "causal": True},
+    "attention_short": {"batch": 32, "heads": 16, "seq": 512, "head_dim": 64, "causal": False},
 }
 RMSNORM_SHAPES = {
     "rmsnorm_tall": {"rows": 65536, "cols": 1024},
