@@ -219,3 +219,69 @@ def test_collecting_a_stopped_actors_root_returns_its_cache_files_and_removes_it
     with pytest.raises(ValueError, match="not a tuning worker's root"):
         ray_backend.collect_root(str(elsewhere))
     assert elsewhere.exists()
+
+
+class _NodeGone:
+    """Just enough of Ray for a run whose busy actor's node is gone: nothing the driver waits for
+    ever finishes."""
+
+    class exceptions:  # as ray.exceptions
+        class RayError(Exception):
+            pass
+
+    class _Remote:
+        def options(self, **_: object) -> _NodeGone._Remote:
+            return self
+
+        def remote(self, *_: object) -> object:
+            return object()
+
+    def __init__(self) -> None:
+        self.killed: list[object] = []
+
+    def remote(self, **_: object):
+        return lambda target: self._Remote()
+
+    def put(self, value: object) -> object:
+        return value
+
+    def kill(self, actor: object) -> None:
+        self.killed.append(actor)
+
+    def wait(self, refs: list, num_returns: int, timeout: float) -> tuple[list, list]:
+        return [], refs
+
+    def get(self, ref: object, timeout: float | None = None) -> object:
+        raise AssertionError("nothing finished")
+
+
+def test_an_interrupted_run_whose_actor_nodes_are_gone_warns_and_ends(tmp_path, monkeypatch):
+    # the roots of actors killed in a batch cannot be collected (their nodes are gone: the task never
+    # answers, or Ray no longer takes the node's id): the driver waits at most the stop timeout, names
+    # each folder left there, and kills every actor
+    from triton_dejavu_like import DejavuStorageWarning
+    from triton_dejavu_like.tools.aot import ray_backend
+
+    monkeypatch.setattr(ray_backend, "STOP_TIMEOUT_S", 0.5)
+    fake = _NodeGone()
+    target = tmp_path / "target"
+    target.mkdir()
+    scheduler = ray_backend._Scheduler(fake, "spec", target, lambda result: None, 10.0)
+    homes = {"silent": "ab" * 28, "unknown": "f" * 56}  # Ray's nil node id is refused
+    for name, node in homes.items():
+        busy = object()
+        scheduler.actors.append(busy)
+        scheduler.running[object()] = (busy, [f"{name}-case"])
+        scheduler.homes[busy] = (node, f"/nowhere/{ray_backend.ROOT_PREFIX}{name}")
+    start = time.monotonic()
+    with pytest.warns(DejavuStorageWarning) as shown:
+        scheduler.shut_down()
+    assert time.monotonic() - start < 5
+    said = sorted(str(w.message) for w in shown)
+    assert [s.split(" on its node")[0].split("/")[-1] for s in said] == [
+        f"{ray_backend.ROOT_PREFIX}silent",
+        f"{ray_backend.ROOT_PREFIX}unknown",
+    ]
+    assert "no answer within 0.5 s" in said[0] and "Invalid node_id" in said[1]
+    assert set(fake.killed) >= set(scheduler.actors)
+    assert not any(target.rglob("*.json"))

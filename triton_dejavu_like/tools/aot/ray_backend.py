@@ -325,11 +325,13 @@ class _Scheduler:
         starting = list(self.deadlines)
         answered = _wait_all(ray, starting, time.monotonic())
         busy = {ref: r for ref, (r, batch) in self.running.items() if batch is not None}
-        closing = [r.close.remote() for r in [*self.idle, *(self.running[ref][0] for ref in answered)]]
-        self._collect(busy, deadline)
-        _wait_all(ray, closing, deadline)
-        for runner in self.actors:
-            ray.kill(runner)
+        try:
+            closing = [r.close.remote() for r in [*self.idle, *(self.running[ref][0] for ref in answered)]]
+            self._collect(busy, deadline)
+            _wait_all(ray, closing, deadline)
+        finally:  # whatever went wrong above, no actor outlives the run
+            for runner in self.actors:
+                ray.kill(runner)
 
     def _collect(self, busy: dict[Any, Any], deadline: float) -> None:
         """Kill the actors running a batch (``ray.cancel`` does not stop a running task of a sync
@@ -348,10 +350,13 @@ class _Scheduler:
         tasks: dict[str, Any] = {}  # root -> its collecting task
         for runner in [*busy.values(), *self.lost]:
             node, root = self.homes[runner]
-            on_node = NodeAffinitySchedulingStrategy(node, soft=False)
-            tasks[root] = self.collector.options(
-                runtime_env=self.runtime_env, scheduling_strategy=on_node
-            ).remote(root)
+            try:
+                on_node = NodeAffinitySchedulingStrategy(node, soft=False)
+                tasks[root] = self.collector.options(
+                    runtime_env=self.runtime_env, scheduling_strategy=on_node
+                ).remote(root)
+            except (ray.exceptions.RayError, ValueError) as exc:  # a node Ray no longer knows
+                _not_merged(root, exc)
         done = set(_wait_all(ray, list(tasks.values()), deadline))
         for root, ref in tasks.items():
             try:
@@ -359,14 +364,18 @@ class _Scheduler:
                     raise TimeoutError(f"no answer within {STOP_TIMEOUT_S:g} s")
                 self._merge(ray.get(ref), f"ray worker {root}")
             except (ray.exceptions.RayError, TimeoutError, TypeError) as exc:
-                warn_once(
-                    DejavuStorageWarning,
-                    root,
-                    "the keys a stopped Ray worker stored in %s on its node were not merged (%s): "
-                    "a new `tune` run tunes them again; remove the folder if it is left there",
-                    root,
-                    _line(exc, -1, type(exc).__name__),
-                )
+                _not_merged(root, exc)
+
+
+def _not_merged(root: str, exc: BaseException) -> None:
+    warn_once(
+        DejavuStorageWarning,
+        root,
+        "the keys a stopped Ray worker stored in %s on its node were not merged (%s): "
+        "a new `tune` run tunes them again; remove the folder if it is left there",
+        root,
+        _line(exc, -1, type(exc).__name__),
+    )
 
 
 def _wait_all(ray: Any, refs: list[Any], deadline: float) -> list[Any]:
