@@ -10,7 +10,7 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import triton
@@ -162,26 +162,24 @@ def python_function(fn: Any) -> Callable[..., Any]:
     return base
 
 
-def jit_function(fn: Any) -> JITFunction | None:
-    """The JITFunction under a stack of wrappers, or None (interpreter mode)."""
+def _wrappers(fn: Any) -> Iterator[Any]:
+    """``fn`` and each object under it (``.fn``: Heuristics, JITFunction, InterpretedFunction, ...),
+    down to but not including the plain Python function."""
     current = fn
     while current is not None and not inspect.isfunction(current):
-        if isinstance(current, JITFunction):
-            return current
+        yield current
         current = getattr(current, "fn", None)
-    return None
+
+
+def jit_function(fn: Any) -> JITFunction | None:
+    """The JITFunction under a stack of wrappers, or None (interpreter mode)."""
+    return next((w for w in _wrappers(fn) if isinstance(w, JITFunction)), None)
 
 
 def heuristics_under(fn: Any) -> list[dict[str, Callable[..., Any]]]:
     """The ``values`` of each ``@triton.heuristics`` between ``fn`` and its Python function, outermost
     first (``{meta-parameter name: function of the arguments}``)."""
-    found = []
-    current = fn
-    while current is not None and not inspect.isfunction(current):
-        if isinstance(current, _upstream_autotuner.Heuristics):
-            found.append(dict(current.values))
-        current = getattr(current, "fn", None)
-    return found
+    return [dict(w.values) for w in _wrappers(fn) if isinstance(w, _upstream_autotuner.Heuristics)]
 
 
 #: The ``@triton.jit`` arguments that change the code compiled for a function, its source aside.
@@ -190,13 +188,11 @@ _JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "noinline
 
 def _jit_arguments(fn: Any) -> dict[str, Any]:
     """The ``@triton.jit`` arguments of the JITFunction or InterpretedFunction under ``fn``'s wrappers."""
-    current = fn
-    while current is not None and not inspect.isfunction(current):
-        if isinstance(current, JITFunction):
-            return {name: getattr(current, name, None) for name in _JIT_OPTIONS}
-        if type(current).__name__ == "InterpretedFunction":  # keeps the arguments it was given
-            return dict(getattr(current, "kwargs", None) or {})
-        current = getattr(current, "fn", None)
+    for wrapper in _wrappers(fn):
+        if isinstance(wrapper, JITFunction):
+            return {name: getattr(wrapper, name, None) for name in _JIT_OPTIONS}
+        if type(wrapper).__name__ == "InterpretedFunction":  # keeps the arguments it was given
+            return dict(getattr(wrapper, "kwargs", None) or {})
     return {}
 
 
@@ -220,13 +216,11 @@ def jit_options(fn: Any) -> dict[str, Any]:
 
 def is_interpreted(fn: Any) -> bool:
     """True when the kernel runs through the interpreter (``TRITON_INTERPRET=1`` at jit time)."""
-    current = fn
-    while current is not None and not inspect.isfunction(current):
-        if type(current).__name__ == "InterpretedFunction":
+    for wrapper in _wrappers(fn):
+        if type(wrapper).__name__ == "InterpretedFunction":
             return True
-        if isinstance(current, JITFunction):
+        if isinstance(wrapper, JITFunction):
             return False
-        current = getattr(current, "fn", None)
     return interpreter_env()
 
 
