@@ -417,9 +417,13 @@ def _harmless(statements: list[ast.stmt]) -> bool:
     return True
 
 
+#: A compile pool of worker processes and the call its workers compile candidates for.
+Streamed = tuple[CompilePool, CallSpec]
+
+
 def compile_in_processes(
     recipe: KernelRecipe, ctx: LaunchContext, configs: Sequence[Config]
-) -> tuple[CompilePool, CallSpec] | None:
+) -> Streamed | None:
     """The pool and call to compile ``configs`` with, or None where processes cannot be used
     (isolation, interpreter, an argument that cannot travel, a kernel a worker cannot import, few
     candidates)."""
@@ -468,9 +472,7 @@ def replaced(pool: CompilePool) -> CompilePool:
     return fresh
 
 
-def compiled_safely(
-    streamed: tuple[CompilePool, CallSpec], config: Config
-) -> tuple[bool, tuple[CompilePool, CallSpec]]:
+def compiled_safely(streamed: Streamed, config: Config) -> tuple[bool, Streamed]:
     """Compile ``config`` in a worker and wait for it, before this process launches it (the
     numerical check's reference, run before the search): whether it may be launched here (it
     compiled into Triton's disk cache, or no worker could try it and this process compiles it as it

@@ -30,7 +30,7 @@ from ..measure import (
     one_line_reason,
     open_evaluator,
 )
-from ..measure.compile_pool import CallSpec, CompilePool, compile_in_processes, compiled_safely
+from ..measure.compile_pool import Streamed, compile_in_processes, compiled_safely
 from ..measure.isolation import WorkerError
 from ..measure.pipeline import Counters, Pipeline
 from ..measure.progress import progress_bar
@@ -39,8 +39,6 @@ from ..store import InvalidEntry, StoredEntry
 from .errors import AutotuningError, candidates_failed, upstream_precedence
 from .key import TuningKey
 
-#: A compile pool of worker processes and the call its workers compile candidates for.
-Streamed = tuple[CompilePool, CallSpec]
 #: How many of the best candidates an entry keeps with their timings.
 TOP_K = 5
 #: How many ruled-out candidates an entry lists with their reasons.
