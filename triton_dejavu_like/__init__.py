@@ -15,6 +15,7 @@ from . import _env
 
 __version__ = "0.1.0"
 
+from . import utils  # an attribute after a plain import, as triton_dejavu.utils is
 from ._compat import Config, NoGpuDriverError
 from ._log import DejavuConfigWarning, DejavuStorageWarning, DejavuTuningWarning, DejavuWarning
 from .measure.bench import TimingPolicy
@@ -60,4 +61,5 @@ __all__ = [
     "misses",
     "reset_misses",
     "tuning",
+    "utils",
 ]

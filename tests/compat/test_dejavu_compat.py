@@ -256,6 +256,30 @@ def test_dejavu_utils_module_serves_the_proton_metadata_recipe():
     assert global_metadata_store.get(key, "<no-autotune>") == expected
 
 
+def test_utils_is_an_attribute_after_a_plain_import():
+    """triton-dejavu's package imports its ``utils`` on the way, so ``triton_dejavu.utils.…`` works
+    after ``import triton_dejavu``; a fresh interpreter, where nothing imported the module yet."""
+    code = "import triton_dejavu_like as t; print(t.utils.get_random_key(prefix='k')[:2])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "k-"
+
+
+def test_every_candidate_failing_is_a_runtime_error():
+    """triton-dejavu raises ``RuntimeError("All autotune examples failed ...")`` then; ours is also
+    one (and an instance of the candidate's own error class, as for upstream's autotuner)."""
+    bench = Bench()
+    configs = [triton.Config({"BLOCK": b}, num_warps=1, pre_hook=_raise_key_error) for b in (16, 32)]
+    tuner = tdl.autotune(key=["n"], configs=configs, do_bench=bench)(add_kernel)
+    with pytest.raises(RuntimeError) as info:
+        run_add(tuner)
+    assert isinstance(info.value, tdl.AutotuningError) and isinstance(info.value, KeyError)
+
+
+def _raise_key_error(nargs):
+    raise KeyError("BLOCK")
+
+
 # --- jitcache -----------------------------------------------------------------------------------------------
 
 

@@ -74,6 +74,47 @@ def test_do_bench_gets_upstreams_quantiles_and_a_scalar_answer_works(autotune):
     run_add(tuner)
     assert all(tuple(q) == (0.5, 0.2, 0.8) for q in bench.quantiles)
     assert tuner.best_config is configs[1]
+    # configs_timings holds what do_bench answered: numbers here, as user code may read them
+    assert tuner.configs_timings[configs[1]] == 2.0
+    assert all(isinstance(t, float) for t in tuner.configs_timings.values())
+
+
+class _TiedBench(Bench):
+    """Answers lists whose medians tie for BLOCK 16 and 32; 32's 20th percentile is lower."""
+
+    LISTS = {16: [1.0, 0.9, 1.2], 32: [1.0, 0.5, 1.2], 64: [2.0, 1.9, 2.2], 128: [3.0, 2.9, 3.2]}
+
+    def __call__(self, kernel_call: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
+        super().__call__(kernel_call, quantiles)
+        return self.LISTS[self.timed[-1]]
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_equal_medians_are_ordered_by_the_next_quantiles(autotune):
+    """Upstream picks ``min(timings, key=timings.get)``: lists compared in order, so a tie on the
+    median goes to the lower 20th percentile, not to the config measured first."""
+    bench = _TiedBench()
+    configs = bench.configs()
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench)(add_kernel)
+    run_add(tuner)
+    assert tuner.best_config is configs[1]
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_do_bench_attribute_is_the_users_function(autotune):
+    bench = Bench()
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel)
+    assert tuner.do_bench is bench
+
+
+def test_our_do_bench_attribute_answers_one_number_without_quantiles():
+    """Without a user's function, ``.do_bench`` is our benchmarker: the times at the quantiles
+    given, or one time for ``quantiles=None``, as Triton's ``do_bench`` answers then."""
+    tuner = tdl.autotune(configs=Bench().configs(), key=["n"])(add_kernel)
+    calls = []
+    assert isinstance(tuner.do_bench(lambda: calls.append(1), quantiles=None), float)
+    assert len(tuner.do_bench(lambda: calls.append(1), quantiles=(0.5, 0.2))) == 2
+    assert calls
 
 
 @pytest.mark.parametrize("autotune", both())
@@ -235,6 +276,21 @@ def test_top_k_of_a_bad_type_is_a_type_error(autotune):
     with pytest.raises(TypeError) as info:
         run_add(tuner)
     assert str(info.value) == TOP_K_MESSAGE
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_top_k_of_zero_is_a_value_error(autotune):
+    """Upstream fails on ``min()`` of no timings; ours says that ``top_k`` left nothing, as an error
+    that is also a ``ValueError``."""
+    bench = Bench()
+    prune = {"perf_model": _perf_model([]), "top_k": 0}
+    tuner = autotune(configs=bench.configs(), key=["n"], do_bench=bench, prune_configs_by=prune)(add_kernel)
+    with pytest.raises(ValueError) as info:
+        run_add(tuner)
+    assert bench.timed == []
+    if is_ours(autotune):
+        assert isinstance(info.value, tdl.AutotuningError)
+        assert "top_k=0 left no config to benchmark" in str(info.value)
 
 
 @pytest.mark.parametrize("autotune", both())
@@ -403,6 +459,7 @@ def test_every_candidate_failing_raises_what_upstream_raises(autotune, scenario)
         tuner[grid(100)](x, y, out, 100)
     if is_ours(autotune):
         assert isinstance(info.value, tdl.AutotuningError)
+        assert isinstance(info.value, RuntimeError)  # what triton-dejavu raises then
         assert "all 4 candidate configs failed" in str(info.value)
         assert isinstance(info.value.__cause__, expected)  # the candidate's own error, with its traceback
 

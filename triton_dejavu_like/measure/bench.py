@@ -102,10 +102,15 @@ def settled(samples: Sequence[Sequence[float]], margin: float, z: float = REFINE
     return True
 
 
+def is_number(result: Any) -> bool:
+    """Whether a do_bench result is one number (a Python or NumPy number, a 0-d array or tensor)."""
+    return isinstance(result, numbers.Real) or getattr(result, "ndim", None) == 0
+
+
 def normalise(result: Any, n: int) -> list[float]:
-    """A do_bench result as ``n`` floats: a single number (a Python or NumPy number, a 0-d array or
-    tensor) is repeated, a sequence is taken as is."""
-    if isinstance(result, numbers.Real) or getattr(result, "ndim", None) == 0:
+    """A do_bench result as ``n`` floats: a single number (:func:`is_number`) is repeated, a
+    sequence is taken as is."""
+    if is_number(result):
         return [float(result)] * n
     values = [float(v) for v in result]
     if not values:
@@ -211,6 +216,11 @@ class Benchmarker:
         """Hand ``submit`` what this benchmarker's first timing would otherwise compile in this process
         (called once the candidates' compiles start, so that the two overlap)."""
 
+    def as_answered(self, timings: dict[Any, list[float]]) -> dict[Any, Any]:
+        """``timings`` (per config, at :attr:`quantiles`) as the timing function answered them, which
+        upstream's ``configs_timings`` holds: lists, except for a ``do_bench`` that answers numbers."""
+        return timings
+
 
 class UserBenchmarker(Benchmarker):
     """The user's ``do_bench(kernel_call, quantiles=...)``, for every candidate."""
@@ -219,9 +229,17 @@ class UserBenchmarker(Benchmarker):
 
     def __init__(self, do_bench: DoBench) -> None:
         self.do_bench = do_bench
+        self._answers_numbers = False
 
     def __call__(self, kernel_call: KernelCall, quantiles: Sequence[float] = QUANTILES) -> list[float]:
-        return normalise(self.do_bench(kernel_call, quantiles=tuple(quantiles)), len(quantiles))
+        result = self.do_bench(kernel_call, quantiles=tuple(quantiles))
+        self._answers_numbers = is_number(result)
+        return normalise(result, len(quantiles))
+
+    def as_answered(self, timings: dict[Any, list[float]]) -> dict[Any, Any]:
+        if not self._answers_numbers:
+            return timings
+        return {config: t[0] for config, t in timings.items()}
 
 
 class CpuBenchmarker(Benchmarker):

@@ -90,7 +90,8 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
             pre_hook=pre_hook,
             post_hook=post_hook_as_called(post_hook),
             prune_configs_by=prune_configs_by,
-            **_compat.upstream_init_kwargs(do_bench=self._bench_dispatch),
+            # upstream's ``.do_bench``: the user's function as given, else our benchmarker
+            **_compat.upstream_init_kwargs(do_bench=settings.timing.do_bench or self._bench_dispatch),
         )
         _compat.disable_upstream_disk_cache(self)
         if config_space is not None:
@@ -111,7 +112,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
         """Upstream's result attributes, the hot path's table and the helpers a miss uses."""
         self.restore_copies: dict[str, Any] = {}
         self.bench_time = 0.0
-        self.configs_timings: dict[Config, list[float]] = {}
+        self.configs_timings: dict[Config, Any] = {}  # lists, or numbers as the user's do_bench answers
         self.best_config: Config | None = None
         self.last_decision: str | None = None
         self.nargs: dict[str, Any] | None = None
@@ -291,7 +292,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
                     dict.__setitem__(self.cache, key.values, config)  # not a change from outside
                 self.last_decision = outcome.source
                 if outcome.source == "tuned":
-                    self.configs_timings = outcome.configs_timings
+                    self.configs_timings = state.benchmarker.as_answered(outcome.configs_timings)
                     self.bench_time = outcome.duration_s
                 report(
                     self._name,
@@ -358,8 +359,14 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
 
     # --- measuring ------------------------------------------------------------------------------------
 
-    def _bench_dispatch(self, kernel_call: Callable[[], Any], quantiles: Sequence[float] = QUANTILES) -> Any:
-        """The ``do_bench`` upstream code paths see: our benchmarker for this process."""
+    def _bench_dispatch(
+        self, kernel_call: Callable[[], Any], quantiles: Sequence[float] | None = QUANTILES
+    ) -> Any:
+        """``.do_bench`` when the user gave none: our benchmarker for this process, answering the
+        times at ``quantiles``, or one time (the median) for None, as Triton's ``do_bench`` answers
+        one number then."""
+        if quantiles is None:
+            return self._process_state().benchmarker(kernel_call, (0.5,))[0]
         return self._process_state().benchmarker(kernel_call, quantiles)
 
     def kernel_recipe(self) -> KernelRecipe:

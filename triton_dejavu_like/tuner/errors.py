@@ -3,7 +3,9 @@
 Upstream's autotuner lets a candidate's own error through (it skips some classes while it benchmarks,
 then launches the first config, which raises its error again). So that an ``except`` clause written
 for it still catches ours, the :class:`AutotuningError` raised when no candidate ran is also an
-instance of that error's class (``AutotuningError[OutOfResources]``, made once per class).
+instance of that error's class (``AutotuningError[OutOfResources]``, made once per class). It is also
+a ``RuntimeError``, as triton-dejavu's "All autotune examples failed" is, so that code written for
+either project catches it.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from .. import _compat
 from .._compat import AutotunerErrorBase
 from ..measure import Failure
 
-__all__ = ["AutotuningError", "candidates_failed", "upstream_precedence"]
+__all__ = ["AutotuningError", "candidates_failed", "failed_as", "upstream_precedence"]
 
 
-class AutotuningError(AutotunerErrorBase):
+class AutotuningError(AutotunerErrorBase, RuntimeError):  # type: ignore[misc]  # a RuntimeError before 3.6
     """Tuning could not produce a config (every candidate failed, an error that does not depend on
-    the candidate ended it, or a bad heuristic).
+    the candidate ended it, or a bad heuristic). Also a ``RuntimeError``, which triton-dejavu raises
+    when every candidate failed.
 
     When every candidate failed, or tuning stopped, the error raised is also an instance of the class
     of the error that upstream's autotuner would have raised (see :func:`candidates_failed`)."""
@@ -43,7 +46,7 @@ def candidates_failed(message: str, failure: Failure | None) -> AutotuningError:
     exception could not be rebuilt, whose ``Type`` names the class (one of Triton's errors or a
     built-in one). A class Python cannot combine with ours (or none known) gives a plain
     :class:`AutotuningError`."""
-    error = _failed_as(None if failure is None else _error_class(failure), message)
+    error = failed_as(None if failure is None else _error_class(failure), message)
     if isinstance(failure, BaseException):
         if type(error) is not AutotuningError:
             for name, value in vars(failure).items():
@@ -101,8 +104,9 @@ def _failed_error(cls: type[AutotuningError], message: str) -> AutotuningError:
     return error
 
 
-def _failed_as(cls: type[Exception] | None, message: str) -> AutotuningError:
-    """An ``AutotuningError[cls]`` saying ``message`` (a plain one where there is none)."""
+def failed_as(cls: type[Exception] | None, message: str) -> AutotuningError:
+    """An ``AutotuningError[cls]`` saying ``message`` (a plain one where Python cannot combine the
+    two classes, or ``cls`` is None)."""
     combined = None if cls is None else _failing_as(cls)
     return AutotuningError(message) if combined is None else _failed_error(combined, message)
 
@@ -110,4 +114,4 @@ def _failed_as(cls: type[Exception] | None, message: str) -> AutotuningError:
 def _reduce_failed(self: AutotuningError) -> tuple[Any, ...]:
     """Pickling an ``AutotuningError[cls]``: made again from ``cls`` (the combined class itself is
     made at run time), with the attributes."""
-    return _failed_as, (type(self)._candidate_class, self.error_message), dict(vars(self))
+    return failed_as, (type(self)._candidate_class, self.error_message), dict(vars(self))

@@ -165,10 +165,12 @@ class Trial:
         return result[0]
 
     def ranking(self) -> list[tuple[Config, list[float]]]:
-        """Valid candidates, best first: refined finalists (if any) by their careful median."""
+        """Valid candidates, best first: refined finalists (if any) by their careful median. Equal
+        medians are ordered by the next quantiles, then by the order they were measured in, as
+        upstream's ``min`` over the timing lists picks."""
         source = self.refined or self.timings
         valid = [(c, t) for c, t in source.items() if math.isfinite(t[0])]
-        return sorted(valid, key=lambda item: item[1][0])
+        return sorted(valid, key=lambda item: tuple(item[1]))
 
     def rule_out_late(self, evaluator: Evaluator) -> None:
         """Rule out the candidates the evaluator found invalid after timing them."""

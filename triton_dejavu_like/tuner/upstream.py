@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._compat import Config
-from .errors import AutotuningError
+from .errors import AutotuningError, failed_as
 
 #: Upstream's texts (3.6+ and 3.3+), on every release.
 PRUNED_EVERYTHING = (
@@ -63,4 +63,6 @@ class UpstreamSemantics:
                 estimates = [self.perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in configs]
                 order = sorted(range(len(configs)), key=estimates.__getitem__)
                 configs = [configs[i] for i in order[:top_k]]
+            if not configs:  # upstream fails later, with min() of an empty sequence
+                raise failed_as(ValueError, f"prune_configs_by's top_k={top_k!r} left no config to benchmark")
         return configs
