@@ -11,8 +11,9 @@ import pytest
 from storage_helpers import make_entry
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like import DejavuStorageWarning
 from triton_dejavu_like.codec import key_id
-from triton_dejavu_like.store import StoredEntry, inventory
+from triton_dejavu_like.store import StoredEntry, identity, inventory, layout
 from triton_dejavu_like.tools import cli, heuristic
 
 SPEC = str(Path(__file__).with_name("aot_cases.py"))
@@ -284,6 +285,32 @@ def test_heuristic_from_a_store_gives_the_stored_configs(capsys, tmp_path, monke
         run_add(tuner, n)
         assert tuner.last_decision == "heuristic"
         assert tuner.best_config.kwargs["BLOCK"] == best_block(n)
+
+
+def test_heuristic_never_replaces_an_existing_file_without_force(capsys, tmp_path):
+    root = tmp_path / "root"
+    assert tune(capsys, f"{SPEC}:cases", "--root", str(root))[0] == 0
+    mine = tmp_path / "mine.py"
+    mine.write_text("precious = 1\n")
+    argv = ["heuristic", "add_kernel", "--root", str(root), "--out", str(mine), "--method", "nearest"]
+    assert cli.main(argv) == 2
+    assert "already exists; nothing was written" in capsys.readouterr().err
+    assert mine.read_text() == "precious = 1\n"
+    assert cli.main([*argv, "--force"]) == 0
+    assert "def heuristic(" in mine.read_text()
+
+
+def test_tune_fails_a_case_whose_results_could_not_be_stored(capsys, tmp_path):
+    """The storage cannot be written (a file stands where a folder must be): the keys are tuned, but
+    kept in memory only, so the case fails and the run exits 1 instead of saying "tuned"."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / layout.component("dejavu", identity.package_major_minor())).write_text("in the way")
+    with pytest.warns(DejavuStorageWarning):
+        status, report = tune(capsys, SPEC, "--root", str(root))
+    assert status == 1 and not report["ok"]
+    assert set(statuses(report).values()) == {"failed"}
+    assert all("tuned but not stored" in case["error"] for case in report["cases"])
 
 
 def test_heuristic_without_stored_results_fails(capsys, tmp_path):

@@ -25,6 +25,7 @@ from storage_helpers import (
 
 from triton_dejavu_like import DejavuStorageWarning, _env
 from triton_dejavu_like.codec import key_id
+from triton_dejavu_like.store import cache_file as storage
 from triton_dejavu_like.store import layout
 from triton_dejavu_like.tools import cli
 
@@ -90,6 +91,14 @@ def test_list_reports_unreadable_files_without_touching_them(capsys, root):
     captured = capsys.readouterr()
     assert str(bad) in captured.err and "not JSON" in captured.err
     assert bad.read_bytes() == b"{not json"  # list never moves anything
+
+
+def test_list_reports_each_unreadable_file_once(capsys, root):
+    bad = root / "dejavu_0.1" / "junk" / "cache.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"{not json")
+    assert run("list", "--root", str(root)) == 0
+    assert capsys.readouterr().err.count(str(bad)) == 1
 
 
 def test_show_gives_each_key_its_config_time_and_how_it_was_found(capsys, root):
@@ -302,6 +311,16 @@ def test_prune_entries_older_than_a_date(capsys, tmp_path):
     assert real[1:] == [f"  {cache_file(root, SOFTMAX).path}", f"  1 entries from {cache_file(root).path}"]
 
 
+def test_prune_that_cannot_rewrite_a_file_counts_nothing_as_removed(capsys, tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    cache_file(root).record(entries_for([(1,), (2,)], tuned_at="2024-06-01T00:00:00+00:00"))
+    monkeypatch.setattr(storage.CacheFile, "update", lambda self, change: False)
+    assert run("prune", "--root", str(root), "--older-than", "2025-01-01", "--json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["removed_entries"] == 0 and report["kept_entries"] == 2
+    assert report["removed_files"] == [] and report["problems"]
+
+
 def stored_bytes(root: Path) -> dict[Path, bytes]:
     """Every cache file under ``root`` (valid or not), byte for byte."""
     return {p: p.read_bytes() for p in root.rglob(layout.CACHE_FILE_NAME)}
@@ -393,6 +412,20 @@ def test_export_refuses_a_selection_spanning_platforms(capsys, root, tmp_path):
     assert run("export", str(tmp_path / "out"), "--root", str(root)) == 2
     err = capsys.readouterr().err
     assert "spans 2 platforms" in err and "NVIDIA_A100-SXM4-80GB" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["ship.tar", "ship.zip", "ship.tar.xz"])
+def test_export_refuses_an_archive_it_does_not_write(capsys, root, tmp_path, name):
+    out = tmp_path / name
+    assert run("export", str(out), "--root", str(root), "--gpu", IDENTITY["gpu"]) == 2
+    assert "gzipped tar archive" in capsys.readouterr().err
+    assert not out.exists()  # not a folder of that name
+
+
+def test_export_archive_names_in_any_case(capsys, root, tmp_path):
+    out = tmp_path / "SHIP.TAR.GZ"
+    assert run("export", str(out), "--root", str(root), "--gpu", IDENTITY["gpu"]) == 0
+    assert out.is_file() and tarfile.is_tarfile(out)
 
 
 def test_export_to_a_folder(capsys, root, tmp_path):

@@ -241,6 +241,40 @@ def test_keys_that_cannot_be_converted_are_skipped_and_reported(tmp_path, kernel
     assert not root.exists()
 
 
+def test_a_key_that_does_not_fit_the_kernels_is_skipped(tmp_path, kernel_spec, capsys):
+    """The kernel's key is ``n`` then the dtypes of its two tensors: ``('5', '5', '5')`` cannot be one
+    of its keys (stored, it would make the kernel's keys differ in length for ``heuristic``)."""
+    bad = str(("5", "5", "5"))
+    too_long = str(("5", *[F32] * 5))  # five dtypes for a kernel of four arguments
+    source = write_dejavu(
+        tmp_path / "cache.json",
+        dejavu_doc(
+            {key_text(5): config_text(16, 4), bad: config_text(16, 4), too_long: config_text(16, 4)},
+            {key_text(5): [1.0], bad: [1.0], too_long: [1.0]},
+        ),
+    )
+    argv = ["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(tmp_path / "root"), "--json"]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert out["imported"] == 1
+    assert sorted(s["key"] for s in out["skipped"]) == sorted([bad, too_long])
+    assert all("does not fit this kernel's" in s["reason"] for s in out["skipped"])
+
+
+def test_counts_say_what_was_written_or_would_be(tmp_path, kernel_spec, capsys, monkeypatch):
+    source = write_dejavu(
+        tmp_path / "cache.json", dejavu_doc({key_text(5): config_text(16, 4)}, {key_text(5): [1.0]})
+    )
+    argv = ["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(tmp_path / "root"), "--json"]
+    assert cli.main([*argv, "--dry-run"]) == 0
+    dry = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert dry["imported"] == 1 and len(dry["written"]) == 1  # the file it would write
+    monkeypatch.setattr(storage.CacheFile, "update", lambda self, change: False)  # cannot be written
+    assert cli.main(argv) == 1
+    failed = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert failed["imported"] == 0 and failed["written"] == []
+
+
 def test_a_huge_timing_skips_its_key_and_the_others_are_imported(tmp_path, kernel_spec, capsys):
     doc = dejavu_doc(
         {key_text(1): config_text(16, 4), key_text(2): config_text(16, 4)},

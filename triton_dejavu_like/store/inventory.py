@@ -90,7 +90,15 @@ def triton_dejavu_files(root: Path, kernel: str) -> list[Path]:
 
 
 def is_archive(path: Path) -> bool:
-    return path.name.endswith(ARCHIVE_SUFFIXES)
+    """A gzipped tar archive by its name's ending, in any case (``ship.TAR.GZ``)."""
+    return path.name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def is_other_archive(path: Path) -> bool:
+    """A name that asks for an archive of another kind (``.tar``, ``.zip``, ...), which export does not
+    write: it would otherwise become a directory of that name."""
+    other = (".tar", ".zip", ".tar.bz2", ".tar.xz", ".tbz2", ".txz", ".gz")
+    return not is_archive(path) and path.name.lower().endswith(other)
 
 
 def walk_files(directory: Path, wanted: Callable[[str], bool]) -> list[Path]:
@@ -412,17 +420,18 @@ def prune(
             return {k: e for k, e in current.items() if e.tuned_at >= older_than}
 
         remaining = change(dict(f.entries))
+        if not dry_run and remaining != f.entries:
+            target = storage.CacheFile(f.path or Path(f.source), f.identity, root=root)
+            if not target.update(change):  # nothing of it removed: counted as kept
+                report.problems.append(Problem(f.source, "could not be rewritten"))
+                report.kept_entries += len(f.entries)
+                continue
         report.removed_entries += len(f.entries) - len(remaining)
         report.kept_entries += len(remaining)
         if not remaining:
             report.removed_files.append(f.source)
         elif len(remaining) < len(f.entries):
             report.rewritten.append((f.source, len(f.entries) - len(remaining)))
-        if dry_run or remaining == f.entries:
-            continue
-        target = storage.CacheFile(f.path or Path(f.source), f.identity, root=root)
-        if not target.update(change):
-            report.problems.append(Problem(f.source, "could not be rewritten"))
     if aside:
         for path in _aside_files(root, kernel):
             report.removed_aside.append(str(path))

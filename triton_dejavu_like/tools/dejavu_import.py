@@ -46,6 +46,7 @@ from ..measure.bench import QUANTILES, normalise
 from ..store import CacheFile, StoredEntry, inventory, read_bounded
 from ..store import identity as identity
 from ..store.layout import CACHE_FILE_NAME
+from ..tuner.key import KeyPlan
 
 MAX_TEXT = 10_000
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -267,9 +268,13 @@ def convert(
     mtime = _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc)
     candidates_hash = identity.stable_hash(sorted(candidates))
     entries: dict[str, StoredEntry] = {}
+    plan = KeyPlan(tuner.arg_names, tuner.keys, ignore_dtypes=tuner.settings.ignore_dtypes)
     for key_text, config_text in cache.items():
         try:
             key = parse_key(key_text)
+            misfit = plan.misfit(key)
+            if misfit is not None:
+                raise FormatError(misfit)
             if not isinstance(config_text, str):
                 raise FormatError("the config is not a string")
             config, _ = parse_config(config_text)
@@ -365,18 +370,16 @@ def import_dejavu(
         if isinstance(existing, str):  # update() would refuse it: say so, count nothing
             report.problems.append(inventory.Problem(str(cf.path), existing))
             continue
+        if not dry_run and not cf.update(
+            lambda current, new=entries: {**current, **new} if overwrite else {**new, **current}
+        ):  # nothing imported into it: counted nowhere
+            report.problems.append(inventory.Problem(str(cf.path), "could not be written"))
+            continue
         kept = set(existing) & set(entries) if not overwrite else set()
         replaced = sum(existing[kid] != entry for kid, entry in entries.items() if kid in existing)
         if overwrite and replaced:
             report.replaced_in.append((str(cf.path), replaced))
         report.kept_existing += len(kept)
         report.imported += len(entries) - len(kept)
-        if dry_run:
-            continue
-        if not cf.update(
-            lambda current, new=entries: {**current, **new} if overwrite else {**new, **current}
-        ):
-            report.problems.append(inventory.Problem(str(cf.path), "could not be written"))
-            continue
-        report.written.append(str(cf.path))
+        report.written.append(str(cf.path))  # or, with dry_run, would be
     return report

@@ -72,6 +72,19 @@ class KeyPlan:
                     key.append(str(arg.dtype) if dtype_strings else arg.dtype)
         return tuple(key)
 
+    def misfit(self, key: tuple[Any, ...]) -> str | None:
+        """Why ``key`` (read from elsewhere) cannot be a key this plan builds, or None when it can be:
+        at most one value per key argument (those passed), then only dtype strings, one per argument
+        at most (none with ``ignore_dtypes``)."""
+        dtypes = key[len(self.names) :]
+        most = self.n_args if self.with_dtypes else 0
+        if len(dtypes) <= most and all(isinstance(d, str) for d in dtypes):
+            return None
+        expected = f"the values of {', '.join(self.names) or 'no argument'}"
+        if self.with_dtypes:
+            expected += ", then the dtypes of its tensor arguments"
+        return f"the key does not fit this kernel's ({expected})"
+
     def lookup(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """The in-memory lookup tuple (dtype objects)."""
         return self._values(args, kwargs, dtype_strings=False)

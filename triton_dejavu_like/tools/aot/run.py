@@ -10,6 +10,8 @@ from typing import Any
 
 from ... import _env
 from ..._log import DejavuStorageWarning, warn_once
+from ...store import inventory
+from ...tuner.key import TuningKey
 from ...tuner.mode import tuning
 from ...tuner.report import Decision, observe_decisions
 from .case import TuneCase
@@ -80,6 +82,19 @@ def _relative_files(decisions: list[Decision], root: Path) -> list[str]:
     return sorted(files)
 
 
+def _unstored(decisions: list[Decision]) -> list[str]:
+    """The keys tuned whose results are not in the cache file the decision names: storage that could
+    not be written (its warning said so), or a key that cannot be stored."""
+    tuned = [d for d in decisions if d.source == "tuned"]
+    stored: dict[str, set[str]] = {}
+    for where in {d.where for d in tuned if d.where != "memory"}:
+        files, _ = inventory.read_sources([Path(where)])  # a file never written is not there
+        stored[where] = {kid for f in files for kid in f.entries}
+    return [
+        f"{d.kernel} {d.key!r}" for d in tuned if TuningKey.of(d.key).id not in stored.get(d.where, set())
+    ]
+
+
 def run_case(case: TuneCase, root: Path, *, worker: str | None = None) -> CaseResult:
     """Run ``case`` with ``root`` as the storage root and tuning on (``TRITON_DEJAVU_READ_ONLY=1`` in
     a serving environment must not turn ``tune`` into a no-op); never raises for the case's own
@@ -94,6 +109,9 @@ def run_case(case: TuneCase, root: Path, *, worker: str | None = None) -> CaseRe
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             error = detail[:2000]
     seconds = time.perf_counter() - start
+    unstored = _unstored(decisions)
+    if unstored and error is None:  # tuning that is not kept is lost for every later process
+        error = f"tuned but not stored (see the storage warning): {', '.join(unstored)}"[:2000]
     tuned = [f"{d.kernel} {d.key!r}" for d in decisions if d.source == "tuned"]
     status = "failed" if error else ("tuned" if tuned else "stored")
     return CaseResult(case.name, status, seconds, tuned, _relative_files(decisions, root), error, worker)

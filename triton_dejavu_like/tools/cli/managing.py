@@ -174,6 +174,9 @@ def cmd_export(args: argparse.Namespace) -> int:
             f"the selection spans {len(found)} platforms ({listed}); pick one with --triton/--toolchain/--gpu"
         )
     out = Path(args.out).expanduser()
+    if inventory.is_other_archive(out):
+        endings = " or ".join(inventory.ARCHIVE_SUFFIXES)
+        raise UsageError(f"{out}: export writes a directory or a gzipped tar archive ({endings})")
     replaced: list[tuple[str, int]] = []
     notes: list[str] = []
     if inventory.is_archive(out):

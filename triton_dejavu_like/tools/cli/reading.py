@@ -74,9 +74,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         "files": [{**file_summary(f), "layer": i, "layer_root": str(roots[i])} for i, f in layered],
         "problems": problems_payload(args.problems),
     }
-    emit(args, payload, text.splitlines())
-    if not args.json:
-        report_problems(args.problems)
+    emit(args, payload, text.splitlines())  # layered_files reported the problems
     return 0
 
 

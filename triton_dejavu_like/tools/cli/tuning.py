@@ -14,6 +14,7 @@ from typing import Any
 from ... import _env
 from ..._log import DejavuConfigWarning, warn_once
 from ...store import InvalidCacheFile, inventory
+from ...store.cache_file import atomic_write
 from ...tuner import misses as miss_log
 from .. import dejavu_import, heuristic
 from ..aot import command as aot
@@ -70,7 +71,7 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
         )
         lines += replaced_lines(r.replaced_in, args.dry_run)
         lines += [f"  skipped {key} in {file}: {reason}" for file, key, reason in r.skipped]
-        lines += [f"  wrote {path}" for path in r.written]
+        lines += [f"  {'would write' if args.dry_run else 'wrote'} {path}" for path in r.written]
     payload = {
         spec: {
             "files": r.files,
@@ -204,6 +205,9 @@ def positive_float(text: str) -> float:
 
 
 def cmd_heuristic(args: argparse.Namespace) -> int:
+    out = Path(args.out).expanduser() if args.out else None
+    if out is not None and (out.is_dir() or (out.exists() and not args.force)):
+        raise UsageError(f"{out} already exists; nothing was written (--force replaces a file)")
     files, problems = inventory.read_sources([existing_root(args)])
     files = [f for f in selected(args, files) if f.identity["kernel"] == args.kernel_name]
     if not files:
@@ -220,8 +224,11 @@ def cmd_heuristic(args: argparse.Namespace) -> int:
         )
     except heuristic.HeuristicError as exc:
         raise CliError(str(exc)) from exc
-    if args.out:
-        Path(args.out).expanduser().write_text(learnt.source)
+    if out is not None:
+        try:
+            atomic_write(out, learnt.source.encode("utf-8"))
+        except OSError as exc:
+            raise CliError(f"cannot write {out}: {exc.strerror or exc}") from exc
     elif not args.json:
         print(learnt.source)
     accuracy = f"{learnt.correct}/{learnt.tested} ({learnt.validation})" if learnt.tested else "not measured"
@@ -315,6 +322,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     )
     p.add_argument("kernel_name", metavar="KERNEL", help="the kernel's name (as 'list' shows it)")
     p.add_argument("--out", metavar="FILE", help="write the Python module here (default: stdout)")
+    p.add_argument("--force", action="store_true", help="replace the --out file if it exists")
     p.add_argument(
         "--method", choices=heuristic.METHODS, default="auto", help="tree (scikit-learn), nearest, auto"
     )
