@@ -131,6 +131,15 @@ def test_show_by_id_or_path_and_as_json(capsys, root):
     assert entry["ruled_out"][0]["reason"] == "OutOfResources"
 
 
+def test_show_with_an_empty_selector_is_an_error_not_everything(capsys, root, monkeypatch):
+    monkeypatch.chdir(root)  # where "" would otherwise read every stored file
+    with pytest.raises(SystemExit) as exc:
+        run("show", "", "--root", str(root))
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert "empty" in captured.err and captured.out == ""
+
+
 def test_show_fails_clearly_when_nothing_matches(capsys, root):
     assert run("show", "no_such_kernel", "--root", str(root)) == 1
     assert "nothing stored matches 'no_such_kernel'" in capsys.readouterr().err

@@ -232,7 +232,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("show", parents=[common, selection], help="show one kernel's entries")
-    p.add_argument("selector", help="an ID from 'list', a kernel name, or a cache.json path")
+    p.add_argument("selector", type=path_text, help="an ID from 'list', a kernel name, or a cache.json path")
     p.add_argument("--top", action="store_true", help="also show the best candidates of each key")
     p.set_defaults(func=cmd_show)
 
