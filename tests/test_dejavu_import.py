@@ -261,6 +261,17 @@ def test_a_key_that_does_not_fit_the_kernels_is_skipped(tmp_path, kernel_spec, c
     assert all("does not fit this kernel's" in s["reason"] for s in out["skipped"])
 
 
+@pytest.mark.parametrize("timing", ["fast", [], True, [1.0, "x"], None])
+def test_timings_that_are_not_times_are_named_as_such(tmp_path, kernel_spec, capsys, timing):
+    doc = dejavu_doc({key_text(5): config_text(16, 4)}, {key_text(5): timing})
+    source = write_dejavu(tmp_path / "cache.json", doc)
+    argv = ["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(tmp_path / "root"), "--json"]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert out["imported"] == 0
+    assert [s["reason"][:41] for s in out["skipped"]] == ["timings are not a time or a list of times"]
+
+
 def test_counts_say_what_was_written_or_would_be(tmp_path, kernel_spec, capsys, monkeypatch):
     source = write_dejavu(
         tmp_path / "cache.json", dejavu_doc({key_text(5): config_text(16, 4)}, {key_text(5): [1.0]})

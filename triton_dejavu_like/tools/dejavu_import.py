@@ -157,6 +157,9 @@ def parse_config(text: str) -> tuple[Config, list[str]]:
 def _timings(raw: Any) -> list[float]:
     if isinstance(raw, dict):
         raw = raw.get("values")
+    numbers = [raw] if not isinstance(raw, list) else raw
+    if not numbers or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
+        raise FormatError(f"timings are not a time or a list of times: {str(raw)[:80]!r}")
     values = normalise(raw, len(QUANTILES))
     if not all(math.isfinite(v) and v >= 0 for v in values):
         raise FormatError(f"timings are not finite, non-negative times: {values}")
