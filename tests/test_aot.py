@@ -416,6 +416,17 @@ def test_a_heuristic_answers_from_the_stored_keys_of_the_same_dtype(method):
         assert function((n, f32)).kwargs["BLOCK"] == 256
 
 
+@pytest.mark.parametrize("method", ["tree", "nearest"])
+def test_a_heuristic_answers_a_key_with_no_number_where_the_stored_keys_had_one(method):
+    """An optional key argument passed as None: a config of the kernel's, not a TypeError."""
+    if method == "tree":
+        pytest.importorskip("sklearn")
+    f32 = "torch.float32"
+    function = generated(entries_of({(64, f32): 16, (4096, f32): 256}), method)
+    assert function((None, f32)).kwargs["BLOCK"] in (16, 256)
+    assert function(("many", f32)).kwargs["BLOCK"] in (16, 256)
+
+
 def test_tune_tunes_in_a_read_only_environment(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")  # a serving image's environment
     root = tmp_path / "root"

@@ -58,8 +58,20 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+#: How a generated heuristic reads a key (as :func:`_key_features`): a value that is not a number
+#: where the stored keys had numbers (None for an optional argument) reads as NaN, which every
+#: threshold sends one way and every distance puts last, instead of failing in ``float()``.
+_FEATURES = (
+    'tuple(str(v) if cat else float(v) if isinstance(v, (int, float)) else float("nan") '
+    "for v, cat in zip(key, CATEGORICAL))"
+)
+
+
 def _key_features(key: Sequence[Any], categorical: Sequence[bool]) -> Features:
-    return tuple(str(v) if cat else float(v) for v, cat in zip(key, categorical))
+    return tuple(
+        str(v) if cat else float(v) if isinstance(v, (int, float)) else math.nan
+        for v, cat in zip(key, categorical)
+    )
 
 
 def _nearest(features, table):  # type: ignore[no-untyped-def]
@@ -223,7 +235,7 @@ def _module(
         "",
         f"def {name}(key):",
         f'    """The config for a tuning key of {kernel} (its values in the autotuner\'s key order)."""',
-        "    x = tuple(str(v) if cat else float(v) for v, cat in zip(key, CATEGORICAL))",
+        f"    x = {_FEATURES}",
         *body,
         "",
     ]
