@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton
+import triton.language as tl
 from kernels import FakeBench, accumulate_kernel, block_configs, grid, run_add, tuned_add
 
 import triton_dejavu_like as tdl
@@ -511,3 +512,51 @@ def test_restore_happens_once_per_process_not_per_call(monkeypatch):
     for n in (100, 100, 200, 300):
         run_add(tuner, n=n)
     assert loads == [1]
+
+
+@triton.jit
+def _scaled_copy(x_ptr, s_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * tl.load(s_ptr), mask=mask)
+
+
+def _scale_by(value):
+    def pre_hook(nargs):
+        nargs["s_ptr"].fill_(value)
+
+    pre_hook.__name__ = f"scale_by_{value}"
+    return pre_hook
+
+
+def test_configs_alike_but_for_their_pre_hook_restore_the_one_that_won():
+    """Two configs with the same fields and different pre_hooks are one stored config: the entry
+    says which of them won (its position among them), so that a restore launches that one, not the
+    first with those fields, which the numerical check had ruled out here."""
+
+    def decorated():
+        configs = [
+            triton.Config({"BLOCK": 64}, num_warps=1, pre_hook=_scale_by(3.0)),  # wrong: ruled out
+            triton.Config({"BLOCK": 64}, num_warps=1, pre_hook=_scale_by(2.0)),
+            triton.Config({"BLOCK": 16}, num_warps=1, pre_hook=_scale_by(2.0)),
+        ]
+        reference = lambda x_ptr, **_: {"out_ptr": 2 * x_ptr}  # noqa: E731
+        timings = {64: 1.0, 16: 5.0}
+        # the launch runs the config's pre_hook, which records its BLOCK: that config's time is answered
+        timed = lambda call, quantiles: (call(), [timings[seen[-1]]] * 3)[1]  # noqa: E731
+        seen: list[int] = []
+        for config in configs:
+            hook = config.pre_hook
+            config.pre_hook = lambda nargs, hook=hook, b=config.kwargs["BLOCK"]: (seen.append(b), hook(nargs))
+        tuner = tdl.autotune(
+            configs=configs, key=["n"], do_bench=timed, reference_fn=reference, check_outputs=["out_ptr"]
+        )(_scaled_copy)
+        return tuner, configs
+
+    for decision in ("tuned", "restored"):
+        tuner, configs = decorated()
+        x, s, out = torch.randn(300), torch.zeros(1), torch.zeros(300)
+        tuner[lambda meta: (triton.cdiv(300, meta["BLOCK"]),)](x, s, out, 300)
+        assert tuner.last_decision == decision
+        assert tuner.best_config is configs[1]
+        assert torch.equal(out, 2 * x)

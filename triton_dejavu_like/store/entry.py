@@ -107,6 +107,9 @@ class StoredEntry:
             if not isinstance(item, dict) or not isinstance(item.get("reason"), str):
                 raise InvalidEntry("a ruled-out item is not an object with a reason")
             _config(item.get("config"), parameters, "a ruled-out config")
+        twin = data.get("twin", 0)
+        if isinstance(twin, bool) or not isinstance(twin, int) or twin < 0:
+            raise InvalidEntry(f"twin is not a position: {twin!r:.40}")
         return cls(
             kid,
             key,
@@ -167,6 +170,17 @@ class StoredEntry:
         """Hash of the candidate set the result was chosen from (None in older or imported entries)."""
         value = self.data.get("candidates")
         return value if isinstance(value, str) else None
+
+    @property
+    def twin(self) -> int:
+        """Which of the candidates with the chosen config's fields won, counted in list order: configs
+        that differ only in what is not stored (a ``pre_hook``) are told apart by it; 0 when the chosen
+        config's fields were unique (the field is then absent)."""
+        return int(self.data.get("twin", 0))
+
+    def chosen_among(self, matches: Sequence[Config]) -> Config:
+        """The chosen candidate among ``matches``, the candidates with its fields in list order."""
+        return matches[self.twin] if self.twin < len(matches) else matches[0]
 
     def top(self) -> list[tuple[Config, list[float]]]:
         return [(decode_config(t["config"])[0], list(t["timings_ms"])) for t in self.data.get("top", [])]

@@ -51,9 +51,7 @@ def nearest(
     config_id: Callable[[Config], str],
 ) -> tuple[StoredEntry, Config] | None:
     """The stored entry nearest to ``key`` whose config is among ``candidates``, with that candidate."""
-    by_id: dict[str, Config] = {}
-    for config in candidates:
-        by_id.setdefault(config_id(config), config)
+    by_id = alike(candidates, config_id)
     best: tuple[float, str, StoredEntry] | None = None
     for entry in entries:
         if entry.config_id not in by_id:
@@ -65,4 +63,12 @@ def nearest(
             best = (d, entry.key_id, entry)
     if best is None:
         return None
-    return best[2], by_id[best[2].config_id]
+    return best[2], best[2].chosen_among(by_id[best[2].config_id])
+
+
+def alike(candidates: Iterable[Config], config_id: Callable[[Config], str]) -> dict[str, list[Config]]:
+    """The candidates by config id, those with the same fields (a stored config) in list order."""
+    by_id: dict[str, list[Config]] = {}
+    for config in candidates:
+        by_id.setdefault(config_id(config), []).append(config)
+    return by_id

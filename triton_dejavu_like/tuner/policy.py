@@ -25,7 +25,7 @@ from .errors import AutotuningError
 from .key import TuningKey
 from .misses import record_miss
 from .mode import graph_capturing, tuning_enabled
-from .nearest import nearest
+from .nearest import alike, nearest
 from .tuning import Outcome
 
 _UNPREPARED = object()
@@ -175,8 +175,13 @@ class MissPolicy:
         what ``prepare_informed_fallback`` made of it at the first fallback."""
         if self._prepared is not _UNPREPARED:
             return self._prepared
-        by_id = {self.config_id(c): c for c in candidates}
-        cache = {entry.key: by_id.get(entry.config_id, entry.config) for entry in restored.values()}
+        by_id = alike(candidates, self.config_id)
+        cache = {
+            entry.key: entry.chosen_among(by_id[entry.config_id])
+            if entry.config_id in by_id
+            else entry.config
+            for entry in restored.values()
+        }
         if self.prepare_informed_fallback is None:
             return cache
         prepared = self.prepare_informed_fallback(cache)
@@ -195,9 +200,9 @@ class MissPolicy:
                 "%s: pruning gives another candidate set than the stored one; re-tuning", self.kernel_name
             )
             return None
-        for config in candidates:
-            if self.config_id(config) == entry.config_id:
-                return Outcome(config, "restored", entry=entry)
+        matches = [c for c in candidates if self.config_id(c) == entry.config_id]
+        if matches:
+            return Outcome(entry.chosen_among(matches), "restored", entry=entry)
         warn_once(
             DejavuTuningWarning,
             self.kernel_name + entry.config_id,

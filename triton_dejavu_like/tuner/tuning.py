@@ -19,7 +19,7 @@ from typing import Any
 from .. import _env
 from .._compat import Config
 from .._log import DejavuConfigWarning, DejavuStorageWarning, log, warn_once
-from ..codec import EncodingError, describe_config
+from ..codec import EncodingError, config_id, describe_config
 from ..measure import (
     QUANTILES,
     Benchmarker,
@@ -363,6 +363,9 @@ class TuningRun:
     ) -> StoredEntry | None:
         if key.id is None:
             return None
+        chosen = config_id(best)
+        twins = [c for c in trial.candidates if config_id(c) == chosen]  # fields alike, hooks not
+        twin = {"twin": next(i for i, c in enumerate(twins) if c is best)} if len(twins) > 1 else {}
         try:
             return StoredEntry.new(
                 key.values,
@@ -380,6 +383,7 @@ class TuningRun:
                 quantiles=list(self.benchmarker.quantiles),
                 top=trial.ranking()[:TOP_K],
                 ruled_out=list(trial.failures.items())[:MAX_RULED_OUT],
+                **twin,
             )
         except (EncodingError, InvalidEntry) as exc:
             name = self.recipe.kernel_name
