@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,28 @@ def test_read_only_with_an_empty_store_creates_nothing(monkeypatch):
     run_add(tuner, 100)
     assert tuner.last_decision == "default" and bench.calls == 0
     assert not storage().exists()
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_a_storage_root_that_is_a_file_is_reported_once(tmp_path, monkeypatch, read_only):
+    """Read-only, nothing is written, so no write can fail and say so: the root is named at the
+    first miss instead. With tuning on, the failed write is the one warning."""
+    root = tmp_path / "a-file"
+    root.write_text("not a folder")
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(root))
+    if read_only:
+        monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    tuner = tuned_add(FakeBench())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_add(tuner, 100)
+        run_add(tuner, 200)
+    about_root = [
+        w for w in caught if issubclass(w.category, tdl.DejavuStorageWarning) and str(root) in str(w.message)
+    ]
+    assert len(about_root) == 1
+    assert ("is not a folder" in str(about_root[0].message)) == read_only
+    assert root.read_text() == "not a folder"
 
 
 def test_read_only_does_not_set_a_bad_cache_file_aside(monkeypatch):

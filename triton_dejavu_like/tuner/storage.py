@@ -25,6 +25,7 @@ from ..store import (
 )
 from ..store.identity import code_version, stable_hash
 from ..store.layered import usable
+from .mode import tuning_enabled
 from .settings import TunerSettings
 
 
@@ -86,6 +87,14 @@ class StorageIdentity:
             return MemoryStore(), None
         identity = ident.as_dict()
         root = self._root()
+        if not tuning_enabled() and root.exists() and not root.is_dir():  # tuning's write warns instead
+            warn_once(
+                DejavuStorageWarning,
+                f"root is not a folder:{root}",
+                "the storage root %s is not a folder: nothing is restored from it (point %s at a folder)",
+                root,
+                _env.STORAGE,
+            )
         primary = FileStore(root, identity, self.arg_names)
         layers = self._layers(root)
         if not layers:
