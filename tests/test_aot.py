@@ -5,6 +5,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -209,6 +213,71 @@ def test_an_interrupted_worker_run_keeps_what_the_running_cases_stored(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         workers.run(["half-done", "other"])
     assert [e.key[0] for e in stored(target).get("add_kernel", [])] == [16]
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_worker_run_as_ctrl_c_does(tmp_path):
+    """``kill``, ``timeout`` and batch schedulers send SIGTERM: the command merges what the running
+    cases stored, removes the workers' folders and exits 130, as for Ctrl-C (it used to die at once,
+    leaving both behind)."""
+    marker = tmp_path / "first-key-stored"
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        f"import sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from pathlib import Path\n"
+        "import aot_cases, triton_dejavu_like as tdl\n"
+        f"MARKER = Path({str(marker)!r})\n"
+        "def half_done():\n"
+        "    aot_cases.add(16)\n"
+        "    MARKER.touch()\n"
+        "    time.sleep(120)\n"
+        "CASES = [tdl.TuneCase('half-done', half_done), tdl.TuneCase('other', lambda: time.sleep(120))]\n"
+    )
+    temp, root = tmp_path / "tmp", tmp_path / "root"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "TRITON_INTERPRET": "1", "TRITON_DEJAVU_PROGRESS": "0"}
+    argv = [
+        sys.executable,
+        "-m",
+        "triton_dejavu_like",
+        "tune",
+        str(spec),
+        "--root",
+        str(root),
+        "--workers",
+        "2",
+    ]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), process.communicate(timeout=30)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted" in err
+    assert [e.key[0] for e in stored(root)["add_kernel"]] == [16]
+    assert not list(temp.glob("tdl-tune-*"))
+
+
+def test_export_to_an_archive_or_refused_before_tuning(capsys, tmp_path):
+    root, archive = tmp_path / "root", tmp_path / "ship.tar.gz"
+    status, report = tune(capsys, f"{SPEC}:cases", "--root", str(root), "--export", str(archive))
+    assert status == 0 and archive.is_file() and len(report["exported"]) == 1
+    fresh = tmp_path / "fresh"
+    assert cli.main(["merge", str(archive), "--root", str(fresh)]) == 0
+    capsys.readouterr()
+    status, served = tune(capsys, f"{SPEC}:cases", "--root", str(fresh))
+    assert status == 0 and set(statuses(served).values()) == {"stored"}
+    for refused in (archive, tmp_path / "ship.tar"):  # one that exists, one of another kind
+        assert (
+            cli.main(["tune", f"{SPEC}:cases", "--root", str(tmp_path / "r2"), "--export", str(refused)]) == 2
+        )
+        assert "--export" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists() and not (tmp_path / "ship.tar").exists()
 
 
 def test_export_writes_only_the_spec_kernels(capsys, tmp_path):

@@ -150,9 +150,14 @@ def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
 
 
 def export(report: TuneReport, root: Path, out: Path) -> None:
-    """Write the cache files the SPEC's cases used (tuned or restored) into the storage root ``out``."""
+    """Write the cache files the SPEC's cases used (tuned or restored) into the storage root ``out``,
+    or into a new ``.tar.gz`` archive of that tree when ``out`` is named so (as ``export`` does)."""
     used = sorted({f for r in report.results for f in r.files})
     files, problems = inventory.read_sources(root / f for f in used if (root / f).exists())
+    report.problems += problems
+    if inventory.is_archive(out):
+        report.exported = inventory.write_archive(out, files)
+        return
     merged = inventory.merge_into(out, files)
     report.exported = merged.written
-    report.problems += problems + merged.problems
+    report.problems += merged.problems

@@ -4,10 +4,13 @@ or tuned ahead of time) and out of it as code."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +120,25 @@ def cmd_misses(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _terminated_as_interrupted() -> Iterator[None]:
+    """SIGTERM (``kill``, ``timeout``, a batch scheduler, Kubernetes) stops ``tune`` as Ctrl-C does:
+    what the workers stored is merged, their folders removed, and the exit status is 130. Without it
+    the process died at once, leaving both behind. Only the main thread can install the handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     if _env.deterministic():  # it turns tuning off whatever tuning() says: every case would tune nothing
         raise UsageError(f"{_env.DETERMINISTIC}=1 turns tuning off; unset it to tune")
@@ -146,8 +168,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         ray_start_timeout_s=args.ray_start_timeout,
         export=Path(args.export).expanduser() if args.export else None,
     )
+    export = request.export
+    if export is not None and inventory.is_other_archive(export):
+        endings = " or ".join(inventory.ARCHIVE_SUFFIXES)
+        raise UsageError(f"--export {export}: a storage directory or a gzipped tar archive ({endings})")
+    if export is not None and inventory.is_archive(export) and export.exists():
+        raise UsageError(f"--export {export} already exists; nothing was tuned (remove it first)")
     try:
-        report = aot.tune(request, quiet=args.json)
+        with _terminated_as_interrupted():
+            report = aot.tune(request, quiet=args.json)
     except SpecError as exc:
         raise CliError(str(exc)) from exc
     except RuntimeError as exc:  # Ray missing or unreachable
