@@ -249,9 +249,15 @@ def test_sigterm_stops_a_worker_run_as_ctrl_c_does(tmp_path, stop):
         "--workers",
         "2",
     ]
-    process = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    # as from a terminal: a process started with SIGINT ignored (a background job of a shell without
+    # job control, such as a CI script's) keeps it ignored, and its children too
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and time.monotonic() < deadline and process.poll() is None:

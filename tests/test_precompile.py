@@ -137,9 +137,9 @@ def test_launchers_are_built_beside_the_compiles_once_per_kernel(monkeypatch):
 class QueuedCompiles:
     """Hands each compile to Triton's AsyncCompileMode; the compiles take a while. ``interrupt``:
     ``"hand-over"`` raises KeyboardInterrupt while the last candidate is handed over, ``"waiting"``
-    interrupts the main thread from the first compile as SIGINT does (``_thread.interrupt_main``: a
-    signal sent to the process may land on any thread, and on a loaded machine the main thread then
-    saw it only after its last wait)."""
+    interrupts the main thread from the first compile as SIGINT does (``_thread.interrupt_main``,
+    with Python's SIGINT handler installed by the test: a test process started with SIGINT ignored,
+    as a background job of a shell without job control is, never saw a SIGINT sent to it)."""
 
     def __init__(self, interrupt: str, last: int) -> None:
         self.interrupt = interrupt
