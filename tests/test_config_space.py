@@ -102,3 +102,11 @@ def test_platform_filter():
 def test_a_space_whose_conditions_keep_nothing_is_a_clear_error():
     with pytest.raises(ValueError, match="config space is empty after its conditions"):
         ConfigSpace({"BLOCK": [16, 32]}, kwarg_conditions=[lambda kw: kw["BLOCK"] > 64])
+
+
+def test_config_to_point_tells_equal_values_of_other_types_apart():
+    """1, 1.0 and True are equal in Python; a list holding several of them has a point for each."""
+    space = ConfigSpace({"B": [1, 1.0, True, "1", None]})
+    configs = space.configs()
+    assert [space.config_to_point(c) for c in configs] == [(i,) for i in range(5)]
+    assert space.config_to_point(triton.Config({})) is None  # no B at all: not the None in the list

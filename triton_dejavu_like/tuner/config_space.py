@@ -155,11 +155,14 @@ class ConfigSpace:
         """The indices of a Config's values, or None if some value is not in the lists."""
         point: list[int] = []
         for name, values in self.parameters.items():
-            value = config.kwargs.get(name) if name in self.kwargs_with_lists else getattr(config, name, None)
-            try:
-                point.append(values.index(value))
-            except ValueError:
+            if name in self.kwargs_with_lists and name not in config.kwargs:
+                return None  # not None, the value a list may hold
+            value = config.kwargs[name] if name in self.kwargs_with_lists else getattr(config, name, None)
+            equal = [i for i, v in enumerate(values) if v == value]
+            if not equal:
                 return None
+            # 1, 1.0 and True are equal, yet different configs: among equal values, the same type
+            point.append(next((i for i in equal if type(values[i]) is type(value)), equal[0]))
         return tuple(point)
 
     def rejection(self, config: Config, platform_check: PlatformCheck | None = None) -> str | None:
