@@ -233,8 +233,14 @@ def test_sigterm_stops_a_worker_run_as_ctrl_c_does(tmp_path, stop):
         "    aot_cases.add(16)\n"
         "    MARKER.touch()\n"
         "    time.sleep(120)\n"
-        "CASES = [tdl.TuneCase('half-done', half_done), tdl.TuneCase('other', lambda: time.sleep(120))]\n"
+        "def other():\n"
+        "    Path(str(MARKER) + '-other').touch()\n"
+        "    time.sleep(120)\n"
+        "CASES = [tdl.TuneCase('half-done', half_done), tdl.TuneCase('other', other)]\n"
     )
+    # both workers past their start: an import that Ctrl-C interrupts prints Python's own traceback,
+    # before the worker's code runs
+    running = [marker, Path(f"{marker}-other")]
     temp, root = tmp_path / "tmp", tmp_path / "root"
     temp.mkdir()
     env = {**os.environ, "TMPDIR": str(temp), "TRITON_INTERPRET": "1", "TRITON_DEJAVU_PROGRESS": "0"}
@@ -260,9 +266,9 @@ def test_sigterm_stops_a_worker_run_as_ctrl_c_does(tmp_path, stop):
         signal.signal(signal.SIGINT, previous)
     try:
         deadline = time.monotonic() + 120
-        while not marker.exists() and time.monotonic() < deadline and process.poll() is None:
+        while not all(p.exists() for p in running) and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
-        assert marker.exists(), process.communicate(timeout=30)
+        assert all(p.exists() for p in running), process.communicate(timeout=30)
         if stop == "sigterm":
             process.send_signal(signal.SIGTERM)
         else:
