@@ -27,7 +27,7 @@ from .output import (
     report_problems,
     times_text,
 )
-from .roots import existing_root, selected, written_root
+from .roots import existing_root, refuse_other_archive, selected, written_root
 
 
 def side_text(entry: StoredEntry, origin: str) -> str:
@@ -174,9 +174,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             f"the selection spans {len(found)} platforms ({listed}); pick one with --triton/--toolchain/--gpu"
         )
     out = Path(args.out).expanduser()
-    if inventory.is_other_archive(out):
-        endings = " or ".join(inventory.ARCHIVE_SUFFIXES)
-        raise UsageError(f"{out}: export writes a directory or a gzipped tar archive ({endings})")
+    refuse_other_archive(out, str(out))
     replaced: list[tuple[str, int]] = []
     notes: list[str] = []
     if inventory.is_archive(out):

@@ -1,5 +1,6 @@
-"""Which storage roots a command reads or writes (``--root``, ``$TRITON_DEJAVU_STORAGE``), and the
-files a selection (``--kernel``, ``--tag``, ``--triton``, ``--toolchain``, ``--gpu``) keeps."""
+"""Which storage roots a command reads or writes (``--root``, ``$TRITON_DEJAVU_STORAGE``), where an
+export goes, and the files a selection (``--kernel``, ``--tag``, ``--triton``, ``--toolchain``,
+``--gpu``) keeps."""
 
 from __future__ import annotations
 
@@ -47,6 +48,14 @@ def layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int,
         report_problems(problems)
     args.problems, args.roots = problems, roots
     return roots, found
+
+
+def refuse_other_archive(out: Path, named: str) -> None:
+    """An export to ``out`` (``named`` so in the message) that names an archive of another kind than a
+    gzipped tar (``.tar``, ``.zip``, ...) is a usage error: it would become a directory of that name."""
+    if inventory.is_other_archive(out):
+        endings = " or ".join(inventory.ARCHIVE_SUFFIXES)
+        raise UsageError(f"{named}: a storage directory or a gzipped tar archive ({endings})")
 
 
 def existing_root(args: argparse.Namespace) -> Path:

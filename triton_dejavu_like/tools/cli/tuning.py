@@ -34,7 +34,7 @@ from .output import (
     report_problems,
     table,
 )
-from .roots import existing_root, selected, written_root
+from .roots import existing_root, refuse_other_archive, selected, written_root
 
 
 def cmd_import_dejavu(args: argparse.Namespace) -> int:
@@ -169,11 +169,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         export=Path(args.export).expanduser() if args.export else None,
     )
     export = request.export
-    if export is not None and inventory.is_other_archive(export):
-        endings = " or ".join(inventory.ARCHIVE_SUFFIXES)
-        raise UsageError(f"--export {export}: a storage directory or a gzipped tar archive ({endings})")
-    if export is not None and inventory.is_archive(export) and export.exists():
-        raise UsageError(f"--export {export} already exists; nothing was tuned (remove it first)")
+    if export is not None:
+        refuse_other_archive(export, f"--export {export}")
+        if inventory.is_archive(export) and export.exists():
+            raise UsageError(f"--export {export} already exists; nothing was tuned (remove it first)")
     try:
         with _terminated_as_interrupted():
             report = aot.tune(request, quiet=args.json)
