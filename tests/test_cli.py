@@ -101,6 +101,22 @@ def test_list_reports_each_unreadable_file_once(capsys, root):
     assert capsys.readouterr().err.count(str(bad)) == 1
 
 
+def test_list_counts_invalid_entries_without_moving_them(capsys, root):
+    doc = json.loads(cache_file(root).path.read_text())
+    [kid, *_] = doc["entries"]
+    doc["entries"][kid.replace("1024", "4096")] = {**doc["entries"][kid], "timings_ms": ["fast"]}
+    cache_file(root).path.write_text(json.dumps(doc))
+    before = cache_file(root).path.read_bytes()
+    assert run("list", "--root", str(root)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[6:9] == ["KEYS", "INVALID", "LAST"]
+    counts = {(r[1], r[5]): (r[6], r[7]) for r in (line.split() for line in lines[2:5])}
+    assert counts[("matmul", "NVIDIA_H100_80GB_HBM3")] == ("2", "1")
+    assert counts[("softmax", "NVIDIA_H100_80GB_HBM3")] == ("1", "0")
+    assert "1 invalid entries (INVALID) are never restored" in lines[-1]
+    assert cache_file(root).path.read_bytes() == before  # list never moves anything
+
+
 def test_show_gives_each_key_its_config_time_and_how_it_was_found(capsys, root):
     assert run("show", "matmul", "--root", str(root), "--gpu", "NVIDIA_H100_80GB_HBM3") == 0
     out = capsys.readouterr().out

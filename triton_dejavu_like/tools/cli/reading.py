@@ -46,6 +46,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     wanted = set(map(id, selected(args, [f for _, f in layered])))
     layered = [(i, f) for i, f in layered if id(f) in wanted]
     layers = len(roots) > 1  # a LAYER column and a legend only when there are layers
+    invalid = sum(len(f.rejected) for _, f in layered)  # an INVALID column only when some file has them
     rows = [
         [
             *([str(i)] if layers else []),
@@ -56,18 +57,24 @@ def cmd_list(args: argparse.Namespace) -> int:
             f.identity["toolchain"],
             f.identity["gpu"],
             str(len(f.entries)),
+            *([str(len(f.rejected))] if invalid else []),
             when(f.last_tuned()),
         ]
         for i, f in sorted(layered, key=lambda p: (p[1].identity["kernel"], p[1].identity["tag"], p[0]))
     ]
     headers = [*(["LAYER"] if layers else []), "ID", "KERNEL", "TAG", "TRITON", "TOOLCHAIN", "GPU", "KEYS"]
-    headers.append("LAST TUNED")
+    headers += [*(["INVALID"] if invalid else []), "LAST TUNED"]
     legend = [f"layer {layer_name(i)}: {root}" for i, root in enumerate(roots)] if layers else []
     text = table(headers, rows)
     if not rows:
         text = f"no stored results under {os.pathsep.join(map(str, roots))}"
     elif legend:
         text = "\n".join([*legend, "", text])
+    if invalid:
+        text += (
+            f"\n\n{invalid} invalid entries (INVALID) are never restored: `{PROG} show` gives their "
+            "reasons; a process that tunes with such a file moves them into cache.json.rejected-*"
+        )
     payload = {
         "root": str(roots[0]),
         "roots": [str(r) for r in roots],
