@@ -19,6 +19,7 @@ from triton_dejavu_like import DejavuStorageWarning
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import StoredEntry, identity, inventory, layout
 from triton_dejavu_like.tools import cli, heuristic
+from triton_dejavu_like.tools.aot import pool
 
 SPEC = str(Path(__file__).with_name("aot_cases.py"))
 SIZES = (16, 40, 100, 200, 500, 1000)
@@ -280,6 +281,34 @@ def test_sigterm_stops_a_worker_run_as_ctrl_c_does(tmp_path, stop):
     assert "interrupted" in err and "Traceback" not in err, err
     assert [e.key[0] for e in stored(root)["add_kernel"]] == [16]
     assert not list(temp.glob("tdl-tune-*"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc to see the import")
+def test_a_worker_interrupted_while_importing_leaves_quietly(tmp_path):
+    """Ctrl-C in a terminal also reaches a worker still importing torch and triton (its first
+    seconds): it exits 130 without a traceback, as it does once its own code runs."""
+    read_end, write_end = os.pipe()
+    argv = pool.worker_argv(["--spec", SPEC, "--root", str(tmp_path), "--fd", str(write_end), "--name", "w"])
+    env = {**os.environ, "PYTHONPATH": pool.worker_pythonpath(os.environ.get("PYTHONPATH", ""))}
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # see the test above
+    try:
+        process = subprocess.Popen(
+            argv, env=env, stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_end,), text=True
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        os.close(write_end)
+    try:
+        maps, deadline = Path(f"/proc/{process.pid}/maps"), time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline and "torch" not in maps.read_text():
+            time.sleep(0.005)  # until torch's libraries are loaded: the package's import is under way
+        assert process.poll() is None, "the worker ended before it was interrupted"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        os.close(read_end)
+    assert process.returncode == 130 and "Traceback" not in err, (process.returncode, err)
 
 
 def test_export_to_an_archive_or_refused_before_tuning(capsys, tmp_path):

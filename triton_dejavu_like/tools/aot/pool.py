@@ -39,6 +39,23 @@ def worker_pythonpath(existing: str) -> str:
     return os.pathsep.join(p for p in (PACKAGE_PARENT, os.getcwd(), existing) if p)
 
 
+# Ctrl-C in a terminal interrupts the whole process group, also a worker still importing torch and
+# triton: ``python -m`` would print that import's traceback; this leaves as the worker's own code does
+_WORKER_BOOT = (
+    "import sys\n"
+    "try:\n"
+    "    from triton_dejavu_like.tools.aot.worker import main\n"
+    "    sys.exit(main(sys.argv[1:]))\n"
+    "except KeyboardInterrupt:\n"
+    "    sys.exit(130)\n"
+)
+
+
+def worker_argv(args: Sequence[str]) -> list[str]:
+    """The command line of a worker process (:mod:`.worker`) given its arguments."""
+    return [sys.executable, "-c", _WORKER_BOOT, *args]
+
+
 @dataclass
 class Slot:
     """Where one worker runs: its name in reports and the environment it adds."""
@@ -131,19 +148,9 @@ class WorkerPool:
         read_end, write_end = os.pipe()
         try:
             process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "triton_dejavu_like.tools.aot.worker",
-                    "--spec",
-                    self.spec,
-                    "--root",
-                    str(root),
-                    "--fd",
-                    str(write_end),
-                    "--name",
-                    slot.name,
-                ],
+                worker_argv(
+                    ["--spec", self.spec, "--root", str(root), "--fd", str(write_end), "--name", slot.name]
+                ),
                 stdin=subprocess.PIPE,
                 stdout=sys.stderr.fileno() if _has_fileno(sys.stderr) else None,
                 env=env,

@@ -1,4 +1,5 @@
-"""A local tuning worker process: ``python -m triton_dejavu_like.tools.aot.worker``.
+"""A local tuning worker process (``python -m triton_dejavu_like.tools.aot.worker``; the pool starts it
+through :func:`.pool.worker_argv`, which also catches an interrupt during the imports).
 
 It loads the SPEC, then reads case names from stdin, one JSON string a line (a name may hold any
 character, spaces and line breaks included), runs each into its own storage root and answers one
