@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import os
@@ -214,6 +215,30 @@ def test_an_interrupted_worker_run_keeps_what_the_running_cases_stored(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         workers.run(["half-done", "other"])
     assert [e.key[0] for e in stored(target).get("add_kernel", [])] == [16]
+
+
+def test_workers_started_before_one_that_cannot_start_are_stopped(tmp_path, monkeypatch):
+    """A worker that cannot be started (here its folder cannot be seeded: a full disk) stops the run;
+    the workers already started are stopped too, not left running on a removed folder."""
+    seed = pool.merging.seed
+    started: list[Path] = []
+
+    def seed_then_fail(root, known):
+        if started:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        started.append(root)
+        seed(root, known)
+
+    monkeypatch.setattr(pool.merging, "seed", seed_then_fail)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    workers = pool.WorkerPool(SPEC, pool.cpu_slots(2), tmp_path / "root", lambda result: None)
+    (tmp_path / "root").mkdir()
+    with pytest.raises(OSError, match="No space left"):
+        workers.run(["cases"])
+    [pid] = workers.pids
+    with pytest.raises(ChildProcessError):  # already reaped by the pool: not left running
+        os.waitpid(pid, os.WNOHANG)
+    assert not list(tmp_path.glob("tdl-tune-*"))
 
 
 @pytest.mark.slow

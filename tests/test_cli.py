@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -115,6 +116,15 @@ def test_list_counts_invalid_entries_without_moving_them(capsys, root):
     assert counts[("softmax", "NVIDIA_H100_80GB_HBM3")] == ("1", "0")
     assert "1 invalid entries (INVALID) are never restored" in lines[-1]
     assert cache_file(root).path.read_bytes() == before  # list never moves anything
+
+
+def test_a_command_leaves_the_package_logger_as_it_found_it(capsys, root):
+    """main() may run inside a user's process (a notebook, a script): the level it sets for its own
+    output is put back, so the package's records still reach the root logger's level afterwards."""
+    logger = logging.getLogger("triton_dejavu_like")
+    before = (logger.level, list(logger.handlers))
+    assert run("list", "--root", str(root)) == 0
+    assert (logger.level, logger.handlers) == before
 
 
 def test_show_gives_each_key_its_config_time_and_how_it_was_found(capsys, root):

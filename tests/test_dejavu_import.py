@@ -426,6 +426,19 @@ def test_a_bad_kernel_argument_is_a_clear_error(tmp_path, capsys, argv, message)
     assert message in capsys.readouterr().err
 
 
+def test_a_bad_second_kernel_argument_writes_nothing(tmp_path, kernel_spec, capsys):
+    """Every --kernel is loaded before anything is written: the first kernel's keys were imported,
+    unreported, before the second one's error."""
+    source = write_dejavu(
+        tmp_path / "a" / "cache.json", dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [1.0]})
+    )
+    root = tmp_path / "root"
+    argv = ["import-dejavu", str(source), "--kernel", kernel_spec, "--kernel", "no_such_module_xyz:scale"]
+    assert cli.main([*argv, "--root", str(root)]) == 2
+    assert "cannot load --kernel no_such_module_xyz:scale" in capsys.readouterr().err
+    assert not list(root.rglob("cache.json"))
+
+
 def test_an_unreadable_triton_dejavu_file_is_an_error(tmp_path, kernel_spec, capsys):
     bad = tmp_path / "cache.json"
     bad.write_text('{"cache": ')

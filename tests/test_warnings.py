@@ -464,3 +464,16 @@ def test_warnings_can_be_made_errors(tmp_path):
         cwd=Path(__file__).parent.parent,
     )
     assert result.returncode == 1 and "DejavuStorageWarning" in result.stderr.splitlines()[-1]
+
+
+def test_a_relayed_warning_whose_arguments_do_not_fit_does_not_silence_the_next():
+    """A worker's warning that arrives with arguments its message cannot take is refused; the same
+    warning arriving whole from another worker is still issued (the first one used to silence it)."""
+    from triton_dejavu_like import _log
+
+    message = "kernel %s: %d keys missing"
+    bad = {"category": "DejavuTuningWarning", "subject": "k", "message": message, "args": ["k", "many"]}
+    good = {**bad, "args": ["k", 3]}
+    assert not _log.reissue_warning(bad)
+    with pytest.warns(DejavuTuningWarning, match="kernel k: 3 keys missing"):
+        assert _log.reissue_warning(good)

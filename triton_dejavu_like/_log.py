@@ -53,7 +53,8 @@ def warn_once(category: type[DejavuWarning], subject: str, message: str, *args: 
     ``message`` is a ``%``-format string filled with ``args`` (as for logging); ``subject`` names
     the place (a path, a kernel) so that the same problem at two places is reported twice.
     """
-    marker = (category, message, subject)
+    text = message % args if args else message  # before the marker: arguments that do not fit raise,
+    marker = (category, message, subject)  # and do not silence a later, valid call
     with _seen_lock:
         if marker in _seen:
             return False
@@ -61,7 +62,6 @@ def warn_once(category: type[DejavuWarning], subject: str, message: str, *args: 
     if _relay is not None:
         _relay(category, subject, message, args)
         return True
-    text = message % args if args else message
     log.warning("%s", text)
     warnings.warn(text, category, stacklevel=3)
     return True

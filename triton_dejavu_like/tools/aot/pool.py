@@ -103,7 +103,8 @@ class WorkerPool:
         workers: list[_Worker] = []
         try:
             known = merging.read_tree(self.target)
-            workers = [self._start(i, slot, tmp / f"w{i}", known) for i, slot in enumerate(self.slots)]
+            for i, slot in enumerate(self.slots):  # one by one: those started are stopped if the next fails
+                workers.append(self._start(i, slot, tmp / f"w{i}", known))
             while not all(w.finished for w in workers):
                 index, line = self._events.get()
                 worker = workers[index]
@@ -157,6 +158,9 @@ class WorkerPool:
                 pass_fds=(write_end,),
                 text=True,
             )
+        except BaseException:
+            os.close(read_end)
+            raise
         finally:
             os.close(write_end)
         self.pids.append(process.pid)

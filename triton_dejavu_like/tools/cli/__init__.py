@@ -61,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
     logger = logging.getLogger("triton_dejavu_like")
     logger.addHandler(handler)
-    if logger.level == logging.NOTSET:
+    level = logger.level  # put back after the command: main() may run in a user's process
+    if level == logging.NOTSET:
         logger.setLevel(logging.WARNING)
     try:
         with warnings.catch_warnings():
@@ -88,3 +89,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -29,6 +29,7 @@ from .output import (
     UsageError,
     emit,
     path_text,
+    printable,
     problems_payload,
     replaced_lines,
     report_problems,
@@ -43,13 +44,15 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"no such file or directory: {', '.join(missing)}")
     platform = {name: getattr(args, name) for name in ("triton", "toolchain", "gpu") if getattr(args, name)}
-    results = []
-    failed = False
-    for spec in args.kernel:
+    tuners = []
+    for spec in args.kernel:  # all loaded before anything is written: a typo in the last one writes nothing
         try:
-            tuner = dejavu_import.load_tuner(spec)
+            tuners.append((spec, dejavu_import.load_tuner(spec)))
         except Exception as exc:  # importing the user's module may raise anything
             raise UsageError(f"cannot load --kernel {spec}: {type(exc).__name__}: {exc}") from exc
+    results = []
+    failures = []
+    for spec, tuner in tuners:
         try:
             report = dejavu_import.import_dejavu(
                 [Path(s).expanduser() for s in args.sources],
@@ -61,8 +64,8 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
                 dry_run=args.dry_run,
             )
         except (ValueError, TypeError) as exc:  # e.g. the kernel's identity cannot be computed
-            raise CliError(f"cannot import for {spec}: {exc}") from exc
-        failed = failed or bool(report.problems)
+            failures.append(f"cannot import for {spec}: {exc}")  # the others' imports are still reported
+            continue
         results.append((spec, report))
     lines = []
     for spec, r in results:
@@ -90,7 +93,9 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
     emit(args, payload, lines)
     for _, r in results:
         report_problems(r.problems)
-    return 1 if failed else 0
+    for failure in failures:
+        print(f"{PROG} import-dejavu: error: {printable(failure, newlines=True)}", file=sys.stderr)
+    return 1 if failures or any(r.problems for _, r in results) else 0
 
 
 def cmd_misses(args: argparse.Namespace) -> int:
