@@ -61,6 +61,12 @@ def test_key_round_trip():
     assert decode_key(encode_key(key)) == key
 
 
+@pytest.mark.parametrize("inner", [16, 0, None, "x", torch.float16])
+def test_a_constexpr_is_stored_as_the_value_it_wraps(inner):
+    # a key value passed as tl.constexpr (None included: it used to be refused)
+    assert encode_value(tl.constexpr(inner)) == encode_value(inner)
+
+
 def test_unknown_values_are_refused():
     with pytest.raises(EncodingError):
         encode_value(object())

@@ -12,6 +12,7 @@ import math
 import string
 from typing import Any
 
+import pytest
 import torch
 import triton
 import triton.language as tl
@@ -163,12 +164,8 @@ def test_a_config_id_does_not_depend_on_the_order_of_its_parameters(kwargs, rng)
 @given(st.sampled_from(TRITON_DTYPES))
 @settings(deadline=None)
 def test_a_triton_type_that_cannot_come_back_is_refused_when_stored(dtype):
-    pointer = tl.pointer_type(dtype)
-    try:
-        encoded = encode_value(pointer)
-    except EncodingError:
-        return
-    assert decode_value(through_json(encoded)) == pointer
+    with pytest.raises(EncodingError, match="cannot store"):  # a pointer type is not decoded
+        encode_value(tl.pointer_type(dtype))
 
 
 @given(st.text(alphabet=string.printable, max_size=40))

@@ -83,7 +83,7 @@ def test_cli_list_and_show_name_the_layer(roots, capsys):
 
 
 def test_add_store_rejects_what_is_not_a_folder(tmp_path):
-    with pytest.warns(UserWarning, match="not a folder"):
+    with pytest.warns(DejavuStorageWarning, match="not a folder"):
         add_store(tmp_path / "missing")
     with pytest.raises(TypeError):
         add_store(42)

@@ -233,7 +233,7 @@ def test_two_saved_runs_are_compared_seed_by_seed(tmp_path, pnpoly):
 
 
 @needs_data
-def test_bo_settings_of_a_replay_reach_its_strategy_and_survive_a_save(tmp_path, monkeypatch):
+def test_bo_settings_of_a_replay_reach_its_strategy_and_survive_a_save(tmp_path, monkeypatch, capsys):
     # a setting compared with --bo must be the one the search ran with, and saved runs must say so
     made, make = [], replay.make_strategy
     monkeypatch.setattr(replay, "make_strategy", lambda name: made.append(make(name)) or made[-1])
@@ -244,7 +244,9 @@ def test_bo_settings_of_a_replay_reach_its_strategy_and_survive_a_save(tmp_path,
     replay.save_outcomes([outcome], {}, tmp_path / "run.json")
     [loaded], _ = replay.load_outcomes(tmp_path / "run.json")
     assert loaded.job == job
-    with pytest.raises(SystemExit):  # an unknown field is refused before anything runs
+    with pytest.raises(SystemExit) as exit_:  # an unknown field is refused before anything runs
         replay.main(["--only", "pnpoly_RTX_3090", "--bo", "random_shar=0.5"])
-    with pytest.raises(SystemExit):  # the README's tables are the shipped settings'
+    assert exit_.value.code == 2 and "random_shar" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # the README's tables are the shipped settings'
         replay.main(["--only", "pnpoly_RTX_3090", "--bo", "random_share=0.5", "--write"])
+    assert exit_.value.code == 2 and "--write" in capsys.readouterr().err

@@ -504,7 +504,11 @@ def stop_compiles_over_shared_memory(answers: DriverAnswers) -> bool:
 
 
 #: ``triton.AsyncCompileMode`` exists (3.6 and 3.9 have it; 3.2 and 3.3 do not).
-HAS_ASYNC_COMPILE: bool = hasattr(triton, "AsyncCompileMode")
+# the compiles handed over are read from the mode's ``raw_futures`` (their failures, Ctrl-C cancelling
+# them): a release whose mode does not keep that list compiles in the calling thread instead
+HAS_ASYNC_COMPILE: bool = hasattr(triton, "AsyncCompileMode") and (
+    "raw_futures" in triton.AsyncCompileMode.__init__.__code__.co_names
+)
 
 
 def async_compile_mode(executor: Any) -> Any:
@@ -514,6 +518,12 @@ def async_compile_mode(executor: Any) -> Any:
     returns at once; leaving the context waits for every compilation.
     """
     return triton.AsyncCompileMode(executor, ignore_errors=True)
+
+
+def async_compile_futures(mode: Any) -> list[Any]:
+    """The futures of the compiles ``mode`` (:func:`async_compile_mode`) has handed to its executor so
+    far, in order; the list grows as launches hand more over."""
+    return mode.raw_futures
 
 
 def _options_class(namespace: dict[str, Any] | None) -> type | None:

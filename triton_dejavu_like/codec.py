@@ -25,7 +25,7 @@ import math
 import reprlib
 from typing import Any
 
-from ._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config
+from ._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config, is_constexpr
 
 
 class EncodingError(ValueError):
@@ -66,9 +66,8 @@ def encode_value(value: Any) -> Any:
     if name is not None:
         return name
     # numpy scalars and tl.constexpr wrap a plain value
-    inner = getattr(value, "value", None)
-    if inner is not None and type(value).__name__ == "constexpr":
-        return encode_value(inner)
+    if is_constexpr(value):
+        return encode_value(value.value)
     item = getattr(value, "item", None)
     if callable(item) and type(value).__module__ == "numpy":
         return encode_value(item())
@@ -76,14 +75,11 @@ def encode_value(value: Any) -> Any:
 
 
 def _dtype_name(value: Any) -> dict[str, str] | None:
-    try:
-        import torch
-
-        if isinstance(value, torch.dtype):
-            return {_TORCH_DTYPE: str(value).removeprefix("torch.")}
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
+    import torch
     import triton.language as tl
+
+    if isinstance(value, torch.dtype):
+        return {_TORCH_DTYPE: str(value).removeprefix("torch.")}
 
     if type(value) is tl.dtype:  # scalar types only: pointer/block/tuple types cannot be decoded
         return {_TRITON_DTYPE: value.name}

@@ -452,7 +452,7 @@ def test_split_cache_is_accepted_with_a_warning_and_leaves_the_environment_alone
     monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
     monkeypatch.delenv("TRITON_DEJAVU_INSTANCE_RUN_ID", raising=False)
     before = dict(os.environ)
-    with pytest.warns(UserWarning, match="TRITON_DEJAVU_SPLIT_CACHE.*TRITON_CACHE_DIR"):
+    with pytest.warns(tdl.DejavuConfigWarning, match="TRITON_DEJAVU_SPLIT_CACHE.*TRITON_CACHE_DIR"):
         tuner = _tune_once()
     assert tuner.best_config.kwargs == {"BLOCK": 32}
     assert dict(os.environ) == before

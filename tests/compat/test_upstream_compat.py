@@ -63,7 +63,7 @@ def test_picks_the_fastest_and_exposes_its_state(autotune):
     assert tuner.cache == {key_for(100): configs[1]}
     assert set(tuner.configs_timings) == set(configs)
     assert tuner.configs_timings[configs[1]][0] == pytest.approx(2.0)
-    assert isinstance(tuner.bench_time, float) and tuner.bench_time >= 0.0
+    assert isinstance(tuner.bench_time, float) and tuner.bench_time > 0.0  # the tuning took some time
 
 
 @pytest.mark.parametrize("autotune", both())

@@ -71,7 +71,7 @@ def precompile(
     submitted: dict[Config, Future] = {}
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdl-compile")
     mode = _compat.async_compile_mode(pool)
-    futures = getattr(mode, "raw_futures", [])
+    futures = _compat.async_compile_futures(mode)
     # an exception (Ctrl-C) while candidates are handed over, or while leaving the mode waits for
     # their compiles, cancels the compiles still queued: only those running are waited for
     with pool, cancelled_on_error(futures), mode, cancelled_on_error(futures):

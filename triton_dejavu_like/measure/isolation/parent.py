@@ -97,8 +97,6 @@ class IsolatedEvaluator(Evaluator):
         #: Candidates whose launch grid the grid function failed to give (computed here for a
         #: forkserver/spawn worker): measuring one ends tuning.
         self._stops: dict[Config, TuningStopped] = {}
-        #: How many worker processes this evaluator started (the first one, then one per crash or hang).
-        self.worker_starts = 0
 
     # --- the Evaluator interface --------------------------------------------------------------------
 
@@ -254,7 +252,6 @@ class IsolatedEvaluator(Evaluator):
                     raise IsolationError(
                         f"{name}: a worker could not compute the numerical reference: {reply[1].reason}"
                     )
-        self.worker_starts += 1
         log.debug(
             "%s: worker %s started (%s) in %.3f s",
             name,
