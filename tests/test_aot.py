@@ -563,10 +563,16 @@ def test_a_heuristic_answers_a_key_with_no_number_where_the_stored_keys_had_one(
     """An optional key argument passed as None: a config of the kernel's, not a TypeError."""
     if method == "tree":
         pytest.importorskip("sklearn")
-    f32 = "torch.float32"
+    f16, f32 = "torch.float16", "torch.float32"
     function = generated(entries_of({(64, f32): 16, (4096, f32): 256}), method)
     assert function((None, f32)).kwargs["BLOCK"] in (16, 256)
     assert function(("many", f32)).kwargs["BLOCK"] in (16, 256)
+    # the rest of the key still counts: the dtype (a None size made every distance NaN, so the
+    # table's first key won, here one of the other dtype)
+    function = generated(
+        entries_of({(4096, f16): 16, (64, f16): 16, (64, f32): 256, (4096, f32): 256}), method
+    )
+    assert [function((None, dtype)).kwargs["BLOCK"] for dtype in (f16, f32)] == [16, 256]
 
 
 def test_tune_tunes_in_a_read_only_environment(capsys, tmp_path, monkeypatch):

@@ -60,7 +60,7 @@ def _numeric(value: Any) -> bool:
 
 #: How a generated heuristic reads a key (as :func:`_key_features`): a value that is not a number
 #: where the stored keys had numbers (None for an optional argument) reads as NaN, which every
-#: threshold sends one way and every distance puts last, instead of failing in ``float()``.
+#: threshold sends one way and the nearest-key table leaves out, instead of failing in ``float()``.
 _FEATURES = (
     'tuple(str(v) if cat else float(v) if isinstance(v, (int, float)) else float("nan") '
     "for v, cat in zip(key, CATEGORICAL))"
@@ -75,18 +75,19 @@ def _key_features(key: Sequence[Any], categorical: Sequence[bool]) -> Features:
 
 
 def _nearest(features, table):  # type: ignore[no-untyped-def]
-    """The config index of the stored key nearest to ``features`` (log scale on numbers; another
-    category costs more than any difference of numbers)."""
+    """The config index of the stored key nearest to ``features``: summed distances on a log scale
+    for numbers (as the tuner's nearest key), a number the key lacks (NaN) left out, another category
+    costing more than any difference of numbers; the first of equals."""
     best, best_distance = table[0][1], None
     for stored, index in table:
         distance = 0.0
         for x, y in zip(features, stored):
             if isinstance(x, str) or isinstance(y, str):
                 distance += 0.0 if x == y else 1e6
-            else:
-                distance += (
+            elif x == x:  # not NaN
+                distance += abs(
                     math.copysign(math.log2(1 + abs(x)), x) - math.copysign(math.log2(1 + abs(y)), y)
-                ) ** 2
+                )
         if best_distance is None or distance < best_distance:
             best, best_distance = index, distance
     return best
