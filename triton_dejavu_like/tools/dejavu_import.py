@@ -333,9 +333,27 @@ def import_dejavu(
     triton-dejavu path, else from this machine. Existing entries win unless ``overwrite``.
     """
     report = ImportReport()
+    by_identity = _collect(sources, tuner, report, tag=tag, platform=platform)
+    _write(by_identity, tuner, root, report, overwrite=overwrite, dry_run=dry_run)
+    return report
+
+
+#: Converted entries by the storage identity they go to: ``{canonical identity: (identity, entries)}``.
+_ByIdentity = dict[str, tuple[dict[str, Any], dict[str, StoredEntry]]]
+
+
+def _collect(
+    sources: Iterable[Path],
+    tuner: Any,
+    report: ImportReport,
+    *,
+    tag: str | None,
+    platform: dict[str, str] | None,
+) -> _ByIdentity:
+    """Read and convert the triton-dejavu files, grouped by the identity (platform, tag) they go to."""
     here = identity.detect_platform(_compat.is_interpreted(tuner.fn))
     candidates = _candidate_ids(tuner)
-    by_identity: dict[str, tuple[dict[str, Any], dict[str, StoredEntry]]] = {}
+    by_identity: _ByIdentity = {}
     for path in dejavu_files(sources):
         try:
             doc = json.loads(read_bounded(path).decode("utf-8"))
@@ -367,6 +385,13 @@ def import_dejavu(
         ident["tag"] = tag or origin.tag or ident["tag"]
         slot = by_identity.setdefault(canonical_json(ident), (ident, {}))
         slot[1].update(entries)
+    return by_identity
+
+
+def _write(
+    by_identity: _ByIdentity, tuner: Any, root: Path, report: ImportReport, *, overwrite: bool, dry_run: bool
+) -> None:
+    """Write each identity's entries into its cache file under ``root`` (or count what would be)."""
     for ident, entries in by_identity.values():
         cf = CacheFile.for_identity(root, ident, parameters=tuner.arg_names)
         existing = inventory.destination_entries(cf, "an import", dry_run=dry_run)
@@ -385,4 +410,3 @@ def import_dejavu(
         report.kept_existing += len(kept)
         report.imported += len(entries) - len(kept)
         report.written.append(str(cf.path))  # or, with dry_run, would be
-    return report
