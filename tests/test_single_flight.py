@@ -35,6 +35,8 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes
 
 WORKER = Path(__file__).parent / "single_flight_worker.py"
 TIMEOUT_S = 120
+#: A live process other than this one, on this host: the one that started the tests.
+LIVE_PID = os.getppid()
 
 
 def start_worker(root: Path, go: Path, n: int, *extra: str, **env: str) -> subprocess.Popen[str]:
@@ -133,9 +135,9 @@ def test_a_holder_killed_mid_tuning_is_taken_over(tmp_path):
     assert leases(root) == []
 
 
-def write_lease(path: Path, *, host: str, pid: int, age_s: float) -> None:
+def write_lease(path: Path, *, host: str, pid: int, age_s: float, **extra: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"host": host, "pid": pid, "started": time.time() - age_s, "token": "t", "key": "k"}
+    data = {"host": host, "pid": pid, "started": time.time() - age_s, "token": "t", "key": "k", **extra}
     path.write_text(json.dumps(data))
     moment = time.time() - age_s
     os.utime(path, (moment, moment))
@@ -176,6 +178,69 @@ def test_a_stale_lease_is_taken_over_at_once(tmp_path, holder):
     assert tuner.last_decision == "tuned" and bench.calls == 3
     assert time.monotonic() - start < 60  # not the wait timeout (MIN_WAIT_S)
     assert not path.exists()
+
+
+def test_a_lease_naming_this_process_is_stale_unless_this_process_holds_it(tmp_path):
+    """A restarted container's process often gets the pid its predecessor had (1, for one): a lease
+    naming this pid that this process does not hold was left by that predecessor, and is taken over
+    at once (it waited for its own pid until the heartbeat aged)."""
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    path = lease_of(tuner, 51)
+    write_lease(path, host=socket.gethostname(), pid=os.getpid(), age_s=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuTuningWarning)  # no waiting
+        launch(tuner, 51)
+    assert tuner.last_decision == "tuned" and bench.calls == 3 and not path.exists()
+    mine = lease_mod.Lease(tmp_path / "held", "k")
+    assert mine.acquire()
+    try:  # one this process holds (another thread tunes that key) is not stale
+        assert not lease_mod.is_stale(lease_mod.read_lease(mine.path))
+    finally:
+        mine.release()
+
+
+@pytest.mark.skipif(not Path("/proc/self/ns/pid").exists(), reason="Linux pid namespaces")
+def test_a_holder_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path):
+    """Containers that share the host's name (``--network host``) each have their pid namespace: a
+    holder's pid cannot be looked up from another one, so its heartbeat judges it (a live holder was
+    taken over at once because its pid did not exist here)."""
+    path = lease_mod.lease_path(tmp_path / "cache.json", "k")
+    here = os.readlink("/proc/self/ns/pid")
+    for namespace, age_s, stale in [
+        ("pid:[1]", 0.0, False),  # another namespace, a fresh heartbeat: alive, whatever its pid
+        ("pid:[1]", 3600.0, True),  # another namespace, no heartbeat for an hour
+        (here, 0.0, True),  # this namespace: its pid does not exist
+        ("", 0.0, True),  # a holder that did not say (an older release): as this namespace
+    ]:
+        write_lease(path, host=socket.gethostname(), pid=dead_pid(), age_s=age_s, pid_namespace=namespace)
+        assert lease_mod.is_stale(lease_mod.read_lease(path)) == stale, namespace
+    lease = lease_mod.Lease(tmp_path / "mine", "k")
+    assert lease.acquire()
+    try:
+        assert lease_mod.read_lease(lease.path).pid_namespace == here
+    finally:
+        lease.release()
+
+
+def test_a_stale_lease_in_a_root_that_cannot_be_written_does_not_fail_the_launch(tmp_path, monkeypatch):
+    """A root mounted read-only (or another user's) after a tuner was killed holds its lease: taking
+    it over fails, and the key is tuned as without a lease (the launch raised that OSError)."""
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    path = lease_of(tuner, 52)
+    write_lease(path, host=socket.gethostname(), pid=dead_pid(), age_s=0.0)
+    rename = os.rename
+
+    def read_only(src, dst, *args, **kwargs):
+        if lease_mod.LEASE_SUFFIX in str(src):
+            raise OSError(errno.EROFS, "Read-only file system", str(src))
+        return rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(lease_mod.os, "rename", read_only)
+    launch(tuner, 52)
+    assert tuner.last_decision == "tuned" and bench.calls == 3
+    assert path.exists()  # left where it was
 
 
 def test_a_holder_keeps_its_lease_fresh_while_it_tunes(tmp_path, monkeypatch):
@@ -229,11 +294,11 @@ def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, ca
     bench = InstantBench()
     tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
     path = lease_of(tuner, 60)
-    write_lease(path, host=socket.gethostname(), pid=os.getpid(), age_s=0.0)  # alive: this process
+    write_lease(path, host=socket.gethostname(), pid=LIVE_PID, age_s=0.0)  # alive: another process
     with pytest.warns(DejavuTuningWarning) as record:
         launch(tuner, 60)
     texts = [str(w.message) for w in record]
-    assert any(f"pid {os.getpid()} on {socket.gethostname()}" in t and "waiting" in t for t in texts)
+    assert any(f"pid {LIVE_PID} on {socket.gethostname()}" in t and "waiting" in t for t in texts)
     assert any("gave up waiting" in t for t in texts)
     assert tuner.last_decision == "tuned" and bench.calls == 3
     assert path.exists()  # not ours: left in place
@@ -247,7 +312,7 @@ def test_waits_for_many_keys_of_one_kernel_warn_once_and_log_each(tmp_path, monk
     tuner = make_tuner(bench=InstantBench(), custom_data_storage=tmp_path)
     sizes = (61, 62, 63)
     for n in sizes:
-        write_lease(lease_of(tuner, n), host=socket.gethostname(), pid=os.getpid(), age_s=0.0)
+        write_lease(lease_of(tuner, n), host=socket.gethostname(), pid=LIVE_PID, age_s=0.0)
     with (
         caplog.at_level(logging.INFO, logger="triton_dejavu_like"),
         pytest.warns(DejavuTuningWarning) as record,
@@ -275,7 +340,7 @@ def test_a_result_recorded_while_waiting_is_restored(tmp_path):
     other._process_state()  # loaded before the result existed: simulate by forgetting it
     other._state.restored.clear()
     path = lease_of(other, 70)
-    write_lease(path, host=socket.gethostname(), pid=os.getpid(), age_s=0.0)
+    write_lease(path, host=socket.gethostname(), pid=LIVE_PID, age_s=0.0)
     launch(other, 70)
     assert other.last_decision == "restored" and second.calls == 0
 
@@ -290,13 +355,13 @@ def test_a_store_with_read_only_layers_still_waits_for_a_live_holder(tmp_path, m
         bench = InstantBench()
         tuner = make_tuner(bench=bench, custom_data_storage=tmp_path / "rw")
         path = lease_of(tuner, 65)
-        write_lease(path, host=socket.gethostname(), pid=os.getpid(), age_s=0.0)  # alive: this process
+        write_lease(path, host=socket.gethostname(), pid=LIVE_PID, age_s=0.0)  # alive: another process
         with pytest.warns(DejavuTuningWarning) as record:
             launch(tuner, 65)
     finally:
         forget_stores()
     texts = [str(w.message) for w in record]
-    assert any(f"pid {os.getpid()} on {socket.gethostname()}" in t and "waiting" in t for t in texts)
+    assert any(f"pid {LIVE_PID} on {socket.gethostname()}" in t and "waiting" in t for t in texts)
     assert tuner.last_decision == "tuned" and bench.calls == 3
     assert path.exists()  # not ours: left in place
 

@@ -8,8 +8,10 @@ clock every :data:`HEARTBEAT_S` seconds while it tunes. A holder that finds its 
 replaced by another process's at a heartbeat (it was taken over: it looked dead) stops refreshing it
 and warns: that key may be tuned twice.
 
-A lease is *stale* when its holder is gone: on the same host, its pid no longer exists; on another
-host, its heartbeat is older than :data:`STALE_AFTER_S`. A stale lease is taken over by renaming it
+A lease is *stale* when its holder is gone: on the same host and in the same pid namespace (a
+container with the host's name, ``--network host``, has its own), its pid no longer exists, or it
+is this process's pid but none of its leases (an earlier process of a restarted container); else,
+its heartbeat is older than :data:`STALE_AFTER_S`. A stale lease is taken over by renaming it
 to a unique ``cache.json.stale-*`` name (one rename succeeds, the others find it gone); the taker
 checks that what it renamed is the lease it judged (else it puts it back with ``os.link``, which
 also refuses to overwrite) and then competes for a fresh lease like anyone else.
@@ -44,6 +46,20 @@ STALE_AFTER_S = 30.0
 MAX_LEASE_BYTES = 4096
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (Linux: ``pid:[inode]``), or "" where it cannot be told."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+_PID_NAMESPACE = _pid_namespace()
+#: The tokens of the leases this process holds now (a lease naming this pid with another token was
+#: written by an earlier process that had the same pid).
+_held_tokens: set[str] = set()
+
+
 @dataclass(frozen=True)
 class LeaseInfo:
     """What a lease file says about its holder, and its heartbeat (the file's mtime)."""
@@ -53,6 +69,14 @@ class LeaseInfo:
     started: float
     token: str
     heartbeat: float
+    pid_namespace: str = ""  # "" when the holder did not say (another system, an older release)
+
+    def same_pid_space(self) -> bool:
+        """The holder's pid can be looked up here: same host, and the same pid namespace if both
+        sides know theirs."""
+        if self.host != socket.gethostname():
+            return False
+        return not (self.pid_namespace and _PID_NAMESPACE and self.pid_namespace != _PID_NAMESPACE)
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host}"
@@ -92,23 +116,29 @@ def read_lease(path: Path) -> LeaseInfo | None:
     try:
         data = json.loads(raw.decode("utf-8"))
         host, pid, started, token = data["host"], data["pid"], data["started"], data["token"]
+        namespace = data.get("pid_namespace", "")
         if not (
             isinstance(host, str)
             and isinstance(pid, int)
             and not isinstance(pid, bool)
             and isinstance(started, (int, float))
             and isinstance(token, str)
+            and isinstance(namespace, str)
         ):
             raise ValueError("wrong types")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
         return LeaseInfo("?", -1, info.st_mtime, "", info.st_mtime)
-    return LeaseInfo(host, pid, float(started), token, info.st_mtime)
+    return LeaseInfo(host, pid, float(started), token, info.st_mtime, namespace)
 
 
 def is_stale(info: LeaseInfo, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> bool:
-    """The holder is gone: a dead pid on this host, or no heartbeat for ``stale_after_s``."""
-    if info.host == socket.gethostname() and info.pid > 0 and not _pid_alive(info.pid):
-        return True
+    """The holder is gone: a dead pid (or this process's pid, not holding it) where its pid can be
+    looked up, or no heartbeat for ``stale_after_s``."""
+    if info.pid > 0 and info.same_pid_space():
+        if info.pid == os.getpid() and info.token not in _held_tokens:
+            return True
+        if not _pid_alive(info.pid):
+            return True
     return info.age_s(now) > stale_after_s
 
 
@@ -133,6 +163,7 @@ class Lease:
         payload = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "pid_namespace": _PID_NAMESPACE,
             "started": time.time(),
             "token": self.token,
             "key": self.key_id[:500],
@@ -151,6 +182,7 @@ class Lease:
                 self.path.unlink()
             raise
         self.held = True
+        _held_tokens.add(self.token)
         self._stop.clear()
         self._beat = threading.Thread(target=self._heartbeat, name="dejavu-lease-heartbeat", daemon=True)
         self._beat.start()
@@ -193,6 +225,7 @@ class Lease:
         if not self.held:
             return
         self.held = False
+        _held_tokens.discard(self.token)
         self._stop.set()
         if self._beat is not None:
             self._beat.join(timeout=2 * HEARTBEAT_S)

@@ -170,7 +170,11 @@ class _Flight:
             if holder is None:
                 continue  # released just now: look for the result, or take the lease
             if is_stale(holder):
-                take_over(self.path, holder)
+                try:
+                    take_over(self.path, holder)
+                except OSError as exc:  # a root this process cannot write: tune as without a lease
+                    log.debug("%s: cannot take over %s (%s); tuning", self.kernel_name, self.path, exc)
+                    return tune()
                 continue
             waited = time.monotonic() - start
             if waited > self.timeout_s:
