@@ -294,3 +294,62 @@ def test_a_broken_hook_ends_a_member_s_tuning_at_the_reference_s_launch(monkeypa
     with pytest.raises(KeyError, match="tuning stopped at the first candidate \\[BLOCK=16") as caught:
         checked_as_member_2_of_3(monkeypatch, [RIGHT] * 9, False, pre_hook=missing_buffer)
     assert caught.value.stopped_by == "pre_hook"
+
+
+# --- ranks and the store shared with other processes --------------------------------------------------
+
+
+def test_a_rank_restores_what_another_process_stored_since_it_loaded_the_store(monkeypatch, tmp_path):
+    """Ranks read the cache file again before they meet: a key another job (or a process outside the
+    group) recorded since this rank loaded its store is restored, as the ranks that load it later do
+    (it was tuned again, overwriting that entry, and the ranks launched different configs)."""
+    from storage_helpers import InstantBench, launch, make_tuner
+
+    monkeypatch.setattr(ranks, "active_store", lambda: (dist.HashStore(), 2))
+    monkeypatch.setattr(ranks, "JOIN_WINDOW_S", 0.05)  # were it to meet: alone, after a short wait
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    tuner._process_state()  # this rank loaded the store: nothing for key 40 then
+    with monkeypatch.context() as alone:
+        alone.setattr(ranks, "active_store", lambda: None)
+        launch(make_tuner(custom_data_storage=tmp_path), 40)  # another process records key 40
+    launch(tuner, 40)
+    assert tuner.last_decision == "restored" and bench.calls == 0
+
+
+def test_the_leading_rank_holds_the_key_s_lease_while_it_tunes(monkeypatch, tmp_path):
+    """Processes outside the group that share the storage root wait for the group's result (single
+    flight) instead of tuning the key too: the leader holds the key's lease while it tunes."""
+    from storage_helpers import launch, make_tuner
+
+    from triton_dejavu_like.store import lease as lease_mod
+
+    monkeypatch.setattr(ranks, "active_store", lambda: (dist.HashStore(), 2))
+    monkeypatch.setattr(ranks, "JOIN_WINDOW_S", 0.05)  # the other rank never misses the key
+    held = []
+
+    def bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):
+        held.append(len(list(tmp_path.rglob(f"*{lease_mod.LEASE_SUFFIX}*"))))
+        return [1.0] * len(quantiles)
+
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    launch(tuner, 41)
+    assert tuner.last_decision == "tuned" and held and set(held) == {1}
+    assert not list(tmp_path.rglob(f"*{lease_mod.LEASE_SUFFIX}*"))  # released once recorded
+
+
+def test_timings_are_gathered_within_one_wait_however_many_members_are_gone():
+    """A member killed outright is waited for once: the leader gives all members one wait in all (it
+    gave each missing member a full wait, and a surviving member waited 3T for a killed leader)."""
+    waits = []
+
+    class Meeting(ranks._Meeting):
+        def read(self, name, timeout_s=None):
+            waits.append(timeout_s)
+            return super().read(name, timeout_s)
+
+    meeting = Meeting(dist.HashStore(), "p/", 0.3)
+    candidates = [triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128)]
+    own = {0: [1.0]}
+    assert ranks._gather(meeting, candidates, 4, 0, own, 0.3) == own  # nobody else published
+    assert len(waits) == 3 and sum(waits) <= 0.3 + 0.01

@@ -22,7 +22,7 @@ from . import ranks
 from .key import TuningKey
 from .policy import MissPolicy
 from .settings import TunerSettings
-from .single_flight import tune_once, wait_timeout_s
+from .single_flight import lease_held, stored_meanwhile, tune_once, wait_timeout_s
 from .tuning import Outcome, TuningRun
 
 
@@ -78,11 +78,24 @@ class KeyDecision:
         )
         meeting_place = ranks.active_store()
         if meeting_place is not None:
+            # recorded since this rank loaded the store (another job, a process outside the group,
+            # a rank that missed it earlier): what the other ranks that read it now launch too
+            meanwhile = stored_meanwhile(self.state.store, self.key, self._adopt)
+            if meanwhile is not None:
+                return meanwhile
             kernel = self.state.identity or {"kernel": self.name, "gpu": self.state.platform.gpu}
             scope = [kernel, self.key.id or repr(self.key.values), self.candidates_hash]
             timeout = wait_timeout_s(len(answer), self.state.restored)
             return ranks.tune_together(
-                meeting_place, scope, self.key, self.name, answer, self._measure, self._keep, timeout
+                meeting_place,
+                scope,
+                self.key,
+                self.name,
+                answer,
+                self._measure,
+                self._keep,
+                timeout,
+                lead=lambda: lease_held(self.state.store, self.key),
             )
         return tune_once(
             self.state.store, self.key, self.name, len(answer), self.state.restored, self._tune, self._adopt

@@ -190,17 +190,36 @@ def tune_together(
     measure: Measure,
     record: Callable[[Outcome], None],
     timeout_s: float,
+    lead: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> Outcome:
     """Tune ``key`` with the other ranks that miss it (see the module's description).
 
     ``scope`` is hashed into the meeting's prefix (the kernel's identity, the key, the candidate set);
-    ``measure(subset)`` runs the search over a subset; ``record(outcome)`` stores the leader's result.
+    ``measure(subset)`` runs the search over a subset; ``record(outcome)`` stores the leader's result;
+    the leader runs under ``lead()`` (the key's single-flight lease, for processes outside the group).
     """
     store, size = meeting_place
     prefix = f"{_PREFIX}{stable_hash(scope)}/"
     meeting = _Meeting(store, prefix, timeout_s)
     start = time.perf_counter()
     order = int(store.add(meeting.key("joined"), 1)) - 1
+    with lead() if order == 0 else contextlib.nullcontext():
+        return _tune_as(order, meeting, size, key, kernel_name, candidates, measure, record, start)
+
+
+def _tune_as(
+    order: int,
+    meeting: _Meeting,
+    size: int,
+    key: TuningKey,
+    kernel_name: str,
+    candidates: list[Config],
+    measure: Measure,
+    record: Callable[[Outcome], None],
+    start: float,
+) -> Outcome:
+    """The rank that joined ``order``-th: leader, member, or too late (its decision)."""
+    store = meeting.store
 
     def alone(why: str) -> Outcome:
         warn_once(
@@ -265,11 +284,17 @@ def _decided(decision: Any, n: int) -> int | None:
     return None
 
 
-def _gather(meeting: _Meeting, candidates: list[Config], members: int, order: int, own: Timings) -> Timings:
+def _gather(
+    meeting: _Meeting, candidates: list[Config], members: int, order: int, own: Timings, within_s: float
+) -> Timings:
+    """``own`` and the timings the other members publish within ``within_s`` in all (a member that
+    was killed is waited for once, not once per member after it)."""
     gathered = dict(own)
+    deadline = time.monotonic() + within_s
     for member in range(members):
         if member != order:
-            gathered.update(_decode_timings(meeting.read(f"timings/{member}"), len(candidates)))
+            wait = max(0.001, deadline - time.monotonic())
+            gathered.update(_decode_timings(meeting.read(f"timings/{member}", wait), len(candidates)))
     return gathered
 
 
@@ -286,7 +311,7 @@ def _lead(
     failed: AutotuningError | None,
 ) -> Outcome:
     with _failure_published(meeting, "decision"):
-        gathered = _gather(meeting, candidates, members, 0, own)
+        gathered = _gather(meeting, candidates, members, 0, own, meeting.timeout_s)
         ranked = _pick(gathered)
         if not ranked:  # raised as this rank's share failed (the first candidate is in it)
             raise candidates_failed(
@@ -329,7 +354,8 @@ def _follow(
     if index is not None:
         timings = {candidates[i]: t for i, t in own.items()}
         return Outcome(candidates[index], "tuned", timings, time.perf_counter() - start)
-    gathered = _gather(meeting, candidates, members, -1, {})
+    # what the members published before the decision's wait ended is there now: no further wait
+    gathered = _gather(meeting, candidates, members, -1, {}, 0.0)
     gathered.update(own)
     ranked = _pick(gathered)
     warn_once(

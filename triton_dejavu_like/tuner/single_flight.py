@@ -13,12 +13,13 @@ Without a writable file store (memory, read-only, a key with no stored form), or
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from .. import _env
@@ -106,6 +107,34 @@ def tune_once(
     if cache_file is None or key.id is None or not _env.single_flight():
         return tune()
     return _Flight(cache_file, key.id, kernel_name, wait_timeout_s(n_candidates, history)).run(tune, adopt)
+
+
+def stored_meanwhile(store: Store, key: TuningKey, adopt: Adopt) -> Outcome | None:
+    """What another process recorded for ``key`` since this one loaded its store (the cache file
+    read again), through ``adopt``; None when nothing is there or it does not fit."""
+    cache_file = _writable_cache_file(store)
+    if cache_file is None or key.id is None:
+        return None
+    entry = cache_file.peek(key.id)
+    return adopt(entry) if entry is not None else None
+
+
+@contextlib.contextmanager
+def lease_held(store: Store, key: TuningKey) -> Iterator[None]:
+    """The key's lease held while the block runs, if it can be taken at once: the leader of ranks
+    tuning together holds it so that processes outside the group wait for the group's result.
+    Held by another process, or not creatable, the block runs without it."""
+    lease: Lease | None = None
+    cache_file = _writable_cache_file(store)
+    if cache_file is not None and key.id is not None and _env.single_flight():
+        candidate = Lease(lease_path(cache_file.path, key.id), key.id)
+        with contextlib.suppress(OSError):
+            lease = candidate if candidate.acquire() else None
+    try:
+        yield
+    finally:
+        if lease is not None:
+            lease.release()
 
 
 class _Flight:
