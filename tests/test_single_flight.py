@@ -304,6 +304,19 @@ def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, ca
     assert path.exists()  # not ours: left in place
 
 
+def test_a_heartbeat_from_the_future_is_reported_as_clocks_that_disagree(tmp_path, monkeypatch):
+    """A host whose clock runs ahead writes heartbeats that never age here: its lease is waited for
+    until the timeout by every process, which the user can only fix by synchronising the clocks."""
+    monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.2")
+    tuner = make_tuner(bench=InstantBench(), custom_data_storage=tmp_path)
+    write_lease(lease_of(tuner, 66), host="elsewhere", pid=1, age_s=-3600.0)
+    with pytest.warns(DejavuTuningWarning) as record:
+        launch(tuner, 66)
+    texts = [str(w.message) for w in record]
+    assert any("3600 s ahead of this host's clock" in t for t in texts), texts
+    assert tuner.last_decision == "tuned"
+
+
 def test_waits_for_many_keys_of_one_kernel_warn_once_and_log_each(tmp_path, monkeypatch, caplog):
     """A warm-up of many keys shared by several processes makes each waiting process wait for many
     keys: the first wait of a kernel is a warning, the later ones are log records that count them."""

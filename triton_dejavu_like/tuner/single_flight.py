@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import _env
 from .._log import DejavuTuningWarning, log, warn_once
 from ..store import CacheFile, FileStore, LayeredStore, Store, StoredEntry
-from ..store.lease import Lease, LeaseInfo, is_stale, lease_path, read_lease, take_over
+from ..store.lease import STALE_AFTER_S, Lease, LeaseInfo, is_stale, lease_path, read_lease, take_over
 from .key import TuningKey
 from .tuning import Outcome
 
@@ -220,6 +220,20 @@ class _Flight:
             if not announced:
                 announced = True
                 self._announce_wait(holder)
+                if (
+                    -holder.age_s() > STALE_AFTER_S
+                ):  # its heartbeat cannot age here until this clock catches up
+                    warn_once(
+                        DejavuTuningWarning,
+                        str(self.path),
+                        "%s: the tuning lease %s of %s has a heartbeat %.0f s ahead of this host's clock: "
+                        "the clocks of the hosts sharing this storage root disagree (synchronise them, "
+                        "e.g. NTP); until then a lease of a host that died is not taken over",
+                        self.kernel_name,
+                        self.path,
+                        holder.describe(),
+                        -holder.age_s(),
+                    )
             if time.monotonic() >= next_progress:
                 next_progress += PROGRESS_EVERY_S
                 log.info(
