@@ -110,3 +110,31 @@ def test_config_to_point_tells_equal_values_of_other_types_apart():
     configs = space.configs()
     assert [space.config_to_point(c) for c in configs] == [(i,) for i in range(5)]
     assert space.config_to_point(triton.Config({})) is None  # no B at all: not the None in the list
+
+
+# --- launch options among the kwargs, kwarg conditions --------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["num_warps", "num_stages", "num_ctas", "maxnreg"])
+def test_a_launch_option_among_the_kwargs_names_its_own_argument(field):
+    """triton.Config launches such a kwarg as the field's default: the list would have no effect."""
+    with pytest.raises(ValueError, match=rf"{field}=\[\.\.\.\]"):
+        ConfigSpace({"BLOCK": [16], field: [4, 8]})
+
+
+def test_kwarg_conditions_are_asked_once_per_combination_of_the_kwargs():
+    """As triton-dejavu asks them (a kwarg condition does not see the Config fields), and the points
+    they keep are those of a condition asked per point, in cross-product order."""
+    asked = []
+
+    def condition(kwargs):
+        asked.append(dict(kwargs))
+        return kwargs["BLOCK"] != 32
+
+    space = ConfigSpace({"BLOCK": [16, 32, 64]}, num_warps=[1, 2, 4, 8], kwarg_conditions=[condition])
+    asked.clear()  # the constructor asked until it found a point
+    configs = space.configs()
+    assert asked == [{"BLOCK": 16}, {"BLOCK": 32}, {"BLOCK": 64}]
+    assert [(c.kwargs["BLOCK"], c.num_warps) for c in configs] == [
+        (b, w) for b in (16, 64) for w in (1, 2, 4, 8)
+    ]

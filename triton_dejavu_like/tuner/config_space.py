@@ -57,6 +57,12 @@ class ConfigSpace:
             raise TypeError("kwargs_with_lists must be a dict of parameter name -> list of values")
         self.kwargs_with_lists: dict[str, tuple[Any, ...]] = {}
         for name, values in kwargs_with_lists.items():
+            if name in _compat.CONFIG_FIELDS_ANY_RELEASE:  # launched as the field's default otherwise
+                raise ValueError(
+                    f"ConfigSpace: {name!r} is a field of triton.Config (a launch option), not a kernel "
+                    f"meta-parameter: give its values as ConfigSpace(..., {name}=[...]), not in "
+                    "kwargs_with_lists"
+                )
             self.kwargs_with_lists[name] = self._as_values(name, values)
         self.options: dict[str, tuple[Any, ...]] = {}
         self.dropped_options: list[str] = []
@@ -187,14 +193,20 @@ class ConfigSpace:
 
     # --- listing ------------------------------------------------------------------------------------
 
-    def _points(self) -> Iterator[tuple[int, ...]]:
-        return itertools.product(*(range(len(v)) for v in self.parameters.values()))
-
     def _iter(self, platform_check: PlatformCheck | None) -> Iterator[Config]:
-        for point in self._points():
-            config = self.decode(point, platform_check)
-            if config is not None:
-                yield config
+        """The valid Configs in cross-product order; each kwarg condition is asked once per
+        combination of the kwargs (as triton-dejavu asks them), not once per point."""
+        names, fields = list(self.kwargs_with_lists), list(self.options)
+        options = [dict(zip(fields, chosen)) for chosen in itertools.product(*self.options.values())]
+        for combination in itertools.product(*self.kwargs_with_lists.values()):
+            if not all(cond(dict(zip(names, combination))) for cond in self.kwarg_conditions):
+                continue
+            for chosen in options:
+                config = Config(dict(zip(names, combination)), pre_hook=self.pre_hook, **chosen)
+                if all(cond(config) for cond in self.conditions) and (
+                    platform_check is None or platform_check(config) is None
+                ):
+                    yield config
 
     def __iter__(self) -> Iterator[Config]:
         return self._iter(None)
