@@ -1,0 +1,120 @@
+"""The decorator's arguments checked against the kernel they decorate, at decoration: names of kernel
+arguments (``key``, ``reset_to_zero``, ``restore_value``, ``check_outputs``), the parameters configs
+set, and a warning for arguments that have no effect with the others."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import _compat
+from .._compat import Config
+from .._log import DejavuConfigWarning, warn_once
+from .config_space import ConfigSpace
+from .settings import TunerSettings
+
+
+def argument_names(arg_names: list[str], what: str, names: Sequence[str] | str | None) -> list[str] | None:
+    """``names`` as a list of kernel argument names; a string that is one argument's name is that
+    argument. Errors: any other string (``TypeError``), names that are not arguments (``ValueError``,
+    upstream 3.9's text)."""
+    if names is None:
+        return None
+    if isinstance(names, str):
+        if names not in arg_names:
+            raise TypeError(
+                f"{what} must be a list of argument names, not the string {names!r}; write "
+                f"{what}=[{names!r}] for one argument or {what}=['a', 'b'] for several "
+                f"(the kernel's arguments are: {', '.join(arg_names)})"
+            )
+        return [names]
+    names = list(names)
+    unknown = [n for n in names if n not in arg_names]
+    if unknown:
+        raise ValueError(
+            f"{what} contains names that are not kernel arguments: {', '.join(map(str, unknown))}. "
+            f"Valid argument names are: {', '.join(arg_names)}."
+        )
+    return names
+
+
+def warn_ignored(kernel: str, settings: TunerSettings, interpreted: bool) -> None:
+    """Arguments given that have no effect with the others (or under the interpreter): said once,
+    at decoration."""
+    overridden = settings.timing.overridden()
+    if overridden:
+        warn_once(
+            DejavuConfigWarning,
+            kernel,
+            "%s: do_bench is given, so %s no effect: your do_bench times every candidate "
+            "(triton.autotune ignores do_bench when warmup, rep or use_cuda_graph is given)",
+            kernel,
+            _have(overridden),
+        )
+    unused = settings.timing.unused_policy_fields()
+    cpu_ignores = settings.timing.ignored_by_interpreter() if interpreted else []
+    if cpu_ignores:  # timing= as a whole, so not its fields again below
+        warn_once(
+            DejavuConfigWarning,
+            kernel,
+            "%s: %s no effect under the interpreter (TRITON_INTERPRET=1): candidates are timed on the "
+            "CPU, with warmup and rep only",
+            kernel,
+            _have(cpu_ignores),
+        )
+    elif unused:
+        warn_once(
+            DejavuConfigWarning,
+            kernel,
+            "%s: timing=TimingPolicy(%s) %s: %s",
+            kernel,
+            ", ".join(unused),
+            "has no effect" if len(unused) == 1 else "have no effect",
+            "finalists=0 times every candidate in one stage with triton.testing.do_bench(warmup, rep)"
+            if settings.timing.policy.finalists == 0
+            else "with warmup, rep or use_cuda_graph given, the finalists are timed by triton.testing's "
+            "do_bench (do_bench_cudagraph) with those, as upstream times every candidate",
+        )
+    if settings.ignored_budget:
+        warn_once(
+            DejavuConfigWarning,
+            kernel,
+            "%s: %s no effect without use_random_search=True or use_bo=True: exhaustive search "
+            "measures every candidate",
+            kernel,
+            _have(settings.ignored_budget),
+        )
+
+
+def _have(names: Sequence[str]) -> str:
+    return f"{', '.join(names)} {'has' if len(names) == 1 else 'have'}"
+
+
+def check_configs(
+    fn: Any, arg_names: list[str], configs: Sequence[Config] | None, config_space: ConfigSpace | None
+) -> None:
+    """A config list or a ``ConfigSpace`` (not both), whose parameters are not kernel arguments."""
+    if configs and config_space is not None:
+        raise ValueError("give either configs or config_space, not both")
+    if config_space is not None and not isinstance(config_space, ConfigSpace):
+        raise TypeError(f"config_space must be a ConfigSpace, got {type(config_space).__name__}")
+    _check_config_parameters(
+        _compat.python_function(fn).__name__,
+        arg_names,
+        [config_space.kwargs_with_lists] if config_space is not None else [c.kwargs for c in configs or ()],
+    )
+
+
+def _check_config_parameters(kernel: str, arg_names: list[str], parameters: list[Iterable[str]]) -> None:
+    """Every name a config sets is a kernel argument or a compile option of some backend."""
+    known: frozenset[str] | None = None
+    for i, names in enumerate(parameters):
+        for name in names:
+            if name in arg_names:
+                continue
+            known = known if known is not None else _compat.compile_option_names()
+            if name not in known:
+                raise ValueError(
+                    f"configs[{i}] sets {name!r}, which is not an argument of {kernel} "
+                    f"(its arguments are: {', '.join(arg_names)}) nor a compile option"
+                )
