@@ -560,3 +560,58 @@ def test_configs_alike_but_for_their_pre_hook_restore_the_one_that_won():
         assert tuner.last_decision == decision
         assert tuner.best_config is configs[1]
         assert torch.equal(out, 2 * x)
+
+
+# --- .configs changed while a key is decided, or after -------------------------------------------------
+
+
+def test_a_config_pinned_while_another_thread_tunes_is_launched_afterwards(tmp_path):
+    """A serving engine pins a config (``kernel.configs = [config]``) while a warm-up thread tunes:
+    the tuning's decision, made over the old list, must not stay in the launch table (every later
+    launch of that key used the old winner)."""
+    import threading
+
+    from storage_helpers import launch, make_tuner
+
+    started, release = threading.Event(), threading.Event()
+
+    def bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):
+        started.set()
+        assert release.wait(30)
+        return [1.0] * len(quantiles)
+
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    warm_up = threading.Thread(target=launch, args=(tuner, 300))
+    warm_up.start()
+    assert started.wait(30)
+    pinned_launches = []
+    tuner.configs = [
+        triton.Config({"BLOCK": 128}, pre_hook=lambda nargs: pinned_launches.append(nargs["BLOCK"]))
+    ]
+    release.set()
+    warm_up.join(30)
+    assert not warm_up.is_alive()
+    launch(tuner, 300)
+    assert pinned_launches == [128]
+
+
+def test_a_key_tuned_over_reassigned_configs_is_stored_with_that_list(tmp_path):
+    """The storage identity hashes the config list: after ``kernel.configs = other`` a key tuned over
+    ``other`` goes to that list's file (a fresh process with that list restores it), not to the
+    file of the list the process started with."""
+    from storage_helpers import InstantBench, launch, make_tuner
+
+    tuner = make_tuner(bench=InstantBench(), custom_data_storage=tmp_path)
+    launch(tuner, 400)
+    first_file = tuner.cache_path()
+    other = [triton.Config({"BLOCK": b}, num_warps=2) for b in (16, 32)]
+    tuner.configs = other
+    launch(tuner, 500)
+    assert tuner.last_decision == "tuned" and tuner.cache_path() != first_file
+    fresh_bench = InstantBench()
+    fresh = make_tuner(bench=fresh_bench, custom_data_storage=tmp_path, configs=other)
+    launch(fresh, 500)
+    assert fresh.last_decision == "restored" and fresh_bench.calls == 0
+    from storage_helpers import stored_entries
+
+    assert [e["key"][0] for e in stored_entries(first_file).values()] == [400]  # tuned over that list

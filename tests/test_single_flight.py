@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -198,6 +199,33 @@ def test_a_lease_naming_this_process_is_stale_unless_this_process_holds_it(tmp_p
         assert not lease_mod.is_stale(lease_mod.read_lease(mine.path))
     finally:
         mine.release()
+
+
+def test_a_lease_being_taken_by_another_thread_of_this_process_is_not_stale(tmp_path, monkeypatch):
+    """Two tuner objects of one kernel (a copy, a kernel decorated twice) that miss one key in two
+    threads: while one thread writes its new lease, the other must see it held by this process, not
+    left by a predecessor with this pid (it took it over, and both tuned the key)."""
+    path = tmp_path / "cache.json.lease-x"
+    written, release = threading.Event(), threading.Event()
+    fsync = os.fsync
+
+    def slow_fsync(fd):  # the window a slow (network) disk leaves between write and return
+        written.set()
+        assert release.wait(30)
+        fsync(fd)
+
+    monkeypatch.setattr(lease_mod.os, "fsync", slow_fsync)
+    holder = lease_mod.Lease(path, "k")
+    taking = threading.Thread(target=holder.acquire)
+    taking.start()
+    try:
+        assert written.wait(30)
+        seen = lease_mod.read_lease(path)
+        assert seen is not None and seen.pid == os.getpid() and not lease_mod.is_stale(seen)
+    finally:
+        release.set()
+        taking.join(30)
+        holder.release()
 
 
 @pytest.mark.skipif(not Path("/proc/self/ns/pid").exists(), reason="Linux pid namespaces")

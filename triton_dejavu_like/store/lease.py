@@ -168,21 +168,28 @@ class Lease:
             "token": self.token,
             "key": self.key_id[:500],
         }
+        # known as this process's before the file exists: another thread that reads it at once must
+        # not take it for a predecessor's with the same pid
+        _held_tokens.add(self.token)
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-        except FileExistsError:
+        except FileExistsError:  # another process or thread holds it
+            _held_tokens.discard(self.token)
             return False
+        except BaseException:
+            _held_tokens.discard(self.token)
+            raise
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(json.dumps(payload).encode("utf-8"))
                 handle.flush()
                 os.fsync(handle.fileno())
         except BaseException:
+            _held_tokens.discard(self.token)
             with contextlib.suppress(OSError):
                 self.path.unlink()
             raise
         self.held = True
-        _held_tokens.add(self.token)
         self._stop.clear()
         self._beat = threading.Thread(target=self._heartbeat, name="dejavu-lease-heartbeat", daemon=True)
         self._beat.start()

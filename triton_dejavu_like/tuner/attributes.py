@@ -162,7 +162,10 @@ class UpstreamAttributes:
         self._forget_launches()
 
     def _forget_launches(self) -> None:
-        """Empty the hot path's table: each key's next launch looks at ``.cache`` and ``.configs``."""
+        """Empty the hot path's table: each key's next launch looks at ``.cache`` and ``.configs``. A
+        miss being decided meanwhile (in another thread) sees the generation change and keeps its
+        decision out of the table and of ``.cache``: it was made over what was there before."""
+        self._generation = self.__dict__.get("_generation", 0) + 1
         table = self.__dict__.get("_launch")
         if table:
             table.clear()

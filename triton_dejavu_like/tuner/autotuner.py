@@ -121,6 +121,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
         self._state: ProcessState | None = None
         self._lock = threading.RLock()
         self._launch: dict[tuple[Any, ...], Launch] = {}  # the hot path's table
+        self._generation = 0  # of .configs and .cache: changed from outside, the table is emptied
         self._keys = KeyPlan(arg_names, key, ignore_dtypes=settings.ignore_dtypes)
         self._meta_names = self._tuned_names()
         self._policy = MissPolicy(
@@ -280,6 +281,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
             hit = self._launch.get(lookup)
             if hit is not None:
                 return hit
+            generation = self._generation
             key = self._keys.key(args, kwargs)
             # decided for an equal key, or filled in by the caller; upstream launches a list of one
             # config without reading or writing .cache
@@ -289,7 +291,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
                 state = self._process_state()
                 outcome = self._decide(state, key, args, kwargs)
                 config = outcome.config
-                if choice:
+                if choice and generation == self._generation:
                     dict.__setitem__(self.cache, key.values, config)  # not a change from outside
                 self.last_decision = outcome.source
                 if outcome.source == "tuned":
@@ -304,8 +306,15 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
                     where=state.store.where(key.id),
                 )
             launch = (config, self._launch_kwargs(config), config.pre_hook)
-            self._launch[lookup] = launch
+            if generation == self._generation:  # else .configs or .cache changed meanwhile: decide again
+                self._launch[lookup] = launch
             return launch
+
+    def _configs_changed(self) -> None:
+        super()._configs_changed()
+        # the storage identity hashes the config list: another list's results are kept in (and
+        # restored from) its own file, opened at the next miss
+        self.__dict__["_state"] = None
 
     def _process_state(self) -> ProcessState:
         if self._state is None:
