@@ -466,3 +466,24 @@ def test_the_python_api_rejects_a_document_it_cannot_use():
         storage.parse_document(b'{"schema": 99}')
     doc = storage.parse_document(VALID)
     assert sorted(doc.entries) == sorted(entries_for([(1,), (2,)])) and doc.rejected == {}
+
+
+def test_looking_up_one_key_validates_that_entry_only(tmp_path, monkeypatch):
+    """A process waiting for another one's result looks its key up in the file again and again: in a
+    file of thousands of keys, validating every entry each time cost seconds per look."""
+    cf = cache_file(tmp_path)
+    entries = entries_for([(n,) for n in range(50)])
+    entries[key_id((7,))] = {**entries[key_id((7,))], "timings_ms": ["fast"]}  # invalid
+    write_document(cf.path, IDENTITY, entries)
+    validated = []
+    from_json = storage.StoredEntry.from_json
+
+    def counting(kid, data, **kwargs):
+        validated.append(kid)
+        return from_json(kid, data, **kwargs)
+
+    monkeypatch.setattr(storage.StoredEntry, "from_json", counting)
+    assert cf.peek(key_id((3,))).key == (3,)
+    assert cf.peek(key_id((7,))) is None  # that entry is invalid
+    assert cf.peek(key_id((99,))) is None  # not stored
+    assert validated == [key_id((3,)), key_id((7,))]

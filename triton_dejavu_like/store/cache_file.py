@@ -73,11 +73,14 @@ class Document:
     rejected: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
 
-def parse_document(raw: bytes, *, parameters: Collection[str] | None = None) -> Document:
+def parse_document(
+    raw: bytes, *, parameters: Collection[str] | None = None, only: Collection[str] | None = None
+) -> Document:
     """Parse a cache file's bytes.
 
     Raises :class:`InvalidCacheFile` when the document as a whole is unusable (encoding, syntax,
-    shape, schema, identity); an entry that is not valid lands in ``rejected``.
+    shape, schema, identity); an entry that is not valid lands in ``rejected``. With ``only``, just
+    the entries of those key ids are validated and returned (a look-up of one key in a big file).
     """
     try:
         text = raw.decode("utf-8")
@@ -111,7 +114,8 @@ def parse_document(raw: bytes, *, parameters: Collection[str] | None = None) -> 
         raise InvalidCacheFile("'entries' is missing or not an object")
     valid: EntryMap = {}
     rejected: dict[str, tuple[Any, str]] = {}
-    for kid, data in entries.items():
+    wanted = entries.items() if only is None else ((k, entries[k]) for k in only if k in entries)
+    for kid, data in wanted:
         try:
             valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters)
         except InvalidEntry as exc:
@@ -165,9 +169,12 @@ def open_regular(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def read_document(path: Path, *, parameters: Collection[str] | None = None) -> Document:
-    """Read and parse one cache file (raises ``OSError`` or :class:`InvalidCacheFile`)."""
-    return parse_document(read_bounded(path), parameters=parameters)
+def read_document(
+    path: Path, *, parameters: Collection[str] | None = None, only: Collection[str] | None = None
+) -> Document:
+    """Read and parse one cache file (raises ``OSError`` or :class:`InvalidCacheFile`); ``only``: as
+    for :func:`parse_document`."""
+    return parse_document(read_bounded(path), parameters=parameters, only=only)
 
 
 # --- writing -------------------------------------------------------------------------------------------
@@ -442,7 +449,7 @@ class CacheFile:
         """The valid entry stored for one key right now, or None: a quick read without the lock that
         repairs nothing (for a process waiting for another one's result)."""
         try:
-            doc = read_document(self.path, parameters=self.parameters)
+            doc = read_document(self.path, parameters=self.parameters, only=(key_id,))
         except (OSError, InvalidCacheFile):
             return None
         return doc.entries.get(key_id) if doc.identity == self.identity else None
