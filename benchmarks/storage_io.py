@@ -1,6 +1,10 @@
 """What a cache file costs as it grows: recording one new key (lock, re-read, validate, merge,
 write, fsync, rename) and loading the file (once per kernel per process).
 
+"record" is a writer recording key after key (it knows the file it wrote last: no parse, only the
+new entry serialized); "record, cold" is a writer that has not read the file yet, or finds it
+changed by another process (a parse, then a whole dump the first time).
+
 Entries have the shape the autotuner writes (a config, three timings, one top-k and one ruled-out
 config). Times are medians over the repetitions; the ratio column compares with the smallest file.
 
@@ -62,17 +66,25 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="storage_io-"))
-    print(f"{'keys':>6} {'file KiB':>9} {'record ms':>10} {'ratio':>6} {'load ms':>9} {'ratio':>6}")
-    base: tuple[float, float] | None = None
+    columns = ("record ms", "record, cold ms", "load ms")
+    print(f"{'keys':>6} {'file KiB':>9} " + " ".join(f"{c:>{len(c)}} {'ratio':>6}" for c in columns))
+    base: tuple[float, ...] | None = None
     for size in args.keys:
         cf = storage.CacheFile.for_identity(root / str(size), IDENTITY)
         cf.record(entries(range(size)))
-        record = median_ms(lambda i, cf=cf: cf.record(entries(range(10**6 + i, 10**6 + i + 1))), args.repeat)
-        load = median_ms(lambda _, path=cf.path: storage.CacheFile(path, IDENTITY).load(), args.repeat)
-        base = base or (record, load)
-        kib = cf.path.stat().st_size / 1024
-        ratios = f"{record / base[0]:>6.1f} {load:>9.2f} {load / base[1]:>6.1f}"
-        print(f"{size:>6} {kib:>9.1f} {record:>10.2f} {ratios}")
+        path = cf.path
+
+        def new_key(i: int, writer: storage.CacheFile) -> None:
+            writer.record(entries(range(10**6 + i, 10**6 + i + 1)))
+
+        record = median_ms(lambda i, cf=cf: new_key(i, cf), args.repeat)
+        cold = median_ms(lambda i, p=path: new_key(10**5 + i, storage.CacheFile(p, IDENTITY)), args.repeat)
+        load = median_ms(lambda _, p=path: storage.CacheFile(p, IDENTITY).load(), args.repeat)
+        times = (record, cold, load)
+        base = base or times
+        kib = path.stat().st_size / 1024
+        cells = " ".join(f"{t:>{len(c)}.2f} {t / b:>6.1f}" for c, t, b in zip(columns, times, base))
+        print(f"{size:>6} {kib:>9.1f} {cells}")
 
 
 if __name__ == "__main__":

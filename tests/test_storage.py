@@ -487,3 +487,84 @@ def test_looking_up_one_key_validates_that_entry_only(tmp_path, monkeypatch):
     assert cf.peek(key_id((7,))) is None  # that entry is invalid
     assert cf.peek(key_id((99,))) is None  # not stored
     assert validated == [key_id((3,)), key_id((7,))]
+
+
+# --- a file of many keys --------------------------------------------------------------------------------
+
+
+def _count_validations(monkeypatch) -> list[str]:
+    validated: list[str] = []
+    from_json = storage.StoredEntry.from_json
+
+    def counting(kid, data, **kwargs):
+        validated.append(kid)
+        return from_json(kid, data, **kwargs)
+
+    monkeypatch.setattr(storage.StoredEntry, "from_json", counting)
+    return validated
+
+
+def test_recording_keys_one_at_a_time_validates_and_serializes_each_entry_once(tmp_path, monkeypatch):
+    """A serving engine keyed by token count records thousands of keys into one file, one per new
+    shape: parsing and dumping the whole file under the lock at each record made warming up a file
+    of 10,000 keys cost seconds per key (quadratic in the keys)."""
+    cf = cache_file(tmp_path)
+    validated = _count_validations(monkeypatch)
+    serialized: list[str] = []
+    entry_text = getattr(storage, "entry_text", None)
+    counting = lambda kid, e: serialized.append(kid) or entry_text(kid, e)  # noqa: E731
+    monkeypatch.setattr(storage, "entry_text", counting, raising=False)
+    n = 30
+    for i in range(n):
+        assert cf.record(entries_for([(i,)]))
+        assert cf.peek(key_id((i,))).key == (i,)
+    assert len(validated) == n  # each given as JSON once, never re-read from the file
+    assert len(serialized) == n
+    assert stored_entries(cf.path) == entries_for([(i,) for i in range(n)])
+    assert as_json(cache_file(tmp_path).load()) == entries_for([(i,) for i in range(n)])
+
+
+def test_what_another_writer_stored_meanwhile_is_kept(tmp_path, monkeypatch):
+    ours, theirs = cache_file(tmp_path), cache_file(tmp_path)
+    assert ours.record(entries_for([(1,), (2,)]))
+    validated = _count_validations(monkeypatch)
+    assert theirs.record(entries_for([(3,)], block=32))
+    assert ours.record(entries_for([(4,)]))
+    assert sorted(validated) == sorted([key_id((1,)), key_id((2,)), key_id((3,)), key_id((4,)), key_id((3,))])
+    assert stored_entries(ours.path) == {**entries_for([(1,), (2,), (4,)]), **entries_for([(3,)], block=32)}
+
+
+def test_a_file_replaced_with_the_same_size_and_time_is_read_again(tmp_path):
+    """What was read before is recognised by the file's bytes, not by its size and times (a file
+    rewritten within the clock's tick by a same-sized result looks unchanged to ``stat``)."""
+    cf = cache_file(tmp_path)
+    assert cf.record(entries_for([(1,)], block=16))
+    before = os.stat(cf.path)
+    other = write_document(cf.path, IDENTITY, entries_for([(1,)], block=32))
+    assert len(other) == before.st_size
+    os.utime(cf.path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert cf.peek(key_id((1,))).config.kwargs["BLOCK"] == 32
+    assert cf.load()[key_id((1,))].config.kwargs["BLOCK"] == 32
+    assert cf.record(entries_for([(2,)]))
+    assert stored_entries(cf.path) == {**entries_for([(1,)], block=32), **entries_for([(2,)])}
+
+
+def test_an_entry_damaged_on_disk_after_it_was_read_is_set_aside(tmp_path, warnings):
+    cf = cache_file(tmp_path)
+    assert cf.record(entries_for([(1,), (2,)]))
+    bad = {**make_entry((2,)), "timings_ms": ["fast"]}
+    write_document(cf.path, IDENTITY, {**entries_for([(1,)]), key_id((2,)): bad})
+    assert list(cf.load()) == [key_id((1,))]
+    assert len(aside_files(cf.path, layout.REJECTED_SUFFIX)) == 1
+
+
+def test_a_document_assembled_from_entry_texts_is_the_dumped_document():
+    identity = {**IDENTITY, "tag": 'ünïcode "quoted"\n'}
+    parsed = storage.parse_document(
+        storage.dump_document(storage.new_document(identity, entries_for([(1,), (2, "é"), (-3, None)])))
+    )
+    texts = [storage.entry_text(kid, parsed.entries[kid]) for kid in sorted(parsed.entries)]
+    expected = storage.dump_document(storage.new_document(identity, parsed.entries))
+    assert storage.assemble_document(identity, texts) == expected
+    empty = storage.dump_document(storage.new_document(identity, {}))
+    assert storage.assemble_document(identity, []) == empty

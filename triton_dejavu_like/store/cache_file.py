@@ -18,6 +18,9 @@ Guarantees (each one is exercised by the test suite, see ``docs/storage.md``):
 - A change that would make the file larger than :data:`MAX_FILE_BYTES` is not written (readers would
   set the whole file aside): the stored file stays as it is, with one warning.
 - A storage root that cannot be written degrades to in-memory results with one warning per root.
+- A process does not parse again what it last read or wrote: a file whose bytes hash to the same
+  digest holds the same entries, and an entry whose JSON is unchanged is not validated again. A new
+  key recorded into a file of thousands costs a read, a hash and a write, not a parse and a dump.
 - Files and directories are created with the user's umask; a replaced file keeps its permissions.
 
 Every problem the user must act on is a :class:`~triton_dejavu_like.DejavuStorageWarning`.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -74,13 +78,19 @@ class Document:
 
 
 def parse_document(
-    raw: bytes, *, parameters: Collection[str] | None = None, only: Collection[str] | None = None
+    raw: bytes,
+    *,
+    parameters: Collection[str] | None = None,
+    only: Collection[str] | None = None,
+    known: Mapping[str, StoredEntry] | None = None,
 ) -> Document:
     """Parse a cache file's bytes.
 
     Raises :class:`InvalidCacheFile` when the document as a whole is unusable (encoding, syntax,
     shape, schema, identity); an entry that is not valid lands in ``rejected``. With ``only``, just
     the entries of those key ids are validated and returned (a look-up of one key in a big file).
+    ``known``: entries validated before with the same ``parameters``; one whose JSON is equal to
+    what is read is taken as it is instead of being validated again.
     """
     try:
         text = raw.decode("utf-8")
@@ -116,6 +126,10 @@ def parse_document(
     rejected: dict[str, tuple[Any, str]] = {}
     wanted = entries.items() if only is None else ((k, entries[k]) for k in only if k in entries)
     for kid, data in wanted:
+        before = known.get(kid) if known is not None else None
+        if before is not None and before.data == data:
+            valid[kid] = before
+            continue
         try:
             valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters)
         except InvalidEntry as exc:
@@ -137,6 +151,20 @@ def new_document(identity: Mapping[str, Any], entries: Mapping[str, Any]) -> dic
 
 def dump_document(doc: Mapping[str, Any]) -> bytes:
     return (json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
+def entry_text(kid: str, entry: StoredEntry) -> str:
+    """One entry as it stands in a file written by :func:`dump_document` (without the separator)."""
+    body = json.dumps(entry.data, indent=1, sort_keys=True, allow_nan=False)
+    return f"  {json.dumps(kid)}: " + body.replace("\n", "\n  ")  # strings in JSON hold no newline
+
+
+def assemble_document(identity: Mapping[str, Any], texts: Collection[str]) -> bytes:
+    """The bytes :func:`dump_document` writes for ``identity`` and entries already turned into text
+    by :func:`entry_text`, in key order: what lets a writer serialize only the entries that changed."""
+    entries = "{\n" + ",\n".join(texts) + "\n }" if texts else "{}"
+    ident = json.dumps(dict(identity), indent=1, sort_keys=True, allow_nan=False).replace("\n", "\n ")
+    return f'{{\n "entries": {entries},\n "identity": {ident},\n "schema": {SCHEMA_VERSION}\n}}\n'.encode()
 
 
 def read_bounded(path: Path, max_bytes: int | None = None) -> bytes:
@@ -311,6 +339,13 @@ class CacheFile:
         self.parameters = frozenset(parameters) if parameters is not None else None
         self.lock_timeout = lock_timeout
         self.writable = True
+        #: why the last :meth:`update` wrote nothing although the file is ours (None: it wrote, or
+        #: the reason was a warning about the file or its root)
+        self.refused: str | None = None
+        #: the digest of the bytes last read or written, and that document's valid entries
+        self._known: tuple[bytes, EntryMap] | None = None
+        #: key id -> (entry, its text) for the entries of the document last written
+        self._texts: dict[str, tuple[StoredEntry, str]] = {}
 
     @classmethod
     def for_identity(
@@ -335,6 +370,38 @@ class CacheFile:
         with file_lock(followed(self.path), self.lock_timeout):
             yield
 
+    def _parse(self, raw: bytes, *, only: Collection[str] | None = None) -> Document:
+        """``raw`` parsed as :func:`parse_document` does, without parsing again what this object
+        last read or wrote: the same bytes give the same entries, an unchanged entry is not
+        validated again."""
+        digest = hashlib.sha256(raw).digest()
+        known = self._known
+        if known is not None and known[0] == digest:
+            entries = known[1] if only is None else {k: known[1][k] for k in only if k in known[1]}
+            return Document(dict(self.identity), dict(entries))
+        doc = parse_document(
+            raw, parameters=self.parameters, only=only, known=known[1] if known is not None else None
+        )
+        if only is None and doc.identity == self.identity and not doc.rejected:
+            self._known = (digest, doc.entries)
+        return doc
+
+    def _read_parsed(self, *, only: Collection[str] | None = None) -> Document:
+        return self._parse(read_bounded(self.path), only=only)
+
+    def _dump(self, entries: EntryMap) -> bytes:
+        """The document of ``entries``, serializing only the entries not written last time."""
+        texts: dict[str, tuple[StoredEntry, str]] = {}
+        for kid in sorted(entries):
+            entry = entries[kid]
+            before = self._texts.get(kid)
+            if before is not None and (before[0] is entry or before[0].data == entry.data):
+                texts[kid] = before
+            else:
+                texts[kid] = (entry, entry_text(kid, entry))
+        self._texts = texts
+        return assemble_document(self.identity, [text for _, text in texts.values()])
+
     def _read(self, *, exclusive: bool) -> Document | None:
         """The usable document at ``path``, or None (missing, unreadable, invalid, foreign, newer).
 
@@ -342,7 +409,7 @@ class CacheFile:
         entries set apart; without it, problems are only reported.
         """
         try:
-            doc = read_document(self.path, parameters=self.parameters)
+            doc = self._read_parsed()
         except FileNotFoundError:
             return None
         except NewerSchemaFile as exc:
@@ -429,7 +496,7 @@ class CacheFile:
         if not self.path.exists():
             return {}
         try:  # the common case, a valid file of ours, needs no lock: writers replace files atomically
-            doc = read_document(self.path, parameters=self.parameters)
+            doc = self._read_parsed()
         except (OSError, InvalidCacheFile):
             doc = None
         if doc is not None and doc.identity == self.identity and not doc.rejected:
@@ -449,7 +516,7 @@ class CacheFile:
         """The valid entry stored for one key right now, or None: a quick read without the lock that
         repairs nothing (for a process waiting for another one's result)."""
         try:
-            doc = read_document(self.path, parameters=self.parameters, only=(key_id,))
+            doc = self._read_parsed(only=(key_id,))
         except (OSError, InvalidCacheFile):
             return None
         return doc.entries.get(key_id) if doc.identity == self.identity else None
@@ -485,6 +552,7 @@ class CacheFile:
         """Replace the entries by ``change(current entries)`` under the lock; an empty result removes
         the file. False (with a warning) when the file could not be written, or would be over
         :data:`MAX_FILE_BYTES` (then the stored file is left as it is)."""
+        self.refused = None
         if not self.writable:
             return False
         try:
@@ -498,19 +566,24 @@ class CacheFile:
                 if new == current:
                     return True
                 if new:
-                    data = dump_document(new_document(self.identity, new))
+                    data = self._dump(new)
                     if len(data) > MAX_FILE_BYTES:  # every reader would set the whole file aside
+                        self.refused = (
+                            f"it would hold {len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit of a "
+                            f"readable file ({len(new)} entries)"
+                        )
                         warn_once(
                             DejavuStorageWarning,
                             str(self.path),
-                            "not writing tuning cache %s: it would hold %d bytes, over the %d-byte limit "
-                            "of a readable file; results stay in memory (prune old entries to make room)",
+                            "not writing tuning cache %s: %s; it stays as it is, and what was not written "
+                            "is not stored (make room: python -m triton_dejavu_like prune --keep-newest N, "
+                            "or --older-than DATE)",
                             self.path,
-                            len(data),
-                            MAX_FILE_BYTES,
+                            self.refused,
                         )
                         return False
                     atomic_write(self.path, data)
+                    self._known = (hashlib.sha256(data).digest(), dict(new))
                 else:
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()
