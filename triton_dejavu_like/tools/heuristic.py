@@ -38,7 +38,7 @@ class Heuristic:
     configs: int
     correct: int  # held-out keys whose stored config the heuristic picked
     tested: int
-    validation: str  # "leave-one-out", "5-fold" or "none"
+    validation: str  # "leave-one-out", "5-fold" (", N of M keys tested" past MAX_TESTED) or "none"
 
 
 def stored_entries(files: Sequence[inventory.StoredFile]) -> list[StoredEntry]:
@@ -127,7 +127,8 @@ def _fit_tree(
     from sklearn.tree import DecisionTreeClassifier
 
     codes = _Codes(rows, categorical)
-    model = DecisionTreeClassifier(random_state=0).fit([codes.encode(r) for r in rows], list(labels))
+    model = DecisionTreeClassifier(random_state=0, max_depth=MAX_TREE_DEPTH)
+    model.fit([codes.encode(r) for r in rows], list(labels))
     return model, codes
 
 
@@ -141,12 +142,25 @@ def _predictor(
     return lambda row: int(model.predict([codes.encode(row)])[0])
 
 
-def _folds(n: int) -> tuple[str, list[list[int]]]:
+#: At most this many held-out keys are tested in all: a nearest-key prediction scans the whole
+#: table, so testing every key of a file of thousands took minutes.
+MAX_TESTED = 1000
+#: The tree's depth limit: each level is an indented ``if`` in the generated module, and Python
+#: refuses to compile more than 100 levels of indentation.
+MAX_TREE_DEPTH = 32
+
+
+def _folds(n: int) -> tuple[str, list[tuple[set[int], list[int]]]]:
+    """The validation's name and its folds, each (the keys held out, those of them tested)."""
     if n < 2:
         return "none", []
     if n <= 20:
-        return "leave-one-out", [[i] for i in range(n)]
-    return "5-fold", [list(range(k, n, 5)) for k in range(5)]
+        return "leave-one-out", [({i}, [i]) for i in range(n)]
+    folds = [list(range(k, n, 5)) for k in range(5)]
+    step = math.ceil(n / MAX_TESTED)
+    tested = [held[::step] for held in folds]
+    name = "5-fold" if step == 1 else f"5-fold, {sum(map(len, tested))} of {n} keys tested"
+    return name, [(set(held), test) for held, test in zip(folds, tested)]
 
 
 def _validate(
@@ -154,11 +168,11 @@ def _validate(
 ) -> tuple[str, int, int]:
     name, folds = _folds(len(rows))
     correct = 0
-    for held in folds:
+    for held, tested in folds:
         keep = [i for i in range(len(rows)) if i not in held]
         predict = _predictor(method, [rows[i] for i in keep], [labels[i] for i in keep], categorical)
-        correct += sum(predict(rows[i]) == labels[i] for i in held)
-    return name, correct, sum(len(f) for f in folds)
+        correct += sum(predict(rows[i]) == labels[i] for i in tested)
+    return name, correct, sum(len(tested) for _, tested in folds)
 
 
 # --- writing the module --------------------------------------------------------------------------------
@@ -285,4 +299,8 @@ def learn(
             *_tree_lines(model, 0, 1),
         ]
     result.source = _module(kernel, name, result, configs, counts, categorical, body, extra)
+    try:  # compiled, never run: a module that cannot be imported is an error here, not at serving time
+        compile(result.source, f"<heuristic for {kernel}>", "exec")
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise HeuristicError(f"the generated module does not compile ({type(exc).__name__}: {exc})") from exc
     return result
