@@ -346,6 +346,41 @@ def test_prune_entries_older_than_a_date(capsys, tmp_path):
     assert real[1:] == [f"  {cache_file(root, SOFTMAX).path}", f"  1 entries from {cache_file(root).path}"]
 
 
+def test_prune_keeps_the_newest_entries_of_each_file(capsys, tmp_path):
+    """A file nearing the size limit of a readable file (a kernel keyed by token count): keep the
+    entries tuned last, whatever their keys."""
+    root = tmp_path / "root"
+    cache_file(root).record(
+        {key_id((n,)): make_entry((n,), tuned_at=f"2025-0{n}-01T00:00:00+00:00") for n in range(1, 6)}
+    )
+    cache_file(root, SOFTMAX).record(entries_for([(1,)], tuned_at="2025-06-01T00:00:00+00:00"))
+    out = run_json(capsys, "prune", "--root", str(root), "--keep-newest", "2", "--older-than", "2025-05-01")
+    assert out["removed_entries"] == 4 and out["kept_entries"] == 2  # both rules apply
+    assert list(stored_entries(cache_file(root).path)) == [key_id((5,))]
+    cache_file(root).record(
+        {key_id((n,)): make_entry((n,), tuned_at=f"2025-0{n}-01T00:00:00+00:00") for n in range(6, 9)}
+    )
+    out = run_json(capsys, "prune", "--root", str(root), "--keep-newest", "2")
+    assert out["removed_entries"] == 2 and out["kept_entries"] == 3  # softmax's one entry stays
+    assert sorted(stored_entries(cache_file(root).path)) == sorted([key_id((7,)), key_id((8,))])
+    with pytest.raises(SystemExit) as refused:
+        run("prune", "--root", str(root), "--keep-newest", "0")
+    assert refused.value.code == 2 and "--keep-newest" in capsys.readouterr().err
+
+
+def test_merge_over_the_size_limit_says_why_and_keeps_the_destination(capsys, tmp_path, monkeypatch):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    cache_file(src).record(entries_for([(n,) for n in range(10)]))
+    cache_file(dest).record(entries_for([(n,) for n in range(10, 20)]))
+    before = cache_file(dest).path.read_bytes()
+    monkeypatch.setattr(storage, "MAX_FILE_BYTES", len(before) + 100)
+    with pytest.warns(DejavuStorageWarning, match="prune --keep-newest"):
+        assert run("merge", str(src), "--root", str(dest)) == 1
+    err = capsys.readouterr().err
+    assert "over the" in err and "limit" in err and "cannot be written" not in err
+    assert cache_file(dest).path.read_bytes() == before
+
+
 def test_prune_that_cannot_rewrite_a_file_counts_nothing_as_removed(capsys, tmp_path, monkeypatch):
     root = tmp_path / "root"
     cache_file(root).record(entries_for([(1,), (2,)], tuned_at="2024-06-01T00:00:00+00:00"))

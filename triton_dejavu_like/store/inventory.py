@@ -330,7 +330,7 @@ def _merge_group(
     if dry_run:  # what update() would do, without the lock and without writing
         change(current)
     elif not target.update(change):
-        return OTHER_IDENTITY if not target.writable else "it cannot be written"
+        return OTHER_IDENTITY if not target.writable else target.refused or "it cannot be written"
     return outcome[0]
 
 
@@ -396,14 +396,17 @@ def prune(
     older_than: _dt.datetime | None = None,
     kernel: str | None = None,
     aside: bool = False,
+    keep_newest: int | None = None,
     dry_run: bool = False,
 ) -> PruneReport:
     """Remove stored results under ``root``.
 
     ``keep``: identity fields (triton, toolchain, gpu, dejavu) a file must have to stay; a file with
     any other value is removed whole. ``older_than``: entries tuned before this moment are removed
-    (a file left empty is removed). ``kernel``: only consider this kernel's files. ``aside``: also
-    delete the files moved aside as corrupt or rejected. Invalid files are reported, never removed.
+    (a file left empty is removed). ``keep_newest``: at most this many entries stay in each file,
+    the most recently tuned (a file that nears the size limit of a readable file). ``kernel``: only
+    consider this kernel's files. ``aside``: also delete the files moved aside as corrupt or rejected.
+    Invalid files are reported, never removed.
     """
     report = PruneReport()
     files, report.problems = read_sources([root])
@@ -415,15 +418,18 @@ def prune(
         def change(current: EntryMap, drop_all: bool = drop_all) -> EntryMap:
             if drop_all:
                 return {}
-            if older_than is None:
-                return current
-            return {k: e for k, e in current.items() if e.tuned_at >= older_than}
+            if older_than is not None:
+                current = {k: e for k, e in current.items() if e.tuned_at >= older_than}
+            if keep_newest is not None and len(current) > keep_newest:
+                newest = sorted(current, key=lambda k: (current[k].tuned_at, k), reverse=True)
+                current = {k: current[k] for k in newest[:keep_newest]}
+            return current
 
         remaining = change(dict(f.entries))
         if not dry_run and remaining != f.entries:
             target = storage.CacheFile(f.path or Path(f.source), f.identity, root=root)
             if not target.update(change):  # nothing of it removed: counted as kept
-                report.problems.append(Problem(f.source, "could not be rewritten"))
+                report.problems.append(Problem(f.source, target.refused or "could not be rewritten"))
                 report.kept_entries += len(f.entries)
                 continue
         report.removed_entries += len(f.entries) - len(remaining)

@@ -401,7 +401,7 @@ def _write(
         if not dry_run and not cf.update(
             lambda current, new=entries: {**current, **new} if overwrite else {**new, **current}
         ):  # nothing imported into it: counted nowhere
-            report.problems.append(inventory.Problem(str(cf.path), "could not be written"))
+            report.problems.append(inventory.Problem(str(cf.path), cf.refused or "could not be written"))
             continue
         kept = set(existing) & set(entries) if not overwrite else set()
         replaced = sum(existing[kid] != entry for kid, entry in entries.items() if kid in existing)

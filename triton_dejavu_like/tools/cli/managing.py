@@ -22,6 +22,7 @@ from .output import (
     left_out,
     left_out_text,
     path_text,
+    positive_int,
     problems_payload,
     replaced_lines,
     report_problems,
@@ -110,9 +111,10 @@ def parse_moment(text: str) -> _dt.datetime:
 def cmd_prune(args: argparse.Namespace) -> int:
     keep = {name: getattr(args, f"keep_{name}") for name in ("triton", "toolchain", "gpu")}
     keep = {name: value for name, value in keep.items() if value is not None}
-    if not keep and args.older_than is None and not args.quarantined:
+    if not keep and args.older_than is None and args.keep_newest is None and not args.quarantined:
         raise UsageError(
-            "say what to prune: --keep-triton, --keep-toolchain, --keep-gpu, --older-than or --quarantined"
+            "say what to prune: --keep-triton, --keep-toolchain, --keep-gpu, --older-than, --keep-newest "
+            "or --quarantined"
         )
     root = existing_root(args)
     if keep and not args.force:
@@ -123,6 +125,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         older_than=args.older_than,
         kernel=args.kernel,
         aside=args.quarantined,
+        keep_newest=args.keep_newest,
         dry_run=args.dry_run,
     )
     verb = "would remove" if args.dry_run else "removed"
@@ -264,6 +267,12 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
         type=parse_moment,
         metavar="DATE",
         help="remove entries tuned before DATE (2025-01-31, an ISO time, or 30d)",
+    )
+    p.add_argument(
+        "--keep-newest",
+        type=positive_int,
+        metavar="N",
+        help="keep at most N entries in each cache file, the most recently tuned",
     )
     p.add_argument("--kernel", help="only this kernel's files")
     p.add_argument(

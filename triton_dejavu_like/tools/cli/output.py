@@ -38,6 +38,17 @@ def path_text(value: str) -> str:
     return value
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for a count of one or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text!r}")
+    return value
+
+
 def _escaped(char: str) -> str:
     return repr(char)[1:-1]  # \x1b, \x00, \n, \u200b: a non-printable character as Python writes it
 

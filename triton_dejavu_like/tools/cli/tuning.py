@@ -29,6 +29,7 @@ from .output import (
     UsageError,
     emit,
     path_text,
+    positive_int,
     printable,
     problems_payload,
     replaced_lines,
@@ -215,16 +216,6 @@ def _tuned_text(tuned: Sequence[str]) -> str:
         kernel = item.split(" ", 1)[0]
         per_kernel[kernel] = per_kernel.get(kernel, 0) + 1
     return ", ".join(f"{k}: {n}" for k, n in per_kernel.items())
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text!r}")
-    return value
 
 
 def positive_float(text: str) -> float:
