@@ -162,3 +162,12 @@ def test_any_text_as_a_key_or_a_config_is_skipped_or_imported(tuner, key, config
         source.write_bytes(_dump(doc))
         report = dejavu_import.import_dejavu([source], tuner, Path(tmp) / "root")
         assert report.imported >= 1 and not report.problems
+
+
+def test_an_entry_with_an_overflowing_number_is_rejected_among_valid_ones():
+    entries = {key_id((n,)): make_entry((n,)) for n in range(3)}
+    raw = storage.dump_document(storage.new_document(IDENTITY, entries))
+    assert raw.count(b'"budget": null') == 3  # a field kept as read, not interpreted
+    raw = raw.replace(b'"budget": null', b'"budget": 0.5e400', 1)  # the first entry's
+    doc = storage.parse_document(raw, parameters=PARAMETERS)
+    assert len(doc.rejected) == 1 and len(doc.entries) == 2

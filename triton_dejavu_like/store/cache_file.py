@@ -32,6 +32,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import secrets
 import stat
@@ -96,8 +97,16 @@ def parse_document(
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidCacheFile(f"not UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    non_finite: list[str] = []
+
+    def number(literal: str) -> float:  # NaN/Infinity literals, 1e999: validation rejects their entries
+        value = float(literal)
+        if not math.isfinite(value):
+            non_finite.append(literal)
+        return value
+
     try:
-        doc = json.loads(text)  # NaN/Infinity literals parse; validation rejects their entries
+        doc = json.loads(text, parse_float=number, parse_constant=number)
     except json.JSONDecodeError as exc:
         raise InvalidCacheFile(f"not JSON ({exc.msg} at line {exc.lineno})") from exc
     except RecursionError as exc:
@@ -122,6 +131,7 @@ def parse_document(
     entries = doc.get("entries")
     if not isinstance(entries, dict):
         raise InvalidCacheFile("'entries' is missing or not an object")
+    finite = not non_finite  # no entry needs to be searched for such numbers
     valid: EntryMap = {}
     rejected: dict[str, tuple[Any, str]] = {}
     wanted = entries.items() if only is None else ((k, entries[k]) for k in only if k in entries)
@@ -131,7 +141,7 @@ def parse_document(
             valid[kid] = before
             continue
         try:
-            valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters)
+            valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters, finite=finite)
         except InvalidEntry as exc:
             rejected[kid] = (data, str(exc) or "invalid")
     return Document(identity, valid, rejected)

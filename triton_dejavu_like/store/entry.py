@@ -57,14 +57,18 @@ class StoredEntry:
     # --- building ------------------------------------------------------------------------------------
 
     @classmethod
-    def from_json(cls, kid: str, data: Any, *, parameters: Collection[str] | None = None) -> StoredEntry:
+    def from_json(
+        cls, kid: str, data: Any, *, parameters: Collection[str] | None = None, finite: bool = False
+    ) -> StoredEntry:
         """The entry filed under ``kid``; :class:`InvalidEntry` if ``data`` is not a complete, well-typed
         result. ``parameters``: the kernel's argument names (a config naming anything else but a
         compile option, such as AMD's ``waves_per_eu``, is invalid: the rule of the decorator).
+        ``finite``: the caller knows ``data`` holds no NaN or infinity (its parser saw none), so it
+        is not searched for them.
         Never raises anything else: any failure on data read from disk means "invalid".
         """
         try:
-            return cls._parse(kid, data, parameters)
+            return cls._parse(kid, data, parameters, finite)
         except InvalidEntry:
             raise
         except ValueError as exc:  # DecodingError and friends: written for the user
@@ -73,11 +77,11 @@ class StoredEntry:
             raise InvalidEntry(f"{type(exc).__name__}: {str(exc)[:280]}") from exc
 
     @classmethod
-    def _parse(cls, kid: str, data: Any, parameters: Collection[str] | None) -> StoredEntry:
+    def _parse(cls, kid: str, data: Any, parameters: Collection[str] | None, finite: bool) -> StoredEntry:
         if not isinstance(data, dict):
             raise InvalidEntry("an entry is not an object")
-        for name, value in data.items():  # kept as read and written back as JSON, which has no such numbers
-            if _holds_non_finite(value):
+        for name, value in () if finite else data.items():  # kept as read and written back as JSON,
+            if _holds_non_finite(value):  # which has no such numbers
                 raise InvalidEntry(f"a non-finite number in {name!s:.40}")
         key = decode_key(data.get("key"))
         if key_id(key) != kid:
