@@ -97,47 +97,37 @@ class Pipeline:
         is replaced; its candidates are tried again as :class:`_Retries` says, never compiled in
         this process, since the crash would end the program. An exception that ends the run (one
         that ends tuning, Ctrl-C) cancels the compiles not started yet: the pool serves later runs."""
-        flight: dict[cf.Future[PackedFailure | None], tuple[int, CompilePool]] = {}
-        ready: collections.deque[int] = collections.deque()
-        retries = _Retries()
+        _Stream(self, pool, call).run()
 
-        def replace(broken: CompilePool) -> None:
-            nonlocal pool
-            if broken is pool:  # the first sign of a break replaces the pool
-                pool = replaced(pool)
 
-        def submit(index: int) -> None:
-            for _ in range(2):
-                try:
-                    flight[pool.submit(call, self.candidates[index])] = (index, pool)
-                    return
-                except BrokenProcessPool as exc:  # it broke before one of its futures said so
-                    replace(pool)
-                    problem: Exception = exc
-                except (Unsupported, RuntimeError) as exc:  # RuntimeError: the pool was shut down
-                    problem = exc
-                    break
-            if retries.struck(index):  # a worker died with it: it is not compiled here
-                reason = f"no compile worker took it again after one died with it ({problem})"
-                self._tell(index, self.rule_out(index, reason), timed=False)
-            else:
-                log.debug("compiling candidate %d in this process (%s)", index, problem)
-                ready.append(index)
+class _Stream:
+    """One streamed run of a :class:`Pipeline`: the compiles in flight (future -> (candidate, the
+    pool it went to)), the compiled candidates waiting to be timed, and the retries after crashes."""
 
+    def __init__(self, pipeline: Pipeline, pool: CompilePool, call: CallSpec) -> None:
+        self.pipeline = pipeline
+        self.pool = pool
+        self.call = call
+        self.flight: dict[cf.Future[PackedFailure | None], tuple[int, CompilePool]] = {}
+        self.ready: collections.deque[int] = collections.deque()
+        self.retries = _Retries()
+
+    def run(self) -> None:
+        p, flight, ready, retries = self.pipeline, self.flight, self.ready, self.retries
         with cancelled_on_error(flight):  # an error that ends tuning leaves no compile queued
             while True:
                 # compiles continue while this process times (its first launch may take most of a
                 # second); a backlog of compiled candidates beyond a batch holds new ones back
-                free = min(self.batch_size - len(flight), 2 * self.batch_size - len(flight) - len(ready))
+                free = min(p.batch_size - len(flight), 2 * p.batch_size - len(flight) - len(ready))
                 retry, free = retries.next([i for i, _ in flight.values()], free)
                 if retry is not None:
-                    submit(retry)
+                    self.submit(retry)
                 if free > 0:
-                    for index in self.search.ask(free):
-                        submit(index)
+                    for index in p.search.ask(free):
+                        self.submit(index)
                 if ready:
                     index = ready.popleft()
-                    self._tell(index, self.measure(index), timed=True)
+                    p._tell(index, p.measure(index), timed=True)
                     continue
                 if not flight:
                     if retries:
@@ -145,24 +135,52 @@ class Pipeline:
                     return  # nothing compiling, nothing to time, and the search hands out nothing more
                 done, _ = cf.wait(flight, return_when=cf.FIRST_COMPLETED)
                 for future in done:
-                    index, owner = flight.pop(future)
-                    failure: Failure | None
-                    try:
-                        packed = future.result()
-                        failure = None if packed is None else packed.failure()
-                    except BrokenProcessPool:  # a worker died, with this candidate in its pool
-                        replace(owner)
-                        failure = retries.broke(index)
-                        if failure is None:
-                            continue
-                    except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
-                        log.debug("compile worker failed on candidate %d: %s", index, exc)
-                        failure = None
-                    if failure is None:
-                        self.counters.compiled += 1
-                        ready.append(index)
-                    else:
-                        self._tell(index, self.rule_out(index, failure), timed=False)
+                    self.collect(future)
+
+    def replace(self, broken: CompilePool) -> None:
+        if broken is self.pool:  # the first sign of a break replaces the pool
+            self.pool = replaced(self.pool)
+
+    def submit(self, index: int) -> None:
+        p = self.pipeline
+        for _ in range(2):
+            try:
+                self.flight[self.pool.submit(self.call, p.candidates[index])] = (index, self.pool)
+                return
+            except BrokenProcessPool as exc:  # it broke before one of its futures said so
+                self.replace(self.pool)
+                problem: Exception = exc
+            except (Unsupported, RuntimeError) as exc:  # RuntimeError: the pool was shut down
+                problem = exc
+                break
+        if self.retries.struck(index):  # a worker died with it: it is not compiled here
+            reason = f"no compile worker took it again after one died with it ({problem})"
+            p._tell(index, p.rule_out(index, reason), timed=False)
+        else:
+            log.debug("compiling candidate %d in this process (%s)", index, problem)
+            self.ready.append(index)
+
+    def collect(self, future: cf.Future[PackedFailure | None]) -> None:
+        """A finished compile: its candidate waits to be timed, is ruled out, or goes again."""
+        p = self.pipeline
+        index, owner = self.flight.pop(future)
+        failure: Failure | None
+        try:
+            packed = future.result()
+            failure = None if packed is None else packed.failure()
+        except BrokenProcessPool:  # a worker died, with this candidate in its pool
+            self.replace(owner)
+            failure = self.retries.broke(index)
+            if failure is None:
+                return
+        except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
+            log.debug("compile worker failed on candidate %d: %s", index, exc)
+            failure = None
+        if failure is None:
+            p.counters.compiled += 1
+            self.ready.append(index)
+        else:
+            p._tell(index, p.rule_out(index, failure), timed=False)
 
 
 @dataclass

@@ -40,34 +40,59 @@ def precompile(
     """
     if not configs:
         return {}
-    grid = ctx.kwargs.get("grid")
-    meta = {k: v for k, v in ctx.kwargs.items() if k not in ("grid", "warmup")}
-    failures: dict[Config, BaseException] = {}
+    warmer = _Warmer(ctx)
+    workers = _env.compile_threads() if threads is None else threads
+    if workers <= 1 or not _compat.HAS_ASYNC_COMPILE:
+        if ahead is not None:
+            ahead(warmer.run_here)
+        for config in configs:
+            warmer.warm(config)
+        return warmer.failures
+    for config, future in _hand_over(warmer, configs, workers, ahead).items():
+        exc = future.exception()
+        if exc is not None:
+            warmer.failures[config] = exc
+    log.debug(
+        "%s: compiled %d candidates on %d threads (%d failed)",
+        ctx.kernel_name,
+        len(configs),
+        workers,
+        len(warmer.failures),
+    )
+    return warmer.failures
 
-    def warm(config: Config) -> bool:
+
+class _Warmer:
+    """Compiles candidates of one call with ``warmup=True`` launches, noting those that fail."""
+
+    def __init__(self, ctx: LaunchContext) -> None:
+        self.ctx = ctx
+        self.grid = ctx.kwargs.get("grid")
+        self.meta = {k: v for k, v in ctx.kwargs.items() if k not in ("grid", "warmup")}
+        self.failures: dict[Config, BaseException] = {}
+
+    def warm(self, config: Config) -> bool:
         """Compile (or, in async mode, hand over) one candidate; False if it failed already."""
         try:
-            ctx.fn.run(*ctx.args, grid=grid, warmup=True, **meta, **config.all_kwargs())
+            self.ctx.fn.run(*self.ctx.args, grid=self.grid, warmup=True, **self.meta, **config.all_kwargs())
         except Exception as exc:  # in async mode: raised before the hand-over (binding, front end)
-            failures[config] = exc
+            self.failures[config] = exc
             return False
         return True
 
-    def run_here(job: Callable[[], object]) -> None:
+    def run_here(self, job: Callable[[], object]) -> None:
         """A compile of ``ahead``'s, handed over like a candidate's in async mode."""
         try:
             job()
         except Exception as exc:  # the code that needs it compiles it again and reports
-            log.debug("%s: compiling %s ahead failed: %s", ctx.kernel_name, job.__qualname__, exc)
+            log.debug("%s: compiling %s ahead failed: %s", self.ctx.kernel_name, job.__qualname__, exc)
 
-    workers = _env.compile_threads() if threads is None else threads
-    if workers <= 1 or not _compat.HAS_ASYNC_COMPILE:
-        if ahead is not None:
-            ahead(run_here)
-        for config in configs:
-            warm(config)
-        return failures
 
+def _hand_over(
+    warmer: _Warmer, configs: Sequence[Config], workers: int, ahead: Callable[[SubmitCompile], None] | None
+) -> dict[Config, Future]:
+    """Compile ``configs`` on ``workers`` threads in Triton's async compile mode; the future of each
+    candidate handed over, once every compile ended."""
     submitted: dict[Config, Future] = {}
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tdl-compile")
     mode = _compat.async_compile_mode(pool)
@@ -76,7 +101,7 @@ def precompile(
     # their compiles, cancels the compiles still queued: only those running are waited for
     with pool, cancelled_on_error(futures), mode, cancelled_on_error(futures):
         if ahead is not None:
-            ahead(run_here)
+            ahead(warmer.run_here)
         # a kernel's launcher is built by the thread that compiled it, beside the other compiles,
         # not at its first launch in the timing loop: for the kernels compiled ahead, and for the
         # first candidate compiled (the others have its signature: their first launch finds it)
@@ -85,21 +110,10 @@ def precompile(
         first = _FirstLauncher()
         for config in configs:
             before = len(futures)
-            if warm(config) and len(futures) > before:
+            if warmer.warm(config) and len(futures) > before:
                 futures[-1].add_done_callback(first)
                 submitted[config] = futures[-1]
-    for config, future in submitted.items():
-        exc = future.exception()
-        if exc is not None:
-            failures[config] = exc
-    log.debug(
-        "%s: compiled %d candidates on %d threads (%d failed)",
-        ctx.kernel_name,
-        len(configs),
-        workers,
-        len(failures),
-    )
-    return failures
+    return submitted
 
 
 @contextlib.contextmanager

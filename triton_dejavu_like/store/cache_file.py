@@ -93,13 +93,33 @@ def parse_document(
     ``known``: entries validated before with the same ``parameters``; one whose JSON is equal to
     what is read is taken as it is instead of being validated again.
     """
+    doc, finite = _load_json(raw)
+    identity, entries = _check_header(doc)
+    valid: EntryMap = {}
+    rejected: dict[str, tuple[Any, str]] = {}
+    wanted = entries.items() if only is None else ((k, entries[k]) for k in only if k in entries)
+    for kid, data in wanted:
+        before = known.get(kid) if known is not None else None
+        if before is not None and before.data == data:
+            valid[kid] = before
+            continue
+        try:  # finite: no entry needs to be searched for NaN and infinities
+            valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters, finite=finite)
+        except InvalidEntry as exc:
+            rejected[kid] = (data, str(exc) or "invalid")
+    return Document(identity, valid, rejected)
+
+
+def _load_json(raw: bytes) -> tuple[Any, bool]:
+    """The JSON value of ``raw``, and whether it holds no NaN or infinity (the literals ``NaN`` and
+    ``Infinity`` parse, as does ``1e999``; validation rejects the entries holding them)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidCacheFile(f"not UTF-8 ({exc.reason} at byte {exc.start})") from exc
     non_finite: list[str] = []
 
-    def number(literal: str) -> float:  # NaN/Infinity literals, 1e999: validation rejects their entries
+    def number(literal: str) -> float:
         value = float(literal)
         if not math.isfinite(value):
             non_finite.append(literal)
@@ -113,6 +133,11 @@ def parse_document(
         raise InvalidCacheFile("JSON nested too deeply") from exc
     except ValueError as exc:  # e.g. an integer over Python's digit limit
         raise InvalidCacheFile(f"not a valid JSON value ({str(exc)[:120]})") from exc
+    return doc, not non_finite
+
+
+def _check_header(doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The identity and the raw entries of a parsed document whose schema this release reads."""
     if not isinstance(doc, dict):
         raise InvalidCacheFile("the document is not an object")
     schema = doc.get("schema")
@@ -131,20 +156,7 @@ def parse_document(
     entries = doc.get("entries")
     if not isinstance(entries, dict):
         raise InvalidCacheFile("'entries' is missing or not an object")
-    finite = not non_finite  # no entry needs to be searched for such numbers
-    valid: EntryMap = {}
-    rejected: dict[str, tuple[Any, str]] = {}
-    wanted = entries.items() if only is None else ((k, entries[k]) for k in only if k in entries)
-    for kid, data in wanted:
-        before = known.get(kid) if known is not None else None
-        if before is not None and before.data == data:
-            valid[kid] = before
-            continue
-        try:
-            valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters, finite=finite)
-        except InvalidEntry as exc:
-            rejected[kid] = (data, str(exc) or "invalid")
-    return Document(identity, valid, rejected)
+    return identity, entries
 
 
 def new_document(identity: Mapping[str, Any], entries: Mapping[str, Any]) -> dict[str, Any]:

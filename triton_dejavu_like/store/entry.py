@@ -99,18 +99,7 @@ class StoredEntry:
             raise InvalidEntry("strategy is not a string")
         tuning_time = _finite_number(data.get("tuning_time_s"), "tuning_time_s")
         tuned_at = parse_timestamp(data.get("tuned_at"))
-        for name in ("top", "ruled_out"):
-            if not isinstance(data.get(name, []), list):
-                raise InvalidEntry(f"{name} is not a list")
-        for item in data.get("top", []):
-            if not isinstance(item, dict):
-                raise InvalidEntry("a top-k item is not an object")
-            _config(item.get("config"), parameters, "a top-k config")
-            _timings(item.get("timings_ms"), "top-k timings_ms")
-        for item in data.get("ruled_out", []):
-            if not isinstance(item, dict) or not isinstance(item.get("reason"), str):
-                raise InvalidEntry("a ruled-out item is not an object with a reason")
-            _config(item.get("config"), parameters, "a ruled-out config")
+        _check_lists(data, parameters)
         twin = data.get("twin", 0)
         if isinstance(twin, bool) or not isinstance(twin, int) or twin < 0:
             raise InvalidEntry(f"twin is not a position: {twin!r:.40}")
@@ -248,6 +237,22 @@ def _timings(value: Any, what: str) -> tuple[float, ...]:
     if any(t < 0 for t in times):
         raise InvalidEntry(f"{what} holds a negative time")
     return times
+
+
+def _check_lists(data: dict[str, Any], parameters: Collection[str] | None) -> None:
+    """The optional ``top`` (configs with timings) and ``ruled_out`` (configs with reasons) lists."""
+    for name in ("top", "ruled_out"):
+        if not isinstance(data.get(name, []), list):
+            raise InvalidEntry(f"{name} is not a list")
+    for item in data.get("top", []):
+        if not isinstance(item, dict):
+            raise InvalidEntry("a top-k item is not an object")
+        _config(item.get("config"), parameters, "a top-k config")
+        _timings(item.get("timings_ms"), "top-k timings_ms")
+    for item in data.get("ruled_out", []):
+        if not isinstance(item, dict) or not isinstance(item.get("reason"), str):
+            raise InvalidEntry("a ruled-out item is not an object with a reason")
+        _config(item.get("config"), parameters, "a ruled-out config")
 
 
 def _config(data: Any, parameters: Collection[str] | None, what: str) -> Config:

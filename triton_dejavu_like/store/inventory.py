@@ -8,6 +8,7 @@ these operations next to live tuning processes is safe. Nothing here prints; the
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import glob
 import io
 import json
@@ -389,6 +390,17 @@ def _aside_files(root: Path, kernel: str | None) -> list[Path]:
     return sorted(found)
 
 
+def _pruned(current: EntryMap, *, older_than: _dt.datetime | None, keep_newest: int | None) -> EntryMap:
+    """``current`` without the entries tuned before ``older_than``, then with the ``keep_newest``
+    most recently tuned only."""
+    if older_than is not None:
+        current = {k: e for k, e in current.items() if e.tuned_at >= older_than}
+    if keep_newest is not None and len(current) > keep_newest:
+        newest = sorted(current, key=lambda k: (current[k].tuned_at, k), reverse=True)
+        current = {k: current[k] for k in newest[:keep_newest]}
+    return current
+
+
 def prune(
     root: Path,
     *,
@@ -414,16 +426,9 @@ def prune(
         if kernel is not None and f.identity["kernel"] != kernel:
             continue
         drop_all = any(f.identity.get(name) != value for name, value in (keep or {}).items())
-
-        def change(current: EntryMap, drop_all: bool = drop_all) -> EntryMap:
-            if drop_all:
-                return {}
-            if older_than is not None:
-                current = {k: e for k, e in current.items() if e.tuned_at >= older_than}
-            if keep_newest is not None and len(current) > keep_newest:
-                newest = sorted(current, key=lambda k: (current[k].tuned_at, k), reverse=True)
-                current = {k: current[k] for k in newest[:keep_newest]}
-            return current
+        change = functools.partial(
+            _pruned, older_than=None if drop_all else older_than, keep_newest=0 if drop_all else keep_newest
+        )
 
         remaining = change(dict(f.entries))
         if not dry_run and remaining != f.entries:
