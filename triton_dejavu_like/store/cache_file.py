@@ -100,8 +100,8 @@ def parse_document(
     wanted = entries.items() if only is None else ((k, entries[k]) for k in only if k in entries)
     for kid, data in wanted:
         before = known.get(kid) if known is not None else None
-        if before is not None and before.data == data:
-            valid[kid] = before
+        if before is not None and before.data == data:  # equal as Python values (1 == 1.0 == true):
+            valid[kid] = before  # the entry kept is the one validated, and written back as it is
             continue
         try:  # finite: no entry needs to be searched for NaN and infinities
             valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters, finite=finite)
