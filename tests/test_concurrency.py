@@ -105,7 +105,7 @@ def test_sigkill_at_every_line_of_a_write_keeps_the_previous_file(tmp_path):
 
     done, lines, ok = run(1, None)
     assert done == "done" and ok
-    assert {name for name, _ in lines} >= {"record", "update", "file_lock", "_read", "atomic_write"}
+    assert {name for name, _ in lines} >= {"record", "update", "file_lock", "_read", "_dump", "atomic_write"}
     expected = {key_id((0,)), key_id((1,))}
     assert set(stored_entries(cf.path)) == expected
     for number, line in enumerate(lines):

@@ -568,3 +568,48 @@ def test_a_document_assembled_from_entry_texts_is_the_dumped_document():
     assert storage.assemble_document(identity, texts) == expected
     empty = storage.dump_document(storage.new_document(identity, {}))
     assert storage.assemble_document(identity, []) == empty
+
+
+def test_an_entry_changed_by_its_caller_after_a_record_is_stored_again(tmp_path):
+    """The file keeps its own copy: a dict recorded, changed and recorded again is stored changed
+    (the first record's entry held the caller's dict, so the second looked unchanged)."""
+    cf = cache_file(tmp_path)
+    entry = make_entry((1,), block=16)
+    assert cf.record({key_id((1,)): entry})
+    entry["config"]["kwargs"]["BLOCK"] = 32
+    assert cf.record({key_id((1,)): entry})
+    assert stored_entries(cf.path)[key_id((1,))]["config"]["kwargs"]["BLOCK"] == 32
+    copy = cf.load()[key_id((1,))].to_json()  # a deep copy: changing it changes no entry
+    copy["timings_ms"][0] = 5.0
+    assert cf.record({key_id((1,)): copy})
+    assert stored_entries(cf.path)[key_id((1,))]["timings_ms"][0] == 5.0
+    fresh = cache_file(tmp_path).load()[key_id((1,))]
+    assert cf.load()[key_id((1,))].timings_ms[0] == 5.0 == fresh.timings_ms[0]
+
+
+def test_values_equal_in_python_but_not_in_json_are_not_taken_for_one_another(tmp_path):
+    """1, 1.0 and true are equal in Python: another writer's true read as the 1 this process knew,
+    and written back as 1 (a file's entries must stay as written)."""
+    cf = cache_file(tmp_path)
+    assert cf.record({key_id((1,)): {**make_entry((1,)), "budget": 1}})
+    other = {**make_entry((1,)), "budget": True}
+    write_document(cf.path, IDENTITY, {key_id((1,)): other})  # another writer, a hand edit
+    assert cf.load()[key_id((1,))].data["budget"] is True
+    assert cf.record(entries_for([(2,)]))
+    assert stored_entries(cf.path)[key_id((1,))]["budget"] is True
+    assert cf.record({key_id((1,)): {**make_entry((1,)), "budget": 1.0}})  # not "unchanged"
+    assert type(stored_entries(cf.path)[key_id((1,))]["budget"]) is float
+
+
+def test_what_a_writer_keeps_is_what_a_reader_gets(tmp_path, warnings):
+    cf = cache_file(tmp_path)
+    odd = {**make_entry((1,)), "budget": (1, 2), "phases_s": {3: 0.5}}  # JSON has no tuple, no int name
+    assert cf.record({key_id((1,)): odd})
+    assert cf.load()[key_id((1,))].data["budget"] == [1, 2]
+    assert cf.load()[key_id((1,))] == cache_file(tmp_path).load()[key_id((1,))]
+    assert not cf.record({key_id((2,)): {**make_entry((2,)), "budget": {1: 0, "a": 1}}})  # unsortable
+    # an entry filed under another key's id is refused, as every reader would refuse it
+    misfiled = storage.StoredEntry.from_json(key_id((3,)), make_entry((3,)))
+    assert not cf.record({key_id((4,)): misfiled})
+    assert sorted(cf.load()) == [key_id((1,))] == sorted(stored_entries(cf.path))
+    assert sum("not storing" in w for w in warnings()) == 2

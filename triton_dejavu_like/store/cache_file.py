@@ -46,7 +46,7 @@ import filelock
 
 from .._log import DejavuStorageWarning, log, warn_once
 from ..codec import canonical_json
-from .entry import InvalidEntry, StoredEntry
+from .entry import InvalidEntry, StoredEntry, same_json
 from .layout import CORRUPT_SUFFIX, IDENTITY_FIELDS, LOCK_SUFFIX, REJECTED_SUFFIX, cache_path
 
 SCHEMA_VERSION = 1
@@ -100,8 +100,8 @@ def parse_document(
     wanted = entries.items() if only is None else ((k, entries[k]) for k in only if k in entries)
     for kid, data in wanted:
         before = known.get(kid) if known is not None else None
-        if before is not None and before.data == data:  # equal as Python values (1 == 1.0 == true):
-            valid[kid] = before  # the entry kept is the one validated, and written back as it is
+        if before is not None and same_json(before.data, data):
+            valid[kid] = before
             continue
         try:  # finite: no entry needs to be searched for NaN and infinities
             valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters, finite=finite)
@@ -165,8 +165,7 @@ def new_document(identity: Mapping[str, Any], entries: Mapping[str, Any]) -> dic
         "schema": SCHEMA_VERSION,
         "identity": dict(identity),
         "entries": {
-            kid: entry.to_json() if isinstance(entry, StoredEntry) else entry
-            for kid, entry in entries.items()
+            kid: entry.data if isinstance(entry, StoredEntry) else entry for kid, entry in entries.items()
         },
     }
 
@@ -417,7 +416,7 @@ class CacheFile:
         for kid in sorted(entries):
             entry = entries[kid]
             before = self._texts.get(kid)
-            if before is not None and (before[0] is entry or before[0].data == entry.data):
+            if before is not None and (before[0] is entry or same_json(before[0].data, entry.data)):
                 texts[kid] = before
             else:
                 texts[kid] = (entry, entry_text(kid, entry))
@@ -546,17 +545,16 @@ class CacheFile:
     def record(self, entries: Mapping[str, StoredEntry | Mapping[str, Any]]) -> bool:
         """Merge ``entries`` into the file (new entries win per key). False if it could not write.
 
-        Entries may be given as :class:`StoredEntry` or as JSON objects (validated here; an invalid
-        one is not stored, with a warning).
+        Entries may be given as :class:`StoredEntry` or as JSON objects. Each is validated here as
+        a reader of the file will validate it (filed under its own key, naming only the kernel's
+        parameters), on a copy made through JSON: the entries this file keeps are what a reader
+        gets, and changing the objects given changes nothing stored. An invalid one is not
+        stored, with a warning.
         """
         valid: EntryMap = {}
         for kid, entry in entries.items():
             try:
-                valid[kid] = (
-                    entry
-                    if isinstance(entry, StoredEntry)
-                    else StoredEntry.from_json(kid, entry, parameters=self.parameters)
-                )
+                valid[kid] = self._own(kid, entry)
             except InvalidEntry as exc:
                 warn_once(
                     DejavuStorageWarning,
@@ -569,6 +567,14 @@ class CacheFile:
         if not valid:
             return False
         return self.update(lambda current: {**current, **valid})
+
+    def _own(self, kid: str, entry: StoredEntry | Mapping[str, Any]) -> StoredEntry:
+        data = entry.data if isinstance(entry, StoredEntry) else entry
+        try:  # sorted as the file holds it, so that a later read compares equal, types included
+            data = json.loads(json.dumps(data, sort_keys=True, allow_nan=False))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidEntry(f"not JSON data ({str(exc)[:200]})") from exc
+        return StoredEntry.from_json(kid, data, parameters=self.parameters, finite=True)
 
     def update(self, change: Callable[[EntryMap], EntryMap]) -> bool:
         """Replace the entries by ``change(current entries)`` under the lock; an empty result removes

@@ -18,6 +18,7 @@ is, so reading and writing a file changes no byte of its entries.
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import math
 from collections.abc import Collection, Mapping, Sequence
@@ -50,7 +51,7 @@ class StoredEntry:
     data: Mapping[str, Any] = field(repr=False)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, StoredEntry) and other.data == self.data
+        return isinstance(other, StoredEntry) and same_json(other.data, self.data)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -153,8 +154,8 @@ class StoredEntry:
         return cls.from_json(key_id(key), data)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object stored for this entry (a copy)."""
-        return dict(self.data)
+        """The JSON object stored for this entry (a deep copy: changing it changes no entry)."""
+        return copy.deepcopy(dict(self.data))
 
     # --- optional fields ---------------------------------------------------------------------------
 
@@ -197,6 +198,18 @@ def parse_timestamp(text: Any) -> _dt.datetime:
         return moment.astimezone(_dt.timezone.utc)
     except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+23:59 lands before year 1 in UTC
         raise InvalidEntry(f"tuned_at is outside the calendar in UTC: {text!r:.40}") from exc
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are the same JSON: equal values of the same types, where
+    Python's ``==`` takes 1, 1.0 and true (and 0.0 and -0.0) for one another."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_json(value, b[name]) for name, value in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(same_json, a, b))
+    return a == b and (a or type(a) is not float or math.copysign(1.0, a) == math.copysign(1.0, b))
 
 
 def _holds_non_finite(data: Any) -> bool:
@@ -274,4 +287,4 @@ def as_entries(
     }
 
 
-__all__ = ["InvalidEntry", "StoredEntry", "as_entries", "parse_timestamp"]
+__all__ = ["InvalidEntry", "StoredEntry", "as_entries", "parse_timestamp", "same_json"]
