@@ -79,6 +79,17 @@ def test_list_json_and_filters(capsys, root):
     assert only["last_tuned"] == "2025-03-01T10:00:00+00:00"
 
 
+def test_list_with_a_selection_that_matches_nothing_says_so(capsys, root, tmp_path):
+    """It said "no stored results under ROOT" and exited 0, as for an empty root."""
+    assert run("list", "--root", str(root), "--gpu", "H100") == 1
+    captured = capsys.readouterr()
+    assert "nothing stored matches the selection (3 cache file(s)" in captured.err and not captured.out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run("list", "--root", str(empty), "--gpu", "H100") == 0
+    assert "no stored results" in capsys.readouterr().out
+
+
 def test_list_uses_the_package_default_root(capsys, root, monkeypatch):
     monkeypatch.setenv(_env.STORAGE, str(root))
     assert len(run_json(capsys, "list")["files"]) == 3
@@ -366,6 +377,32 @@ def test_prune_keeps_the_newest_entries_of_each_file(capsys, tmp_path):
     with pytest.raises(SystemExit) as refused:
         run("prune", "--root", str(root), "--keep-newest", "0")
     assert refused.value.code == 2 and "--keep-newest" in capsys.readouterr().err
+
+
+def test_prune_keeps_the_entries_tuned_last_within_one_second(capsys, tmp_path):
+    """Keys tuned in quick succession (a warm-up under the interpreter, or on a fast GPU): the times
+    were stored to the second, so --keep-newest kept the keys with the largest ids instead."""
+    import time
+
+    import triton
+
+    from triton_dejavu_like.store.entry import StoredEntry
+
+    root = tmp_path / "root"
+    for n in (500, 400, 300, 200, 100):
+        entry = StoredEntry.new(
+            (n,),
+            triton.Config({"BLOCK": 16}),
+            [1.0],
+            evaluated=1,
+            space_size=1,
+            strategy="exhaustive",
+            tuning_time_s=0.01,
+        )
+        assert cache_file(root).record({entry.key_id: entry})
+        time.sleep(0.005)
+    run_json(capsys, "prune", "--root", str(root), "--keep-newest", "2")
+    assert sorted(stored_entries(cache_file(root).path)) == sorted([key_id((100,)), key_id((200,))])
 
 
 def test_merge_over_the_size_limit_says_why_and_keeps_the_destination(capsys, tmp_path, monkeypatch):

@@ -223,8 +223,11 @@ def test_misses_file_and_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
     first = tuned_add(FakeBench())
     seed(first, storage(), {add_key(64): 32})
-    for tuner in (first, tuned_add(FakeBench())):  # two kernel objects: the key is answered twice
-        run_add(tuner, 100)
+    with pytest.warns(tdl.DejavuTuningWarning) as said:
+        for tuner in (first, tuned_add(FakeBench())):  # two kernel objects: the key is answered twice
+            run_add(tuner, 100)
+    # the advice fits: the variable is set already
+    assert "TRITON_DEJAVU_MISSES_FILE records them" in str(said[0].message)
     run_add(first, 7, dtype=torch.float64)
     with misses.open("a") as f:
         f.write("not json\n")

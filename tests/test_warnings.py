@@ -256,6 +256,51 @@ def test_timing_arguments_that_do_bench_overrides(options, names):
         launch(tuner, 100)
 
 
+KERNEL_MODULE = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) * 2)
+"""
+
+
+def test_ignored_arguments_are_said_once_per_kernel_and_arguments(tmp_path, monkeypatch):
+    """Said once per cause and place: another set of ignored arguments of one kernel, or a kernel
+    of the same name in another module, is news (the warning was once per kernel name)."""
+    (tmp_path / "other_kernels.py").write_text(KERNEL_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import other_kernels
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        make_tuner(warmup=25)
+        make_tuner(rep=100)
+        make_tuner(warmup=25)  # said already
+        make_tuner(other_kernels.double_kernel, warmup=25)
+    texts = [str(w.message) for w in said if issubclass(w.category, DejavuConfigWarning)]
+    assert [t.split(" no effect")[0] for t in texts] == [
+        "double_kernel: do_bench is given, so warmup has",
+        "double_kernel: do_bench is given, so rep has",
+        "double_kernel: do_bench is given, so warmup has",
+    ]
+
+
+def test_none_for_a_search_budget_argument_is_its_default():
+    """triton-dejavu's positional order invites None placeholders: search_max_repeat=None and
+    search_seed=None raised a TypeError naming neither, and warned that they have no effect."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        make_tuner(search_max_repeat=None, search_seed=None)
+        tuner = make_tuner(use_random_search=True, search_max_repeat=None, search_seed=None)
+    assert (tuner.settings.budget.max_repeat, tuner.settings.budget.seed) == (1, 0)
+    with pytest.raises(TypeError, match="search_seed must be a whole number"):
+        make_tuner(use_random_search=True, search_seed="7")
+
+
 def test_timing_arguments_without_do_bench_are_not_warned_about():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DejavuConfigWarning)

@@ -146,7 +146,7 @@ class StoredEntry:
             "space_size": int(space_size),
             "strategy": strategy,
             "tuning_time_s": round(float(tuning_time_s), 6),
-            "tuned_at": moment.isoformat(timespec="seconds"),
+            "tuned_at": moment.isoformat(timespec="milliseconds"),  # an order within a second
             **extra,
             "top": [{"config": encode_config(c), "timings_ms": [float(t) for t in ts]} for c, ts in top],
             "ruled_out": [{"config": encode_config(c), "reason": r} for c, r in ruled_out],

@@ -38,14 +38,16 @@ def argument_names(arg_names: list[str], what: str, names: Sequence[str] | str |
     return names
 
 
-def warn_ignored(kernel: str, settings: TunerSettings, interpreted: bool) -> None:
-    """Arguments given that have no effect with the others (or under the interpreter): said once,
-    at decoration."""
+def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> None:
+    """Arguments given that have no effect with the others (or under the interpreter): said once
+    per kernel (its module and name) and set of arguments, at decoration."""
+    kernel = function.__name__
+    place = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', kernel)}"
     overridden = settings.timing.overridden()
     if overridden:
         warn_once(
             DejavuConfigWarning,
-            kernel,
+            f"{place}:{overridden}",
             "%s: do_bench is given, so %s no effect: your do_bench times every candidate "
             "(triton.autotune ignores do_bench when warmup, rep or use_cuda_graph is given)",
             kernel,
@@ -56,7 +58,7 @@ def warn_ignored(kernel: str, settings: TunerSettings, interpreted: bool) -> Non
     if cpu_ignores:  # timing= as a whole, so not its fields again below
         warn_once(
             DejavuConfigWarning,
-            kernel,
+            f"{place}:{cpu_ignores}",
             "%s: %s no effect under the interpreter (TRITON_INTERPRET=1): candidates are timed on the "
             "CPU, with warmup and rep only",
             kernel,
@@ -65,7 +67,7 @@ def warn_ignored(kernel: str, settings: TunerSettings, interpreted: bool) -> Non
     elif unused:
         warn_once(
             DejavuConfigWarning,
-            kernel,
+            f"{place}:{unused}",
             "%s: timing=TimingPolicy(%s) %s: %s",
             kernel,
             ", ".join(unused),
@@ -78,7 +80,7 @@ def warn_ignored(kernel: str, settings: TunerSettings, interpreted: bool) -> Non
     if settings.ignored_budget:
         warn_once(
             DejavuConfigWarning,
-            kernel,
+            f"{place}:{settings.ignored_budget}",
             "%s: %s no effect without use_random_search=True or use_bo=True: exhaustive search "
             "measures every candidate",
             kernel,

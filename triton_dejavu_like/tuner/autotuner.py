@@ -77,7 +77,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
                 {"warmup": warmup, "rep": rep, "use_cuda_graph": use_cuda_graph, "do_bench": do_bench}
             )
         argument_names(arg_names, "check_outputs", settings.numerical_check.outputs)
-        warn_ignored(_compat.python_function(fn).__name__, settings, _compat.is_interpreted(fn))
+        warn_ignored(_compat.python_function(fn), settings, _compat.is_interpreted(fn))
         self.settings = settings
         self._config_space = config_space
         self._configs_list: list[Config] | None = None

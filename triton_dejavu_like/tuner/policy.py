@@ -107,11 +107,13 @@ class MissPolicy:
                 self.kernel_name,
                 "%s: tuning is off (%s) and some keys are not in the store; they are answered by the "
                 "nearest tuned key, the fallback_heuristic or the first config. Tune them ahead of time "
-                "with 'python -m triton_dejavu_like tune SPEC' (set %s=FILE to record them; "
-                "'python -m triton_dejavu_like misses FILE' lists them)",
+                "with 'python -m triton_dejavu_like tune SPEC' (%s; 'python -m triton_dejavu_like "
+                "misses FILE' lists them)",
                 self.kernel_name,
                 f"{_env.DETERMINISTIC}=1" if deterministic else f"{_env.READ_ONLY} or tuning(False)",
-                _env.MISSES_FILE,
+                f"{_env.MISSES_FILE} records them"
+                if _env.misses_file()
+                else f"set {_env.MISSES_FILE}=FILE to record them",
             )
         found = nearest(key.values, restored.values(), candidates, self.config_id)
         if found is not None:

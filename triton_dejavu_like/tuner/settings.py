@@ -8,6 +8,7 @@ is hashed into the storage path (``autotune_config``): the settings that change 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,15 +73,17 @@ class TunerSettings:
         if use_bo:
             require_smac(load=False)  # imported when a tuning run starts, not here
         strategy = "bayesian" if use_bo else ("random" if use_random else "exhaustive")
-        given = [name for name, default in BUDGET_ARGUMENTS.items() if a.get(name, default) != default]
+        # None stands for the default (a placeholder in triton-dejavu's positional order)
+        b = {name: default if a.get(name) is None else a[name] for name, default in BUDGET_ARGUMENTS.items()}
+        given = [name for name, default in BUDGET_ARGUMENTS.items() if b[name] != default]
         budget = (
             Budget()
             if strategy == "exhaustive"
             else Budget(
-                max_time_s=_number(a.get("search_max_search_t")),
-                max_share=_number(a.get("search_max_share")),
-                max_repeat=int(a.get("search_max_repeat", BUDGET_ARGUMENTS["search_max_repeat"])),
-                seed=int(a.get("search_seed", BUDGET_ARGUMENTS["search_seed"])),
+                max_time_s=_number(b["search_max_search_t"]),
+                max_share=_number(b["search_max_share"]),
+                max_repeat=_whole(b["search_max_repeat"], "search_max_repeat"),
+                seed=_whole(b["search_seed"], "search_seed"),
             )
         )
         outputs = a.get("check_outputs")
@@ -158,6 +161,15 @@ def _names(value: Sequence[str] | None, what: str) -> tuple[str, ...] | None:
     if isinstance(value, str):
         raise TypeError(f"{what} must be a list of argument names, not the string {value!r}")
     return tuple(value)
+
+
+def _whole(value: Any, what: str) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise TypeError(f"{what} must be a whole number, got {value!r:.40}") from None
 
 
 def _number(value: Any) -> float | None:

@@ -44,6 +44,9 @@ def file_summary(f: inventory.StoredFile) -> dict[str, Any]:
 def cmd_list(args: argparse.Namespace) -> int:
     roots, layered = layered_files(args)
     wanted = set(map(id, selected(args, [f for _, f in layered])))
+    if layered and not wanted:
+        files = f"{len(layered)} cache file(s)"
+        raise CliError(f"nothing stored matches the selection ({files}; see '{PROG} list')")
     layered = [(i, f) for i, f in layered if id(f) in wanted]
     layers = len(roots) > 1  # a LAYER column and a legend only when there are layers
     invalid = sum(len(f.rejected) for _, f in layered)  # an INVALID column only when some file has them

@@ -337,7 +337,9 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
         f"(default {START_TIMEOUT_S:g})",
     )
     p.add_argument(
-        "--export", metavar="DIR", help="also write this SPEC's kernels' results to a storage root DIR"
+        "--export",
+        metavar="DIR",
+        help="also write this SPEC's kernels' results to a storage root DIR, or to DIR.tar.gz / .tgz",
     )
     p.set_defaults(func=cmd_tune)
 
