@@ -522,3 +522,23 @@ def test_a_relayed_warning_whose_arguments_do_not_fit_does_not_silence_the_next(
     assert not _log.reissue_warning(bad)
     with pytest.warns(DejavuTuningWarning, match="kernel k: 3 keys missing"):
         assert _log.reissue_warning(good)
+
+
+def test_a_warning_names_the_users_line(monkeypatch):
+    """Warnings named a line of the package (``-W ...:mymodule`` filters did not apply): they name the
+    decoration or the launch that caused them."""
+    import linecache
+
+    tuner = tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": b}) for b in (16, 32)])(double_kernel)
+    options = {"key": ["n"], "configs": [triton.Config({"BLOCK": 16})], "do_bench": InstantBench(), "rep": 5}
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        tdl.autotune(**options)(double_kernel)
+        decorated = sys._getframe().f_lineno - 1
+        monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+        launch(tuner, 50)
+    places = [(w.filename, w.lineno) for w in said if issubclass(w.category, tdl.DejavuWarning)]
+    assert len(places) == 2
+    assert places[0] == (__file__, decorated)
+    assert Path(places[1][0]).name == "storage_helpers.py"  # launch(): the line that launches
+    assert "tuner[" in linecache.getline(*places[1])

@@ -7,13 +7,16 @@ default settings and can be filtered or turned into an error with the usual ``wa
 (``warnings.simplefilter("error", DejavuStorageWarning)``; on the command line ``-W error::UserWarning``
 works, while ``-W ...::triton_dejavu_like.DejavuStorageWarning`` is ignored by Python because the
 category is looked up before site-packages are importable; pytest's ``-W`` and ``filterwarnings``
-take the package classes). The same text goes to the package logger
+take the package classes). A warning names the user's line that caused it (the decoration, the
+launch), the first frame outside this package and Triton. The same text goes to the package logger
 for programs that collect logs. Diagnostics that need no action only go to the logger.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -63,8 +66,31 @@ def warn_once(category: type[DejavuWarning], subject: str, message: str, *args: 
         _relay(category, subject, message, args)
         return True
     log.warning("%s", text)
-    warnings.warn(text, category, stacklevel=3)
+    warnings.warn(text, category, stacklevel=_outside_stacklevel())
     return True
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _inside(filename: str) -> bool:
+    """Whether a frame's file is this package's or Triton's (a launch goes through Triton's
+    ``KernelInterface.__getitem__``, a decoration through its ``jit``)."""
+    if filename.startswith(_PACKAGE_DIR):
+        return True
+    triton = sys.modules.get("triton")
+    where = getattr(triton, "__file__", None)
+    return where is not None and filename.startswith(os.path.dirname(where) + os.sep)
+
+
+def _outside_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside this package and Triton, as counted from
+    :func:`warn_once`'s call of ``warnings.warn``: a warning names the user's line (the launch, the
+    decoration), so that filters by module (``-W error::UserWarning:mymodule``) apply."""
+    frame, level = sys._getframe(1), 1  # warn_once's frame is level 1
+    while frame is not None and _inside(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def relay_warnings(send: Callable[[type[DejavuWarning], str, str, tuple[Any, ...]], None]) -> None:
