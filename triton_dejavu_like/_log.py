@@ -73,22 +73,18 @@ def warn_once(category: type[DejavuWarning], subject: str, message: str, *args: 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def _inside(filename: str) -> bool:
-    """Whether a frame's file is this package's or Triton's (a launch goes through Triton's
-    ``KernelInterface.__getitem__``, a decoration through its ``jit``)."""
-    if filename.startswith(_PACKAGE_DIR):
-        return True
-    triton = sys.modules.get("triton")
-    where = getattr(triton, "__file__", None)
-    return where is not None and filename.startswith(os.path.dirname(where) + os.sep)
-
-
 def _outside_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside this package and Triton, as counted from
+    """The ``stacklevel`` of the first frame outside this package and Triton (a launch goes through
+    Triton's ``KernelInterface.__getitem__``, a decoration through its ``jit``), as counted from
     :func:`warn_once`'s call of ``warnings.warn``: a warning names the user's line (the launch, the
     decoration), so that filters by module (``-W error::UserWarning:mymodule``) apply."""
+    inside = [_PACKAGE_DIR]
+    triton_file = getattr(sys.modules.get("triton"), "__file__", None)
+    if triton_file is not None:
+        inside.append(os.path.dirname(triton_file) + os.sep)
+    prefixes = tuple(inside)
     frame, level = sys._getframe(1), 1  # warn_once's frame is level 1
-    while frame is not None and _inside(frame.f_code.co_filename):
+    while frame is not None and frame.f_code.co_filename.startswith(prefixes):
         frame, level = frame.f_back, level + 1
     return level
 

@@ -390,9 +390,13 @@ def _aside_files(root: Path, kernel: str | None) -> list[Path]:
     return sorted(found)
 
 
-def _pruned(current: EntryMap, *, older_than: _dt.datetime | None, keep_newest: int | None) -> EntryMap:
+def _pruned(
+    current: EntryMap, *, drop_all: bool, older_than: _dt.datetime | None, keep_newest: int | None
+) -> EntryMap:
     """``current`` without the entries tuned before ``older_than``, then with the ``keep_newest``
-    most recently tuned only."""
+    most recently tuned only; nothing with ``drop_all``."""
+    if drop_all:
+        return {}
     if older_than is not None:
         current = {k: e for k, e in current.items() if e.tuned_at >= older_than}
     if keep_newest is not None and len(current) > keep_newest:
@@ -426,9 +430,7 @@ def prune(
         if kernel is not None and f.identity["kernel"] != kernel:
             continue
         drop_all = any(f.identity.get(name) != value for name, value in (keep or {}).items())
-        change = functools.partial(
-            _pruned, older_than=None if drop_all else older_than, keep_newest=0 if drop_all else keep_newest
-        )
+        change = functools.partial(_pruned, drop_all=drop_all, older_than=older_than, keep_newest=keep_newest)
 
         remaining = change(dict(f.entries))
         if not dry_run and remaining != f.entries:

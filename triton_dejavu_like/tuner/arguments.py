@@ -10,6 +10,7 @@ from typing import Any
 from .. import _compat
 from .._compat import Config
 from .._log import DejavuConfigWarning, warn_once
+from ..store.identity import callable_name
 from .config_space import ConfigSpace
 from .settings import TunerSettings
 
@@ -41,8 +42,7 @@ def argument_names(arg_names: list[str], what: str, names: Sequence[str] | str |
 def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> None:
     """Arguments given that have no effect with the others (or under the interpreter): said once
     per kernel (its module and name) and set of arguments, at decoration."""
-    kernel = function.__name__
-    place = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', kernel)}"
+    kernel, place = function.__name__, callable_name(function)
     overridden = settings.timing.overridden()
     if overridden:
         warn_once(
