@@ -354,7 +354,11 @@ def test_prune_entries_older_than_a_date(capsys, tmp_path):
     dry, real = out[: len(out) // 2], out[len(out) // 2 :]
     assert dry[0].startswith("would remove 2 entries and 1 cache file(s)") and dry[1:] == real[1:]
     assert real[0].startswith("removed 2 entries and 1 cache file(s)")
-    assert real[1:] == [f"  {cache_file(root, SOFTMAX).path}", f"  1 entries from {cache_file(root).path}"]
+    assert real[1:] == [
+        f"  {cache_file(root, SOFTMAX).path}",
+        f"  1 entries from {cache_file(root).path}",
+        "    key (1,), tuned 2024-06-01T00:00:00+00:00",  # a dry run shows which keys would go
+    ]
 
 
 def test_prune_keeps_the_newest_entries_of_each_file(capsys, tmp_path):
@@ -377,6 +381,23 @@ def test_prune_keeps_the_newest_entries_of_each_file(capsys, tmp_path):
     with pytest.raises(SystemExit) as refused:
         run("prune", "--root", str(root), "--keep-newest", "0")
     assert refused.value.code == 2 and "--keep-newest" in capsys.readouterr().err
+
+
+def test_prune_dry_run_names_the_keys_it_would_remove(capsys, tmp_path):
+    """Before removing entries by age or count, a dry run says which keys go (oldest first); a text
+    report lists the first ones of each file, --json every one."""
+    root = tmp_path / "root"
+    tuned = {n: f"2025-01-{n:02d}T00:00:00+00:00" for n in range(1, 16)}
+    cache_file(root).record({key_id((n,)): make_entry((n,), tuned_at=t) for n, t in reversed(tuned.items())})
+    assert run("prune", "--root", str(root), "--keep-newest", "2", "--dry-run") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"  13 entries from {cache_file(root).path}"
+    assert lines[2:12] == [f"    key ({n},), tuned {tuned[n]}" for n in range(1, 11)]
+    assert lines[12:] == ["    ... and 3 more (--json lists every key)"]
+    out = run_json(capsys, "prune", "--root", str(root), "--keep-newest", "2", "--dry-run")
+    listed = out["removed_keys"][str(cache_file(root).path)]
+    assert [k["key"] for k in listed] == [[n] for n in range(1, 14)]
+    assert len(stored_entries(cache_file(root).path)) == 15  # nothing removed by either dry run
 
 
 def test_prune_keeps_the_entries_tuned_last_within_one_second(capsys, tmp_path):

@@ -374,6 +374,8 @@ class PruneReport:
     removed_files: list[str] = field(default_factory=list)
     #: files that keep some entries: (path, entries removed from it)
     rewritten: list[tuple[str, int]] = field(default_factory=list)
+    #: the entries removed from each file that stays, by path (oldest first)
+    removed_keys: dict[str, list[StoredEntry]] = field(default_factory=dict)
     removed_entries: int = 0
     kept_entries: int = 0
     removed_aside: list[str] = field(default_factory=list)
@@ -445,6 +447,8 @@ def prune(
             report.removed_files.append(f.source)
         elif len(remaining) < len(f.entries):
             report.rewritten.append((f.source, len(f.entries) - len(remaining)))
+            gone = [e for kid, e in f.entries.items() if kid not in remaining]
+            report.removed_keys[f.source] = sorted(gone, key=lambda e: (e.tuned_at, e.key_id))
     if aside:
         for path in _aside_files(root, kernel):
             report.removed_aside.append(str(path))

@@ -19,6 +19,7 @@ from .output import (
     CliError,
     UsageError,
     emit,
+    key_text,
     left_out,
     left_out_text,
     path_text,
@@ -134,7 +135,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
         f"({report.kept_entries} entries kept); {len(report.removed_aside)} file(s) moved aside earlier"
     ]
     lines += [f"  {p}" for p in [*report.removed_files, *report.removed_aside]]
-    lines += [f"  {count} entries from {path}" for path, count in report.rewritten]
+    for path, count in report.rewritten:
+        lines.append(f"  {count} entries from {path}")
+        lines += _removed_key_lines(report.removed_keys.get(path, []))
     payload = {
         "root": str(root),
         "dry_run": args.dry_run,
@@ -142,12 +145,34 @@ def cmd_prune(args: argparse.Namespace) -> int:
         "kept_entries": report.kept_entries,
         "removed_files": report.removed_files,
         "rewritten": dict(report.rewritten),
+        "removed_keys": {
+            path: [
+                {"key": list(e.key), "key_text": key_text(e), "tuned_at": e.tuned_at.isoformat()}
+                for e in gone
+            ]
+            for path, gone in report.removed_keys.items()
+        },
         "removed_aside": report.removed_aside,
         "problems": problems_payload(report.problems),
     }
     emit(args, payload, lines)
     report_problems(report.problems)
     return 1 if report.problems else 0
+
+
+#: The keys a text report lists per file that keeps entries (``--json`` lists every one).
+LISTED_KEYS = 10
+
+
+def _removed_key_lines(gone: Sequence[StoredEntry]) -> list[str]:
+    """The keys removed from a file that stays, oldest first: what ``--older-than`` and
+    ``--keep-newest`` choose, for a ``--dry-run`` to show before anything goes."""
+    lines = [
+        f"    key {key_text(e)}, tuned {e.tuned_at.isoformat(timespec='seconds')}" for e in gone[:LISTED_KEYS]
+    ]
+    if len(gone) > LISTED_KEYS:
+        lines.append(f"    ... and {len(gone) - LISTED_KEYS} more (--json lists every key)")
+    return lines
 
 
 def _check_keep_values(root: Path, keep: dict[str, str]) -> None:
