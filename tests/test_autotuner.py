@@ -431,7 +431,7 @@ def test_every_candidate_failing_raises_the_first_candidates_error_as_an_autotun
         run_add(tuner)
     error = info.value
     assert isinstance(error, tdl.AutotuningError)
-    assert error.error_message.startswith("add_kernel: all 2 candidate configs failed")
+    assert error.error_message.startswith("kernels.add_kernel: all 2 candidate configs failed")
     assert "Required: 16000" in str(error) and "Required: 32000" in str(error)
     assert isinstance(error.__cause__, OutOfResources) and error.__cause__.required == 16000
     assert (error.required, error.limit, error.name) == (16000, 1000, "shared memory")

@@ -314,7 +314,10 @@ def test_a_model_that_fails_is_reported_for_each_kernel_by_its_name(monkeypatch)
             run_add(add, n)
             accumulate[grid(n)](torch.zeros(n), torch.ones(n), n)
     said = [str(w.message) for w in shown if "Bayesian optimisation stopped" in str(w.message)]
-    assert sorted(text.split(":")[0] for text in said) == ["accumulate_kernel", "add_kernel"], said
+    assert sorted(text.split(":")[0] for text in said) == [
+        "kernels.accumulate_kernel",
+        "kernels.add_kernel",
+    ], said
 
 
 def test_tiny_spaces_are_measured_without_a_model(monkeypatch):

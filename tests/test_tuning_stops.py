@@ -79,7 +79,9 @@ def test_an_error_of_the_hooks_or_do_bench_ends_tuning_at_the_first_candidate(sc
     assert bench.calls == 1  # not one per candidate
     error = info.value
     assert isinstance(error, tdl.AutotuningError) and error.stopped_by == stopped_by
-    assert error.error_message.startswith("add_kernel: tuning stopped at the first candidate [BLOCK=16")
+    assert error.error_message.startswith(
+        "kernels.add_kernel: tuning stopped at the first candidate [BLOCK=16"
+    )
     assert f": {named} raised {expected.__name__}" in str(error)
     assert type(error.__cause__) is expected  # the error itself, with its traceback
     assert pickle.loads(pickle.dumps(error)).stopped_by == stopped_by
@@ -271,7 +273,7 @@ def assert_stopped_by_the_grid(error: BaseException, where: str = "the first can
     """Raised as an error of the tuner's hooks or of ``do_bench`` is: the grid's ``KeyError``."""
     assert isinstance(error, KeyError) and isinstance(error, tdl.AutotuningError)
     assert error.stopped_by == "grid"
-    assert error.error_message.startswith(f"add_kernel: tuning stopped at {where}")
+    assert error.error_message.startswith(f"kernels.add_kernel: tuning stopped at {where}")
     assert ": the grid function raised KeyError: 'BLOCK_SIZE'" in str(error)
     assert type(error.__cause__) is KeyError and error.__cause__.args == ("BLOCK_SIZE",)
     assert pickle.loads(pickle.dumps(error)).stopped_by == "grid"
@@ -473,7 +475,8 @@ def test_a_broken_grid_ends_isolated_tuning(tmp_path, monkeypatch, method, broke
     where = "the first candidate [BLOCK=16" if broken is None else "candidate 3 [BLOCK=64"
     error = info.value
     assert isinstance(error, tdl.AutotuningError) and error.stopped_by == "grid"
-    assert error.error_message.startswith(f"{tuner.fn.__name__}: tuning stopped at {where}")
+    fn = tuner.fn.fn if hasattr(tuner.fn, "fn") else tuner.fn  # the Python function under the jit
+    assert error.error_message.startswith(f"{fn.__module__}.{fn.__qualname__}: tuning stopped at {where}")
     assert type(error.__cause__) is KeyError and error.__cause__.args == ("BLOCK_SIZE",)
     calls = grid_calls(log)
     blocks = [16] if broken is None else [16, 32, 64]

@@ -283,10 +283,30 @@ def test_ignored_arguments_are_said_once_per_kernel_and_arguments(tmp_path, monk
         make_tuner(other_kernels.double_kernel, warmup=25)
     texts = [str(w.message) for w in said if issubclass(w.category, DejavuConfigWarning)]
     assert [t.split(" no effect")[0] for t in texts] == [
-        "double_kernel: do_bench is given, so warmup has",
-        "double_kernel: do_bench is given, so rep has",
-        "double_kernel: do_bench is given, so warmup has",
+        "storage_helpers.double_kernel: do_bench is given, so warmup has",
+        "storage_helpers.double_kernel: do_bench is given, so rep has",
+        "other_kernels.double_kernel: do_bench is given, so warmup has",  # named by its module
     ]
+
+
+def test_kernels_of_one_name_in_two_modules_are_each_warned_about(tmp_path, monkeypatch):
+    """A serving engine has several kernels of one short name (``_fwd_kernel``) in different modules:
+    with tuning off, each one's misses are said, naming its module; the warning was once per short
+    name, so the second kernel's misses went unsaid."""
+    (tmp_path / "other_kernels.py").write_text(KERNEL_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import other_kernels
+
+    with warnings.catch_warnings(record=True) as said, tdl.tuning(False):
+        warnings.simplefilter("always")
+        for kernel in (double_kernel, other_kernels.double_kernel, double_kernel):
+            launch(make_tuner(kernel), 64)
+    texts = [str(w.message) for w in said if issubclass(w.category, DejavuTuningWarning)]
+    assert [t.split(": tuning is off")[0] for t in texts] == [
+        "storage_helpers.double_kernel",
+        "other_kernels.double_kernel",
+    ]
+    assert tdl.misses().keys() == {"double_kernel"}  # counted under the name the store uses
 
 
 def test_none_for_a_search_budget_argument_is_its_default():
@@ -328,8 +348,8 @@ def test_gpu_timing_arguments_under_the_interpreter():
     with pytest.warns(DejavuConfigWarning) as shown:
         own_timer_tuner(**options)
     assert [str(w.message) for w in shown] == [
-        "double_kernel: use_cuda_graph, timing have no effect under the interpreter (TRITON_INTERPRET=1): "
-        "candidates are timed on the CPU, with warmup and rep only"
+        "storage_helpers.double_kernel: use_cuda_graph, timing have no effect under the interpreter "
+        "(TRITON_INTERPRET=1): candidates are timed on the CPU, with warmup and rep only"
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error", DejavuConfigWarning)
@@ -395,8 +415,8 @@ def test_isolation_arguments_without_isolation():
         launch(tuner, 100)
     said = sorted(str(w.message) for w in shown if "isolated process" in str(w.message))
     assert [s.split(" has no effect")[0] for s in said] == [
-        "double_kernel: isolation_start_method",
-        "double_kernel: isolation_timeout_s",
+        "storage_helpers.double_kernel: isolation_start_method",
+        "storage_helpers.double_kernel: isolation_timeout_s",
     ]
 
 
@@ -409,8 +429,8 @@ def test_compile_processes_asked_for_under_the_interpreter(monkeypatch):
         launch(tuner, 100)
     said = [str(w.message) for w in shown if _env.COMPILE_PROCESSES in str(w.message)]
     assert said == [
-        "double_kernel: nothing is compiled despite TRITON_DEJAVU_COMPILE_PROCESSES=1: the interpreter "
-        "runs kernels without compiling them"
+        "storage_helpers.double_kernel: nothing is compiled despite TRITON_DEJAVU_COMPILE_PROCESSES=1: "
+        "the interpreter runs kernels without compiling them"
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("error", DejavuConfigWarning)

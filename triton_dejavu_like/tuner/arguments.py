@@ -42,7 +42,7 @@ def argument_names(arg_names: list[str], what: str, names: Sequence[str] | str |
 def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> None:
     """Arguments given that have no effect with the others (or under the interpreter): said once
     per kernel (its module and name) and set of arguments, at decoration."""
-    kernel, place = function.__name__, callable_name(function)
+    place = callable_name(function)
     overridden = settings.timing.overridden()
     if overridden:
         warn_once(
@@ -50,7 +50,7 @@ def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> N
             f"{place}:{overridden}",
             "%s: do_bench is given, so %s no effect: your do_bench times every candidate "
             "(triton.autotune ignores do_bench when warmup, rep or use_cuda_graph is given)",
-            kernel,
+            place,
             _have(overridden),
         )
     unused = settings.timing.unused_policy_fields()
@@ -61,7 +61,7 @@ def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> N
             f"{place}:{cpu_ignores}",
             "%s: %s no effect under the interpreter (TRITON_INTERPRET=1): candidates are timed on the "
             "CPU, with warmup and rep only",
-            kernel,
+            place,
             _have(cpu_ignores),
         )
     elif unused:
@@ -69,7 +69,7 @@ def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> N
             DejavuConfigWarning,
             f"{place}:{unused}",
             "%s: timing=TimingPolicy(%s) %s: %s",
-            kernel,
+            place,
             ", ".join(unused),
             "has no effect" if len(unused) == 1 else "have no effect",
             "finalists=0 times every candidate in one stage with triton.testing.do_bench(warmup, rep)"
@@ -83,7 +83,7 @@ def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> N
             f"{place}:{settings.ignored_budget}",
             "%s: %s no effect without use_random_search=True or use_bo=True: exhaustive search "
             "measures every candidate",
-            kernel,
+            place,
             _have(settings.ignored_budget),
         )
 

@@ -20,6 +20,7 @@ from ..measure import KernelRecipe
 from ..measure.bench import QUANTILES
 from ..measure.launch import launch_kwargs
 from ..store import Platform, detect_platform
+from ..store.identity import callable_name
 from .arguments import argument_names, check_configs, warn_ignored
 from .attributes import UpstreamAttributes
 from .config_space import ConfigSpace
@@ -126,6 +127,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
         self._meta_names = self._tuned_names()
         self._policy = MissPolicy(
             self._name,
+            self._label,
             settings.fallback_heuristic,
             self._config_id,
             settings.informed_fallback,
@@ -160,7 +162,14 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
 
     @property
     def _name(self) -> str:
+        """The kernel's short name: what the store, the misses and the autotuning report call it."""
         return self.base_fn.__name__
+
+    @property
+    def _label(self) -> str:
+        """``module.qualname``: what warnings and errors call the kernel, so that two kernels of one
+        name in different modules are told apart (each warned about once)."""
+        return callable_name(self.base_fn) or self._name
 
     # --- the hot path ------------------------------------------------------------------------------
 
@@ -339,14 +348,14 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
         if key.id is None:
             warn_once(
                 DejavuStorageWarning,
-                self._name,
+                self._label,
                 "%s: tuning key %s cannot be stored (%s); results for it stay in memory",
-                self._name,
+                self._label,
                 short_repr(key.values),
                 key.problem,
             )
         return KeyDecision(
-            name=self._name,
+            name=self._label,
             state=state,
             key=key,
             args=args,
@@ -384,7 +393,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
         check = self.settings.numerical_check
         return KernelRecipe(
             fn=self.fn,
-            kernel_name=self._name,
+            kernel_name=self._label,
             arg_names=tuple(self.arg_names),
             configs=self.configs,
             pre_hook=self.pre_hook,

@@ -33,9 +33,12 @@ _UNPREPARED = object()
 
 @dataclass
 class MissPolicy:
-    """Answers a miss for one kernel; ``config_id`` maps a candidate to its typed id (memoised)."""
+    """Answers a miss for one kernel; ``config_id`` maps a candidate to its typed id (memoised).
+    ``kernel_name`` is the short name the misses are counted under (as the store names the kernel),
+    ``label`` the ``module.qualname`` that warnings name it by."""
 
     kernel_name: str
+    label: str
     fallback_heuristic: Callable[[tuple[Any, ...]], Config] | None
     config_id: Callable[[Config], str]
     informed_fallback: Callable[[tuple[Any, ...], Any], Config] | None = None
@@ -74,10 +77,10 @@ class MissPolicy:
                 return restricted
             warn_once(
                 DejavuConfigWarning,
-                self.kernel_name,
+                self.label,
                 "%s: %s=1 but no stored winner is among the candidates; tuning all %d of them "
                 "(is this kernel's store where it should be?)",
-                self.kernel_name,
+                self.label,
                 _env.USE_ONLY_RESTORED,
                 len(candidates),
             )
@@ -92,24 +95,24 @@ class MissPolicy:
         if graph_capturing() and not deterministic:
             warn_once(
                 DejavuTuningWarning,
-                self.kernel_name,
+                self.label,
                 "%s: key %r is not in the store and a CUDA graph is being captured, where candidates "
                 "cannot be timed (timing synchronises): it, and any other key missed during capture, is "
                 "answered by the nearest tuned key, the fallback_heuristic or the first config, for the "
                 "life of this process. Launch each shape once before capturing, or tune ahead of time "
                 "with 'python -m triton_dejavu_like tune SPEC'",
-                self.kernel_name,
+                self.label,
                 key.values,
             )
         else:
             warn_once(
                 DejavuTuningWarning,
-                self.kernel_name,
+                self.label,
                 "%s: tuning is off (%s) and some keys are not in the store; they are answered by the "
                 "nearest tuned key, the fallback_heuristic or the first config. Tune them ahead of time "
                 "with 'python -m triton_dejavu_like tune SPEC' (%s; 'python -m triton_dejavu_like "
                 "misses FILE' lists them)",
-                self.kernel_name,
+                self.label,
                 f"{_env.DETERMINISTIC}=1" if deterministic else f"{_env.READ_ONLY} or tuning(False)",
                 f"{_env.MISSES_FILE} records them"
                 if _env.misses_file()
@@ -119,7 +122,7 @@ class MissPolicy:
         if found is not None:
             entry, config = found
             outcome = Outcome(config, "nearest")
-            log.debug("%s: key %r answered by the nearest key %r", self.kernel_name, key.values, entry.key)
+            log.debug("%s: key %r answered by the nearest key %r", self.label, key.values, entry.key)
         elif self.fallback_heuristic is not None:
             outcome = Outcome(self.heuristic(key.values), "heuristic")
         else:
@@ -127,9 +130,9 @@ class MissPolicy:
         if deterministic:
             warn_once(
                 DejavuTuningWarning,
-                f"{self.kernel_name}:{key.id or repr(key.values)}",
+                f"{self.label}:{key.id or repr(key.values)}",
                 "%s: %s=1 and key %r is not in the store; answered by %s",
-                self.kernel_name,
+                self.label,
                 _env.DETERMINISTIC,
                 key.values,
                 outcome.source,
@@ -151,9 +154,9 @@ class MissPolicy:
                     raise
                 warn_once(
                     DejavuTuningWarning,
-                    self.kernel_name,
+                    self.label,
                     "%s: informed_fallback raised %s: %s; using fallback_heuristic",
-                    self.kernel_name,
+                    self.label,
                     type(exc).__name__,
                     str(exc)[:200],
                 )
@@ -163,9 +166,9 @@ class MissPolicy:
             return Outcome(self.heuristic(key.values), "heuristic")
         warn_once(
             DejavuConfigWarning,
-            self.kernel_name,
+            self.label,
             "%s: %s=1 but no fallback_heuristic was given%s; %s",
-            self.kernel_name,
+            self.label,
             _env.FORCE_FALLBACK,
             " (and nothing was restored for informed_fallback)" if self.informed_fallback else "",
             "tuning instead" if tuning else "answering misses as with tuning off",
@@ -188,7 +191,7 @@ class MissPolicy:
             return cache
         prepared = self.prepare_informed_fallback(cache)
         if prepared is None:
-            raise AutotuningError(f"{self.kernel_name}: prepare_informed_fallback returned None")
+            raise AutotuningError(f"{self.label}: prepare_informed_fallback returned None")
         self._prepared = prepared
         return prepared
 
@@ -198,18 +201,16 @@ class MissPolicy:
         """The outcome of a stored ``entry`` for the key, if it fits these candidates (also for an
         entry another process or rank stored meanwhile)."""
         if pruning and entry.candidates != candidates_hash:
-            log.debug(
-                "%s: pruning gives another candidate set than the stored one; re-tuning", self.kernel_name
-            )
+            log.debug("%s: pruning gives another candidate set than the stored one; re-tuning", self.label)
             return None
         matches = [c for c in candidates if self.config_id(c) == entry.config_id]
         if matches:
             return Outcome(entry.chosen_among(matches), "restored", entry=entry)
         warn_once(
             DejavuTuningWarning,
-            self.kernel_name + entry.config_id,
+            self.label + entry.config_id,
             "%s: stored config %s is not among the current candidates; ignoring it",
-            self.kernel_name,
+            self.label,
             entry.config_id[:200],
         )
         return None
@@ -221,6 +222,6 @@ class MissPolicy:
     def _checked(self, config: Any, what: str) -> Config:
         if not isinstance(config, Config):
             raise AutotuningError(
-                f"{self.kernel_name}: {what} returned {type(config).__name__}, not a triton.Config"
+                f"{self.label}: {what} returned {type(config).__name__}, not a triton.Config"
             )
         return config

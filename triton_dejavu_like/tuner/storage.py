@@ -39,6 +39,7 @@ class StorageIdentity:
     arg_names: list[str]
     configs: list[Config]
     _name: str
+    _label: str
     _platform: Callable[[], Platform]
     _config_ids: dict[int, tuple[Config, str]]
 
@@ -79,9 +80,9 @@ class StorageIdentity:
         except (OSError, ValueError, TypeError, EncodingError) as exc:
             warn_once(
                 DejavuStorageWarning,
-                self._name,
+                self._label,
                 "%s: cannot compute its storage identity (%s); results stay in memory",
-                self._name,
+                self._label,
                 exc,
             )
             return MemoryStore(), None
@@ -114,12 +115,12 @@ class StorageIdentity:
                 module = getattr(getattr(fn, "__code__", None), "co_filename", None) or "MODULE"
             warn_once(
                 DejavuStorageWarning,
-                f"{root}:{self._name}",
+                f"{root}:{self._label}",
                 "%s: %s holds %d triton-dejavu cache file(s) for this kernel (%s), which are not read "
                 "here; nothing of this package's own is stored for it, so its keys are tuned again (or "
                 "answered by the fallback under %s=1). Import them once: python -m triton_dejavu_like "
                 "import-dejavu %s --kernel %s:%s",
-                self._name,
+                self._label,
                 root,
                 len(files),
                 files[0],
