@@ -27,6 +27,9 @@ CASES: dict[str, dict[str, Any]] = {
     "do_bench": {"do_bench": lambda call, quantiles=None: 1.0},
     "pre_hook": {"pre_hook": lambda *args, **kwargs: None},
     "config_pre_hook": {"configs": [triton.Config({"BLOCK": 16}, pre_hook=lambda nargs: None)]},
+    # upstream's timing arguments, which torch reads from the attributes: it refuses use_cuda_graph
+    "warmup_rep": {"warmup": 5, "rep": 20},
+    "cuda_graph": {"use_cuda_graph": True},
 }
 
 
@@ -43,7 +46,9 @@ def torch_reads(tuner: Any) -> tuple[str, Any, list[dict[str, Any]], list[str], 
     return verdict, kernel, [c.kwargs for c in configs], restore, reset
 
 
-ACCEPTED = ("plain", "reset_restore", "do_bench")
+#: What upstream records of its timing arguments, and torch reads.
+TIMING_ATTRIBUTES = ("num_warmups", "num_reps", "use_cuda_graph")
+ACCEPTED = ("plain", "reset_restore", "do_bench", "warmup_rep")
 
 
 @pytest.mark.skipif(not UPSTREAM_RUNS, reason="Triton 3.2's Autotuner asks a GPU driver for a benchmarker")
@@ -53,10 +58,14 @@ def test_torch_compile_reads_our_autotuner_as_upstreams(case):
     configs = options.pop("configs", PLAIN)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ours = torch_reads(tdl.autotune(configs=configs, key=["n"], **options)(add_kernel))
-        theirs = torch_reads(triton.autotune(configs=configs, key=["n"], **options)(add_kernel))
+        ours_tuner = tdl.autotune(configs=configs, key=["n"], **options)(add_kernel)
+        theirs_tuner = triton.autotune(configs=configs, key=["n"], **options)(add_kernel)
+        ours, theirs = torch_reads(ours_tuner), torch_reads(theirs_tuner)
     assert ours == theirs
     assert ours[1] is add_kernel
+    assert [getattr(ours_tuner, a) for a in TIMING_ATTRIBUTES] == [
+        getattr(theirs_tuner, a) for a in TIMING_ATTRIBUTES
+    ]
     assert ours[0] == ("accepted" if case in ACCEPTED else "refused: Unsupported")
 
 

@@ -96,6 +96,14 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
             **_compat.upstream_init_kwargs(do_bench=settings.timing.do_bench or self._bench_dispatch),
         )
         _compat.disable_upstream_disk_cache(self)
+        # upstream records its timing arguments (torch.compile reads them, and refuses a kernel given
+        # any); they are not forwarded to its __init__ (see upstream_init_kwargs)
+        timing = settings.timing
+        self.num_warmups, self.num_reps, self.use_cuda_graph = (
+            timing.warmup,
+            timing.rep,
+            timing.use_cuda_graph,
+        )
         if config_space is not None:
             self._configs_list = None  # upstream's __init__ set its default config list: listed at first use
         if not pre_hook and (self.reset_to_zero or self.restore_value):
