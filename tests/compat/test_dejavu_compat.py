@@ -98,6 +98,27 @@ def test_hooks_written_for_dejavu_take_the_positional_arguments_by_position():
     assert seen == [(100, 100)] * len(bench.timed)
 
 
+def test_a_post_hook_with_a_second_parameter_of_another_name_is_called_as_upstream_calls_it():
+    """Only a one-parameter hook is triton-dejavu's ``post_hook(args)``. ``post(nargs, err)`` was called
+    with one argument ("missing 1 required positional argument", though two were written), and
+    ``post(nargs, err=None)`` ran with every launch's exception dropped; upstream passes
+    ``exception=`` to both, which fails and says which name it wants."""
+
+    def two(nargs, err):
+        pass
+
+    def defaulted(nargs, err=None):
+        pass
+
+    for hook in (two, defaulted):
+        tuner = tdl.autotune(key=["n"], configs=Bench().configs(), post_hook=hook, do_bench=Bench())(
+            add_kernel
+        )
+        with pytest.raises(TypeError, match="unexpected keyword argument 'exception'") as info:
+            run_add(tuner)
+        assert info.value.stopped_by == "post_hook"
+
+
 def test_dejavu_positional_fallback_heuristic_is_twelfth(monkeypatch):
     monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
     bench = Bench()

@@ -88,9 +88,10 @@ def jitcache(
 
 def post_hook_as_called(hook: Callable[..., Any] | None) -> Callable[..., Any] | None:
     """``hook`` as the tuner calls a ``post_hook``: ``hook(args, exception=...)``, as upstream does. A
-    hook written for triton-dejavu, which called ``post_hook(args)``, has no ``exception`` parameter:
-    it is called without one."""
-    if hook is None or _takes_exception(hook):
+    hook written for triton-dejavu, which called ``post_hook(args)``, takes one argument (no
+    ``exception``): it is called without one. A hook with a second parameter of another name is called
+    as upstream calls it, and fails as it fails there (``unexpected keyword argument 'exception'``)."""
+    if hook is None or not _written_for_dejavu(hook):
         return hook
 
     @functools.wraps(hook)
@@ -100,16 +101,19 @@ def post_hook_as_called(hook: Callable[..., Any] | None) -> Callable[..., Any] |
     return without_exception
 
 
-def _takes_exception(hook: Callable[..., Any]) -> bool:
+def _written_for_dejavu(hook: Callable[..., Any]) -> bool:
+    """One parameter (or ``*args``) and none that takes ``exception``: triton-dejavu's ``post_hook(args)``."""
     try:
         parameters = inspect.signature(hook).parameters.values()
     except (TypeError, ValueError):  # no signature to read: called as upstream calls it
-        return True
+        return False
     by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return any(
+    if any(
         p.kind is inspect.Parameter.VAR_KEYWORD or (p.name == "exception" and p.kind in by_keyword)
         for p in parameters
-    )
+    ):
+        return False
+    return sum(p.kind is not inspect.Parameter.VAR_POSITIONAL for p in parameters) <= 1
 
 
 __all__ = [
