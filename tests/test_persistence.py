@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -354,22 +355,41 @@ def another_do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):
     return FakeBench()(kernel_call, quantiles)
 
 
+def a_third_do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):
+    return FakeBench()(kernel_call, quantiles)
+
+
 @pytest.mark.parametrize(
     ("one", "other"),
     [
         ({}, {"timing": tdl.TimingPolicy(finalists=0)}),
+        # every partial is named functools.partial: what it wraps and binds tells them apart
+        (
+            {"do_bench": functools.partial(another_do_bench)},
+            {"do_bench": functools.partial(a_third_do_bench)},
+        ),
+        (
+            {"do_bench": functools.partial(another_do_bench, quantiles=(0.5,))},
+            {"do_bench": functools.partial(another_do_bench, quantiles=(0.5, 0.2))},
+        ),
         (
             {"use_random_search": True, "search_max_share": 0.25},
             {"use_random_search": True, "search_max_share": 0.5},
         ),
         ({"do_bench": FakeBench()}, {"do_bench": another_do_bench}),
     ],
-    ids=["timing policy", "search budget", "do_bench"],
+    ids=["timing policy", "partial do_bench", "partial's values", "search budget", "do_bench"],
 )
 def test_settings_that_change_which_config_wins_move_the_storage(one, other):
     """A result found under other timing, another search budget or another benchmark function is not
     restored as if it were this one's."""
     assert tuned_add(**one).cache_path() != tuned_add(**other).cache_path()
+
+
+def test_an_equal_partial_do_bench_finds_the_same_storage():
+    one = functools.partial(another_do_bench, quantiles=(0.5, 0.2, 0.8))
+    again = functools.partial(another_do_bench, quantiles=(0.5, 0.2, 0.8))
+    assert tuned_add(do_bench=one).cache_path() == tuned_add(do_bench=again).cache_path()
 
 
 def test_config_order_does_not_matter():

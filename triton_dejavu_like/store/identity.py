@@ -325,10 +325,27 @@ def _describe_aggregate(fields: dict[str, Any], members: list[Any], seen: dict[A
 
 
 def callable_name(fn: Any) -> str | None:
-    """A stable name for a user callable: ``module.qualname`` (never its repr or id)."""
+    """A stable name for a user callable: ``module.qualname`` (never its repr or id). A
+    ``functools.partial`` is named by the function it wraps and the values it binds (every partial's
+    own name is ``functools.partial``: two timing functions would be one)."""
     if fn is None:
         return None
+    if isinstance(fn, functools.partial):
+        bound = [_bound_text(a) for a in fn.args]
+        bound += [f"{name}={_bound_text(value)}" for name, value in sorted(fn.keywords.items())]
+        return f"functools.partial({', '.join([str(callable_name(fn.func)), *bound])})"
     target = getattr(fn, "__func__", fn)
     module = getattr(target, "__module__", None) or type(target).__module__
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     return f"{module}.{qualname}"
+
+
+def _bound_text(value: Any) -> str:
+    """A value a ``functools.partial`` binds, as :func:`callable_name` shows it: plain data as JSON, a
+    callable by its name, anything else by its type (never an id)."""
+    plain = _plain_value(value)
+    if plain is not None or value is None:
+        return canonical_json(plain)
+    if callable(value):
+        return str(callable_name(value))
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
