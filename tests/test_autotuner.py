@@ -281,6 +281,31 @@ def test_user_hooks_see_every_benchmark_and_the_exception_argument():
     assert events[-1][0] == "pre" and events[-1][2] is True, "reset_only call after tuning"
 
 
+def test_a_pre_hook_without_reset_only_fails_once_and_its_winner_is_kept():
+    """Upstream caches the winner, then calls ``pre_hook(nargs, reset_only=True)``: a hook without that
+    parameter fails once, and later calls launch the winner. Here the failing call after tuning threw
+    the result away, so every call tuned again and failed again."""
+    bench = FakeBench()
+
+    def pre_hook(nargs):  # resets what it must before every launch, but takes no reset_only
+        bench.current_block = nargs.get("BLOCK")
+
+    tuner = tdl.autotune(key=["n"], configs=block_configs((16, 32)), pre_hook=pre_hook, do_bench=bench)(
+        add_kernel
+    )
+    with pytest.raises(TypeError, match="give it a reset_only=False parameter") as info:
+        run_add(tuner)
+    assert isinstance(info.value, tdl.AutotuningError) and info.value.stopped_by == "pre_hook"
+    assert bench.calls == 2
+    run_add(tuner)  # the winner, without tuning
+    assert bench.calls == 2 and tuner.best_config.kwargs == {"BLOCK": 32}
+    again = tdl.autotune(key=["n"], configs=block_configs((16, 32)), pre_hook=pre_hook, do_bench=FakeBench())(
+        add_kernel
+    )
+    run_add(again)  # stored: restored without tuning, so without the reset_only call
+    assert again.last_decision == "restored" and again.best_config.kwargs == {"BLOCK": 32}
+
+
 def test_per_config_pre_hook_runs_for_benchmarks_and_launches():
     calls = []
     configs = [

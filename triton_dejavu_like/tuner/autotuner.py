@@ -304,6 +304,7 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
             # config without reading or writing .cache
             choice = len(self.configs) > 1
             config = self.cache.get(key.values) if choice else None
+            outcome = None
             if config is None:
                 state = self._process_state()
                 outcome = self._decide(state, key, args, kwargs)
@@ -325,6 +326,8 @@ class Autotuner(UpstreamSemantics, StorageIdentity, UpstreamAttributes, _compat.
             launch = (config, self._launch_kwargs(config), config.pre_hook)
             if generation == self._generation:  # else .configs or .cache changed meanwhile: decide again
                 self._launch[lookup] = launch
+            if outcome is not None and outcome.after_error is not None:
+                raise outcome.after_error  # the winner is kept: the next call launches it
             return launch
 
     def _configs_changed(self) -> None:

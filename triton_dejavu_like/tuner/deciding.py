@@ -92,7 +92,7 @@ class KeyDecision:
                 self.key,
                 self.name,
                 answer,
-                self._measure,
+                self._measure_share,
                 self._keep,
                 timeout,
                 lead=lambda: lease_held(self.state.store, self.key),
@@ -116,6 +116,14 @@ class KeyDecision:
             )
         finally:
             self.expose_nargs(None)
+
+    def _measure_share(self, subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome:
+        """A rank's measurement: an error of the ``pre_hook``'s reset after it ends this rank's share
+        (the ranks' decision is made from the others' timings)."""
+        outcome = self._measure(subset, reference)
+        if outcome.after_error is not None:
+            raise outcome.after_error
+        return outcome
 
     def _keep(self, outcome: Outcome) -> None:
         if self.key.id is not None and outcome.entry is not None:

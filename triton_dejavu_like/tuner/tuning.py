@@ -61,6 +61,9 @@ class Outcome:
     configs_timings: dict[Config, list[float]] = field(default_factory=dict)
     duration_s: float = 0.0
     entry: StoredEntry | None = None
+    #: An error of the ``pre_hook`` called with ``reset_only=True`` after tuning: raised once the
+    #: winner is stored and cached, as upstream's autotuner caches its winner before that call
+    after_error: AutotuningError | None = None
 
 
 class Trial:
@@ -263,9 +266,13 @@ class TuningRun:
                 )
         finally:
             trial.drop_error()
-        self.recipe.pre_hook(ctx.hook_args(best.all_kwargs()), reset_only=True)
         entry = self._entry(key, best, trial, search, duration, candidates_hash)
-        return Outcome(best, "tuned", trial.timings, duration, entry)
+        outcome = Outcome(best, "tuned", trial.timings, duration, entry)
+        try:  # resets what the benchmark launches changed, before the launch that follows
+            self.recipe.pre_hook(ctx.hook_args(best.all_kwargs()), reset_only=True)
+        except Exception as exc:
+            outcome.after_error = _reset_failed(name, self.recipe.called("pre_hook"), key, exc)
+        return outcome
 
     def _adopt_reference(
         self, evaluator: Evaluator, trial: Trial, configs: Sequence[Config], streamed: Streamed | None
@@ -409,3 +416,21 @@ def _prepare(evaluator: Evaluator, candidates: list[Config], batch: list[int]) -
 def _show(bar: Any, counters: Counters) -> None:
     bar.update(counters.timed + counters.ruled_out - bar.n)
     bar.set_postfix(counters.postfix(), refresh=False)
+
+
+def _reset_failed(name: str, culprit: str, key: TuningKey, exc: Exception) -> AutotuningError:
+    """The error of the ``pre_hook`` called with ``reset_only=True`` after tuning (a hook without that
+    parameter, say): the winner is kept, so the next call launches it without tuning."""
+    hint = (
+        " (the tuner calls pre_hook(nargs, reset_only=True) after tuning, as triton.autotune does: give "
+        "it a reset_only=False parameter)"
+        if isinstance(exc, TypeError) and "reset_only" in str(exc)
+        else ""
+    )
+    error = candidates_failed(
+        f"{name}: key {key.values!r} is tuned and its winner kept, but {culprit} raised "
+        f"{one_line_reason(exc)} when called with reset_only=True before the launch{hint}",
+        exc,
+    )
+    error.stopped_by = "pre_hook"
+    return error
