@@ -742,7 +742,7 @@ def test_config_pre_hook_gets_every_argument_and_config_value_at_launch():
 
 def test_a_launch_leaves_out_options_equal_to_the_backend_defaults():
     from triton_dejavu_like._compat import launch_option_defaults
-    from triton_dejavu_like.tuner.autotuner import launch_kwargs
+    from triton_dejavu_like.measure.launch import launch_kwargs
 
     cuda = launch_option_defaults("cuda")
     assert cuda["num_warps"] == 4 and cuda["num_ctas"] == 1 and "num_stages" in cuda
@@ -761,7 +761,7 @@ def test_num_warps_in_the_call_is_upstreams_type_error_whatever_the_winner(monke
     On a GPU ours leaves out options equal to the backend's defaults: a winner with the default
     num_warps then launched with the call's value (not the one tuned), another winner raised."""
     from triton_dejavu_like._compat import launch_option_defaults
-    from triton_dejavu_like.tuner.autotuner import launch_kwargs
+    from triton_dejavu_like.measure.launch import launch_kwargs
 
     tuner = tuned_add(FakeBench(), configs=[triton.Config({"BLOCK": 64}, num_warps=warps)])
     cuda = launch_option_defaults("cuda")  # what a launch on a CUDA GPU leaves out
