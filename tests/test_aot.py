@@ -64,6 +64,19 @@ def test_tune_in_process_tunes_each_case_once_then_finds_all_stored(capsys, tmp_
     assert len(stored(root)["add_kernel"]) == len(SIZES)
 
 
+def test_tune_restores_what_a_read_only_layer_holds(capsys, tmp_path, monkeypatch):
+    """A serving image reads TRITON_DEJAVU_STORAGE=local:team; tune with the same variable tunes only
+    what neither holds. It dropped the layers: every key was tuned again into local, and local's new
+    entries then hid the team's winners from every serving process."""
+    local, team = tmp_path / "local", tmp_path / "team"
+    assert tune(capsys, SPEC, "--root", str(team))[0] == 0
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", os.pathsep.join([str(local), str(team)]))
+    status, report = tune(capsys, SPEC)
+    assert status == 0 and statuses(report) == {f"add-{n}": "stored" for n in SIZES}
+    assert not local.exists() or stored(local) == {}  # nothing tuned, nothing written
+    assert os.environ["TRITON_DEJAVU_STORAGE"] == os.pathsep.join([str(local), str(team)])
+
+
 def test_tune_prints_a_line_per_case_and_a_summary_table(capsys, tmp_path):
     assert cli.main(["tune", f"{SPEC}:cases", "--root", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
@@ -453,6 +466,28 @@ def test_tune_fails_a_case_whose_results_could_not_be_stored(capsys, tmp_path):
     assert status == 1 and not report["ok"]
     assert set(statuses(report).values()) == {"failed"}
     assert all("tuned but not stored" in case["error"] for case in report["cases"])
+
+
+def test_tune_with_workers_fails_a_case_whose_results_could_not_be_merged(capsys, tmp_path, monkeypatch):
+    """The same with --workers: the cases were reported "tuned", the merge error was printed once per
+    case and once more at the end, and the workers' stores, the only copy of the results, were
+    deleted. Now each case fails, the error is listed once, and the results are kept for a merge."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the workers' stores go
+    root = tmp_path / "root"
+    root.mkdir()
+    blocker = root / layout.component("dejavu", identity.package_major_minor())
+    blocker.write_text("in the way")
+    status, report = tune(capsys, f"{SPEC}:cases", "--root", str(root), "--workers", "2")
+    assert status == 1 and not report["ok"]
+    assert set(statuses(report).values()) == {"failed"}
+    assert all("tuned but not merged into" in case["error"] for case in report["cases"])
+    assert len(report["problems"]) == len({(p["path"], p["reason"]) for p in report["problems"]}) == 1
+    [kept] = [e for e in report["errors"] if "are kept in" in e]
+    blocker.unlink()  # the target can be written now: the command the error gives merges the results
+    assert cli.main(kept.split("merge them with python -m triton_dejavu_like ")[1].split()) == 0
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted(SIZES)
 
 
 def test_heuristic_without_stored_results_fails(capsys, tmp_path):

@@ -279,10 +279,11 @@ def storage_roots() -> list[Path]:
 
 @contextlib.contextmanager
 def storage_root_set_to(root: Path) -> Iterator[None]:
-    """Within the block, ``TRITON_DEJAVU_STORAGE`` is ``root`` (for tools that tune into a chosen
-    root in this process: kernels that open their store inside the block use it)."""
+    """Within the block, ``TRITON_DEJAVU_STORAGE`` writes into ``root`` and keeps its read-only layers
+    (for tools that tune into a chosen root in this process: kernels that open their store inside
+    the block write there, and restore what a layer holds, as a process with the variable does)."""
     before = os.environ.get(STORAGE)
-    os.environ[STORAGE] = str(root)
+    os.environ[STORAGE] = os.pathsep.join([str(root), *(str(layer) for layer in storage_roots()[1:])])
     try:
         yield
     finally:
