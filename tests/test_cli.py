@@ -276,7 +276,7 @@ def test_merge_into_a_destination_that_cannot_be_read_says_so(capsys, tmp_path, 
     target.mkdir(parents=True)  # someone's directory where the cache file goes
     assert run("merge", str(rank0), "--root", str(tmp_path / "dest"), *dry_run) == 1
     err = capsys.readouterr().err
-    assert "destination unreadable" in err and "another identity" not in err
+    assert "cannot read or create the destination" in err and "another identity" not in err
     assert target.is_dir() and not any(target.iterdir())
 
 

@@ -405,7 +405,10 @@ def test_a_destination_that_cannot_be_read_is_reported_not_imported(
     deny_opens(monkeypatch, root, errno.EACCES, writes_only=False)
     assert cli.main(["import-dejavu", *args, *dry_run]) == 1  # a dry run says the same
     captured = capsys.readouterr()
-    assert "destination unreadable" in captured.err and " 0 keys from 1 triton-dejavu file" in captured.out
+    assert (
+        "cannot read or create the destination" in captured.err
+        and " 0 keys from 1 triton-dejavu file" in captured.out
+    )
     assert path.read_bytes() == stored
 
 

@@ -299,7 +299,7 @@ def destination_entries(target: storage.CacheFile, writer: str, *, dry_run: bool
             )
         return {}
     except OSError as exc:
-        return f"destination unreadable: {exc}"
+        return f"cannot read or create the destination: {exc}"
     if doc.identity != target.identity:
         return OTHER_IDENTITY
     if doc.rejected and dry_run:

@@ -11,6 +11,7 @@ killed the worker); the others go on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -131,12 +132,29 @@ class WorkerPool:
                 if w.process.poll() is None:
                     w.process.kill()
                     w.process.wait()
+            unmerged = []
             try:  # also when interrupted: what the running cases stored so far is kept
                 for w in workers:
-                    self.problems += merging.merge_paths(self.target, w.root)
+                    problems = merging.merge_paths(self.target, w.root)
+                    self._add_problems(problems)
+                    if problems:
+                        unmerged.append(w.root)
             finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+                if unmerged:  # kept for a merge by hand, once the target can be written
+                    roots = " ".join(str(r) for r in unmerged)
+                    self.errors.append(
+                        f"results not merged into {self.target} are kept in {roots}; merge them with "
+                        f"python -m triton_dejavu_like merge {roots} --root {self.target}"
+                    )
+                else:
+                    shutil.rmtree(tmp, ignore_errors=True)
         return results
+
+    def _add_problems(self, problems: Sequence[inventory.Problem]) -> None:
+        """Each problem once: every case of a target that cannot be written meets the same one."""
+        for problem in problems:
+            if problem not in self.problems:
+                self.problems.append(problem)
 
     # --- the workers ---------------------------------------------------------------------------------
 
@@ -212,7 +230,11 @@ class WorkerPool:
         except ValueError as exc:
             worker.case, name = None, worker.case or "?"
             return self._lost(name, worker, f"unreadable result: {exc}")
-        self.problems += merging.merge_paths(self.target, worker.root, result.files)
+        problems = merging.merge_paths(self.target, worker.root, result.files)
+        self._add_problems(problems)
+        if problems and result.status == "tuned":  # as a case run here whose results are not stored
+            reason = f"tuned but not merged into {self.target}: {problems[0].reason}"
+            result = dataclasses.replace(result, status="failed", error=reason[:2000])
         worker.case = None
         self.on_result(result)
         return result
