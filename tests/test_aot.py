@@ -366,6 +366,22 @@ def test_export_to_an_archive_or_refused_before_tuning(capsys, tmp_path):
     assert not (tmp_path / "r2").exists() and not (tmp_path / "ship.tar").exists()
 
 
+def test_export_writes_no_empty_archive_when_no_case_stored_anything(capsys, tmp_path):
+    """Every case failed: an empty archive was left behind (could be shipped by mistake) and refused
+    the export of the run after the SPEC was mended."""
+    spec, archive = tmp_path / "spec.py", tmp_path / "ship.tar.gz"
+    spec.write_text(
+        "import triton_dejavu_like as tdl\n"
+        "def boom():\n    raise RuntimeError('bad')\n"
+        "CASES = [tdl.TuneCase('boom', boom)]\n"
+    )
+    status, report = tune(capsys, str(spec), "--root", str(tmp_path / "root"), "--export", str(archive))
+    assert status == 1 and not archive.exists() and report["exported"] == []
+    assert "nothing exported" in report["not_exported"]
+    status, report = tune(capsys, f"{SPEC}:cases", "--root", str(tmp_path / "root"), "--export", str(archive))
+    assert status == 0 and archive.is_file() and len(report["exported"]) == 1
+
+
 def test_export_writes_only_the_spec_kernels(capsys, tmp_path):
     root, out = tmp_path / "root", tmp_path / "ship"
     assert tune(capsys, f"{SPEC}:cases", "--root", str(root))[0] == 0

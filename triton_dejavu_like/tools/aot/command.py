@@ -40,6 +40,8 @@ class TuneReport:
     problems: list[inventory.Problem] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     exported: list[str] = field(default_factory=list)
+    #: Why ``--export`` wrote nothing (no case used a cache file under the root), or None
+    not_exported: str | None = None
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -61,6 +63,7 @@ class TuneReport:
             "problems": [{"path": p.source, "reason": p.reason} for p in self.problems],
             "errors": self.errors,
             "exported": self.exported,
+            "not_exported": self.not_exported,
         }
 
 
@@ -155,6 +158,11 @@ def export(report: TuneReport, root: Path, out: Path) -> None:
     used = sorted({f for r in report.results for f in r.files})
     files, problems = inventory.read_sources(root / f for f in used if (root / f).exists())
     report.problems += problems
+    if not files:  # an empty archive would be shipped by mistake, and refuse the next run's export
+        report.not_exported = (
+            f"nothing exported: no case tuned or restored a result under {root}; {out} not written"
+        )
+        return
     if inventory.is_archive(out):
         report.exported = inventory.write_archive(out, files)
         return

@@ -207,6 +207,8 @@ def tune_summary(report: aot.TuneReport) -> str:
     lines += [f"  {r.name}: {r.status}: {r.error}" for r in report.results if r.error]
     if report.exported:
         lines.append(f"exported {len(report.exported)} cache file(s)")
+    if report.not_exported:
+        lines.append(report.not_exported)
     return "\n".join(lines)
 
 
