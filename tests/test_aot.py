@@ -594,6 +594,26 @@ def test_a_heuristic_function_name_never_breaks_the_generated_module(method, nam
     assert function((100,)).kwargs["BLOCK"] == 16  # the stored key nearer 100
 
 
+def test_heuristic_name_that_is_no_function_name_is_a_usage_error(capsys, tmp_path):
+    """A bad --name exited 1 after reading the store, where a bad option value exits 2."""
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["heuristic", "add_kernel", "--root", str(tmp_path), "--name", "bad name"])
+    assert refused.value.code == 2 and "not a Python function name: 'bad name'" in capsys.readouterr().err
+
+
+def test_tune_into_a_root_that_is_a_file_is_refused_before_tuning(capsys, tmp_path, monkeypatch):
+    """It failed after loading the SPEC with only "[Errno 17] File exists"."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert cli.main(["tune", SPEC, "--root", str(afile)]) == 2
+    assert f"--root {afile} is not a folder" in capsys.readouterr().err
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(afile))
+    assert cli.main(["tune", SPEC]) == 1
+    assert f"the storage root (from TRITON_DEJAVU_STORAGE or the default) {afile} is not a folder" in (
+        capsys.readouterr().err
+    )
+
+
 @pytest.mark.parametrize("method", ["tree", "nearest"])
 def test_a_heuristic_answers_from_the_stored_keys_of_the_same_dtype(method):
     """Another dtype is another kernel in effect: a key is answered from stored keys of its dtype,

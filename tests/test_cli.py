@@ -496,6 +496,15 @@ def test_prune_with_kernel_touches_only_that_kernels_files(capsys, root):
     assert stored_bytes(root) == others  # softmax's file emptied and removed, the others untouched
 
 
+def test_prune_with_a_kernel_that_nothing_stores_exits_1(capsys, root):
+    """A mistyped --kernel pruned nothing and exited 0, as if the prune had happened."""
+    before = stored_bytes(root)
+    assert run("prune", "--root", str(root), "--older-than", "2999-01-01", "--kernel", "sofmax") == 1
+    err = capsys.readouterr().err
+    assert "nothing stored for kernel 'sofmax'" in err and "softmax" in err  # the stored kernels listed
+    assert stored_bytes(root) == before
+
+
 def test_prune_needs_a_criterion(capsys, root):
     assert run("prune", "--root", str(root)) == 2
     assert "say what to prune" in capsys.readouterr().err

@@ -327,6 +327,7 @@ def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, ca
         launch(tuner, 60)
     texts = [str(w.message) for w in record]
     assert any(f"pid {LIVE_PID} on {socket.gethostname()}" in t and "waiting" in t for t in texts)
+    assert any("(at most 0.5 s;" in t for t in texts)  # the timeout as set (it said "at most 0 s")
     assert any("gave up waiting" in t for t in texts)
     assert tuner.last_decision == "tuned" and bench.calls == 3
     assert path.exists()  # not ours: left in place

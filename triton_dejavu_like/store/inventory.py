@@ -382,7 +382,7 @@ class PruneReport:
     problems: list[Problem] = field(default_factory=list)
 
 
-def _aside_files(root: Path, kernel: str | None) -> list[Path]:
+def aside_files(root: Path, kernel: str | None) -> list[Path]:
     """Files moved aside as corrupt or rejected (under ``kernel``'s directories only, if given)."""
     kernel_dir = sanitize(kernel) if kernel is not None else None
     found = []
@@ -450,7 +450,7 @@ def prune(
             gone = [e for kid, e in f.entries.items() if kid not in remaining]
             report.removed_keys[f.source] = sorted(gone, key=lambda e: (e.tuned_at, e.key_id))
     if aside:
-        for path in _aside_files(root, kernel):
+        for path in aside_files(root, kernel):
             report.removed_aside.append(str(path))
             if not dry_run:
                 try:

@@ -165,12 +165,12 @@ class _Flight:
         if not warn_once(
             DejavuTuningWarning,
             f"{self.kernel_name}:wait",
-            "%s: key %s is being tuned by %s; waiting for its result (at most %.0f s; waits for "
+            "%s: key %s is being tuned by %s; waiting for its result (at most %g s; waits for "
             "other keys of this kernel are only logged)",
             *args,
         ):
             log.info(
-                "%s: key %s is being tuned by %s; waiting for its result (at most %.0f s; "
+                "%s: key %s is being tuned by %s; waiting for its result (at most %g s; "
                 "%d keys of this kernel waited for so far)",
                 *args,
                 count,
@@ -237,7 +237,7 @@ class _Flight:
             if time.monotonic() >= next_progress:
                 next_progress += PROGRESS_EVERY_S
                 log.info(
-                    "%s: still waiting for %s tuning key %s (%.0f s of at most %.0f s, heartbeat %.0f s ago)",
+                    "%s: still waiting for %s tuning key %s (%.0f s of at most %g s, heartbeat %.0f s ago)",
                     self.kernel_name,
                     holder.describe(),
                     self.key_id[:200],

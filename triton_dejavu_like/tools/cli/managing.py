@@ -118,6 +118,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
             "or --quarantined"
         )
     root = existing_root(args)
+    if args.kernel is not None:
+        _check_kernel(root, args.kernel)
     if keep and not args.force:
         _check_keep_values(root, keep)
     report = inventory.prune(
@@ -173,6 +175,15 @@ def _removed_key_lines(gone: Sequence[StoredEntry]) -> list[str]:
     if len(gone) > LISTED_KEYS:
         lines.append(f"    ... and {len(gone) - LISTED_KEYS} more (--json lists every key)")
     return lines
+
+
+def _check_kernel(root: Path, kernel: str) -> None:
+    """Refuse a ``--kernel`` that names nothing stored (a typo would prune nothing and say so quietly)."""
+    files, _ = inventory.read_sources([root])
+    stored = sorted({f.identity["kernel"] for f in files})
+    if kernel not in stored and not inventory.aside_files(root, kernel):
+        listed = ", ".join(stored) or "none"
+        raise CliError(f"nothing stored for kernel {kernel!r} under {root} (stored kernels: {listed})")
 
 
 def _check_keep_values(root: Path, keep: dict[str, str]) -> None:

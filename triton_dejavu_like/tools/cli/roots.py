@@ -31,6 +31,17 @@ def written_root(args: argparse.Namespace) -> Path:
     return _storage_roots(args)[0]
 
 
+def writable_root(args: argparse.Namespace) -> Path:
+    """The written root of a command that writes into it (``tune``): a path that exists and is not a
+    folder is refused before any work (a --root given so is a usage error)."""
+    root = written_root(args)
+    if root.exists() and not root.is_dir():
+        error = UsageError if args.root else CliError
+        where = "--root" if args.root else f"the storage root (from {_env.STORAGE} or the default)"
+        raise error(f"{where} {root} is not a folder")
+    return root
+
+
 def layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int, inventory.StoredFile]]]:
     """The cache files of every existing root, each with the index of its root (0: the written one)."""
     roots = _storage_roots(args)

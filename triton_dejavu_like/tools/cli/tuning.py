@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import keyword
 import math
 import signal
 import sys
@@ -36,7 +37,7 @@ from .output import (
     report_problems,
     table,
 )
-from .roots import existing_root, refuse_other_archive, selected, written_root
+from .roots import existing_root, refuse_other_archive, selected, writable_root, written_root
 
 
 def cmd_import_dejavu(args: argparse.Namespace) -> int:
@@ -165,7 +166,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     request = aot.TuneRequest(
         spec=args.spec,
-        root=written_root(args),
+        root=writable_root(args),
         gpus=gpus,
         workers=args.workers,
         ray=args.ray is not None,
@@ -228,6 +229,13 @@ def positive_float(text: str) -> float:
     if not 0 < value < math.inf:  # also NaN
         raise argparse.ArgumentTypeError(f"not a number > 0: {text!r}")
     return value
+
+
+def function_name(text: str) -> str:
+    """A name the generated module can define: a Python identifier that is not a keyword."""
+    if not text.isidentifier() or keyword.iskeyword(text):
+        raise argparse.ArgumentTypeError(f"not a Python function name: {text!r}")
+    return text
 
 
 def cmd_heuristic(args: argparse.Namespace) -> int:
@@ -354,5 +362,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     p.add_argument(
         "--method", choices=heuristic.METHODS, default="auto", help="tree (scikit-learn), nearest, auto"
     )
-    p.add_argument("--name", default="heuristic", help="the function's name (default: heuristic)")
+    p.add_argument(
+        "--name", type=function_name, default="heuristic", help="the function's name (default: heuristic)"
+    )
     p.set_defaults(func=cmd_heuristic)
