@@ -170,6 +170,7 @@ def test_declared_outputs_leave_scratch_buffers_out_of_the_comparison(tmp_path):
     detected = tune()  # both out and the per-block sums change: other block sizes differ on the latter
     assert set(detected) == {32, 64} and all("'partial_ptr'" in r for r in detected.values())
     assert tune(check_outputs=["out_ptr"]) == {}
+    assert tune(check_outputs="out_ptr") == {}  # one name as a string, as key takes it (a TypeError)
 
 
 def test_environment_turns_the_check_on_and_it_is_part_of_the_storage_identity(tmp_path, monkeypatch):

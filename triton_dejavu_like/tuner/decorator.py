@@ -92,7 +92,7 @@ def autotune(
     isolation_start_method: str | None = None,
     numerical_check: bool | None = None,
     reference_fn: Callable[..., Any] | None = None,
-    check_outputs: Sequence[str] | None = None,
+    check_outputs: Sequence[str] | str | None = None,
     check_rtol: float | None = None,
     check_atol: float | None = None,
     **unknown: Any,

@@ -112,7 +112,7 @@ class TunerSettings:
             numerical_check=NumericalCheck(
                 a.get("numerical_check"),
                 a.get("reference_fn"),
-                _names(outputs, "check_outputs"),
+                _names(outputs),
                 a.get("check_rtol"),
                 a.get("check_atol"),
             ),
@@ -155,11 +155,13 @@ def _quantiles(value: Any) -> tuple[float, ...] | None:
     return tuple(float(q) for q in value)
 
 
-def _names(value: Sequence[str] | None, what: str) -> tuple[str, ...] | None:
+def _names(value: Sequence[str] | str | None) -> tuple[str, ...] | None:
+    """Argument names as given: a list, or one name as a string (as ``key`` takes it); they are checked
+    against the kernel's arguments at decoration (``arguments.argument_names``)."""
     if value is None:
         return None
     if isinstance(value, str):
-        raise TypeError(f"{what} must be a list of argument names, not the string {value!r}")
+        return (value,)
     return tuple(value)
 
 
