@@ -641,6 +641,23 @@ def test_random_search_respects_time_budget(clock):
     assert len(tuner.configs_timings) == 4  # started at 0, 1, 2 and 3 s; none once 3.5 s had passed
 
 
+def test_a_time_budget_alone_is_a_fixed_budget_without_the_adaptive_stop():
+    """search_max_search_t given alone kept the adaptive stop (with the time as its cap), so a search
+    with time to spare stopped after a few dozen results; a given budget keeps its meaning, as
+    triton-dejavu's time budget with its default share of 1.0: the whole space, within the time."""
+    configs = [
+        triton.Config({"BLOCK": b}, num_warps=w, num_stages=s)
+        for b in (16, 32)
+        for w in (1, 2, 4, 8)
+        for s in range(1, 11)
+    ]
+    bench = FakeBench({16: 1.0, 32: 1.0})  # flat: the adaptive stop ends such a search early
+    tuner = tuned_add(bench, configs=configs, use_random_search=True, search_max_search_t=600)
+    run_add(tuner)
+    assert bench.calls == len(configs) == 80
+    assert not tuner.settings.budget.adaptive
+
+
 def test_random_search_repeats_when_nothing_valid_was_found(tmp_path):
     def fail_small(nargs):
         if nargs["BLOCK"] < 128:

@@ -76,12 +76,15 @@ class TunerSettings:
         # None stands for the default (a placeholder in triton-dejavu's positional order)
         b = {name: default if a.get(name) is None else a[name] for name, default in BUDGET_ARGUMENTS.items()}
         given = [name for name, default in BUDGET_ARGUMENTS.items() if b[name] != default]
+        share = _number(b["search_max_share"])
+        if share is None and b["search_max_search_t"] is not None:
+            share = 1.0  # a time alone is a fixed budget (no adaptive stop): the whole space within it
         budget = (
             Budget()
             if strategy == "exhaustive"
             else Budget(
                 max_time_s=_number(b["search_max_search_t"]),
-                max_share=_number(b["search_max_share"]),
+                max_share=share,
                 max_repeat=_whole(b["search_max_repeat"], "search_max_repeat"),
                 seed=_whole(b["search_seed"], "search_seed"),
             )
