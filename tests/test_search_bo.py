@@ -331,6 +331,17 @@ def test_tiny_spaces_are_measured_without_a_model(monkeypatch):
     assert len(run.results) == 64
 
 
+def test_a_small_space_under_a_smaller_explicit_budget_keeps_the_model(monkeypatch):
+    """use_bo with search_max_share on a space of 64 candidates or fewer measured a random draw (no
+    model, SMAC not even imported), yet stored strategy "bayesian"; only a space measured in full
+    anyway (an adaptive budget) is measured without one."""
+    forest_fits = record_fits(monkeypatch, _surrogates.ForestModel)
+    gp_fits = record_fits(monkeypatch, _surrogates.GaussianProcessModel)
+    space = grid_space((8, 8))
+    run = bo_run(space, Counting(space, bowl((5, 2))), Budget(max_share=0.25, seed=0))
+    assert len(run.results) == 16 and (forest_fits or gp_fits)  # a model proposed after the design
+
+
 def test_initial_design_size_rule():
     settings = BOSettings()
     assert settings.initial_size(dimensions=2, max_evaluations=1000) == 5

@@ -118,8 +118,12 @@ class BayesianOptimization(Strategy):
 
     # -- set-up -----------------------------------------------------------------------------
     def _without_model(self, space: SearchSpace, limit: int, known: int = 0) -> bool:
+        """No model: nothing to model, a small space measured in full anyway (an adaptive budget,
+        or a share of 1.0), or no more candidates left than the initial design takes. A small space
+        under a smaller budget keeps the model."""
         n_initial = self.config.initial_size(len(space.names), limit, len(space))
-        return not space.names or exhaustive_is_cheaper(len(space)) or len(space) - known <= n_initial
+        measured_in_full = exhaustive_is_cheaper(len(space)) and limit >= len(space)
+        return not space.names or measured_in_full or len(space) - known <= n_initial
 
     def _design(self, warm_start: Sequence[int], seed: int) -> list[int]:
         """Warm-start candidates, then a random order whose head is the initial design: with
