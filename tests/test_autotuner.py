@@ -418,10 +418,34 @@ def test_failing_candidates_are_ruled_out_and_recorded():
     assert entry["ruled_out"][0]["config"]["kwargs"] == {"BLOCK": 16}
 
 
-@pytest.mark.parametrize("bad", [-1.0, math.nan])
-def test_a_negative_or_nan_time_from_do_bench_rules_the_candidate_out(bad, recwarn):
-    """A time below zero (or NaN) is no time: the fastest real time wins, and its entry is stored."""
-    bench = FakeBench({16: bad, 32: 2.0, 64: 3.0, 128: 4.0})
+class QuantileBench(FakeBench):
+    """FakeBench whose answer for BLOCK=16 is ``answer`` (a fast median with bad other quantiles)."""
+
+    def __init__(self, answer: list[float]) -> None:
+        super().__init__({16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0})
+        self.answer = answer
+
+    def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8)):
+        times = super().__call__(kernel_call, quantiles)
+        return list(self.answer) if self.current_block == 16 else times
+
+
+@pytest.mark.parametrize(
+    "bench",
+    [
+        FakeBench({16: -1.0, 32: 2.0, 64: 3.0, 128: 4.0}),
+        FakeBench({16: math.nan, 32: 2.0, 64: 3.0, 128: 4.0}),
+        FakeBench({16: math.inf, 32: 2.0, 64: 3.0, 128: 4.0}),  # was no time, but not said why
+        # a fast median with NaN, inf or a negative time at another quantile won, and was not stored
+        QuantileBench([0.5, math.nan, math.nan]),
+        QuantileBench([0.5, math.inf, math.inf]),
+        QuantileBench([0.5, -1.0, 0.6]),
+    ],
+    ids=["negative", "nan", "inf", "nan p20", "inf p20", "negative p20"],
+)
+def test_a_negative_or_nan_time_from_do_bench_rules_the_candidate_out(bench, recwarn):
+    """A time below zero, NaN or infinite, at any quantile, is no time: the fastest real time wins,
+    and its entry is stored, naming the candidate ruled out and why."""
     tuner = tuned_add(bench)
     run_add(tuner)
     assert tuner.best_config.kwargs == {"BLOCK": 32}
@@ -429,6 +453,7 @@ def test_a_negative_or_nan_time_from_do_bench_rules_the_candidate_out(bad, recwa
     entry = next(iter(json.loads(tuner.cache_path().read_text())["entries"].values()))
     assert entry["config"]["kwargs"] == {"BLOCK": 32}
     assert [r["config"]["kwargs"] for r in entry["ruled_out"]] == [{"BLOCK": 16}]
+    assert entry["ruled_out"][0]["reason"].startswith("the benchmark returned")
 
 
 def test_all_candidates_failing_names_the_kernel():

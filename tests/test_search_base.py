@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -82,11 +83,19 @@ def test_restarts_continue_without_replacement():
 
 
 @pytest.mark.parametrize(
-    "bad", [dict(max_share=0), dict(max_share=1.5), dict(max_time_s=0), dict(max_repeat=0)]
+    "bad", [dict(max_share=0), dict(max_share=1.5), dict(max_time_s=0), dict(max_repeat=0), dict(seed=-1)]
 )
 def test_bad_budgets_are_rejected(bad):
     with pytest.raises(ValueError):
         Budget(**bad)
+
+
+def test_a_budget_without_a_time_limit_is_stored_as_json():
+    """search_max_search_t=float("inf") made the storage identity uncomputable (JSON has no infinity),
+    so nothing was ever stored."""
+    for budget in (Budget(max_time_s=math.inf), Budget(max_time_s=math.inf, max_share=0.5)):
+        stored = json.loads(json.dumps(budget.as_dict(), allow_nan=False))
+        assert stored["max_time_s"] is None
 
 
 def test_unknown_strategy():

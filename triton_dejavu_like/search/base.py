@@ -88,6 +88,8 @@ class Budget:
             raise ValueError(f"search_max_share must be in (0, 1], got {self.max_share}")
         if self.max_repeat < 1:
             raise ValueError(f"search_max_repeat must be >= 1, got {self.max_repeat}")
+        if self.seed < 0:  # numpy's generators refuse negative seeds
+            raise ValueError(f"search_seed must be >= 0, got {self.seed}")
 
     @property
     def adaptive(self) -> bool:
@@ -105,14 +107,14 @@ class Budget:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "max_time_s": None if self.max_time_s is None or math.isinf(self.max_time_s) else self.max_time_s,
+            "max_time_s": None if self.max_time_s is None else _finite(self.max_time_s),
             "max_share": self.max_share,
             "max_repeat": self.max_repeat,
             "seed": self.seed,
         }
         if self.adaptive:
             out["adaptive"] = {
-                "time_cap_s": DEFAULT_TIME_CAP_S if self.max_time_s is None else self.max_time_s,
+                "time_cap_s": DEFAULT_TIME_CAP_S if self.max_time_s is None else _finite(self.max_time_s),
                 "improvement": IMPROVEMENT,
                 "patience": [PATIENCE_MIN, PATIENCE_BATCHES, PATIENCE_SHARE, PATIENCE_SPACE_SHARE],
                 "negligible_gain": NEGLIGIBLE_GAIN,
@@ -121,6 +123,11 @@ class Budget:
                 "polish": [POLISH_TOP, POLISH_WITHIN, POLISH_MAX_PATIENCES] if POLISH else False,
             }
         return out
+
+
+def _finite(seconds: float) -> float | None:
+    """A time as stored (JSON has no infinity): None for no limit."""
+    return None if math.isinf(seconds) else seconds
 
 
 class Strategy(ABC):

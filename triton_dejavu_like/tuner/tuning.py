@@ -162,8 +162,10 @@ class Trial:
             return self.rule_out(config, exc.reason)
         except Exception as exc:  # the candidate is ruled out, tuning goes on
             return self.rule_out(config, exc)
-        if not result[0] >= 0:  # NaN or negative (a user's do_bench): no time, and none a store keeps
-            return self.rule_out(config, f"the benchmark returned {result[0]} ms")
+        if not all(0 <= t < math.inf for t in result):  # NaN, inf or negative (a user's do_bench) at
+            # any quantile: no time to compare, and none a store keeps
+            shown = result[0] if len(result) == 1 else list(result)
+            return self.rule_out(config, f"the benchmark returned {shown} ms")
         self.timings[config] = result
         return result[0]
 
