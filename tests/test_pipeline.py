@@ -136,6 +136,18 @@ def test_streamed_compile_failures_are_ruled_out_without_gpu_time():
     assert pipeline.counters.ruled_out == 2
 
 
+def test_a_candidate_whose_launch_fails_counts_as_ruled_out_not_timed():
+    """Candidates compiled, then ruled out when timed (a failing launch, a static assertion under the
+    interpreter, a bad time from a do_bench): the progress bar counted them as timed."""
+    times = [1.0, math.inf, 3.0, math.inf, 5.0]
+    pipeline, _, _ = make_pipeline(5, times)
+    pipeline.run_streamed(FakePool(workers=2), call=None)
+    assert (pipeline.counters.timed, pipeline.counters.ruled_out) == (3, 2)
+    pipeline, _, _ = make_pipeline(5, times)
+    pipeline.run_batched()
+    assert (pipeline.counters.timed, pipeline.counters.ruled_out) == (3, 2)
+
+
 def test_streamed_replaces_a_broken_pool_with_started_workers(monkeypatch):
     """A worker that dies breaks its pool: the replacement is started as the tuner starts a pool
     (forked workers after the compiler is warmed, with no thread of ours running), before any
@@ -384,3 +396,24 @@ def test_compile_workers_are_used_only_when_rerunning_the_main_script_is_harmles
     assert main_reimport_is_harmless() is harmless
     main.__spec__ = object()  # python -m: multiprocessing does not re-run the main module
     assert main_reimport_is_harmless()
+
+
+@pytest.mark.parametrize(("options", "total"), [({}, None), ({"search_max_share": 0.5}, 40)])
+def test_the_progress_bar_of_an_adaptive_search_counts_without_a_total(monkeypatch, options, total):
+    """An adaptive search stops when more candidates are unlikely to pay: its bar showed a share of the
+    whole space (``183/720``, 26%) and an end time, then vanished well before either."""
+    from kernels import FakeBench, run_add, tuned_add
+
+    from triton_dejavu_like.tuner import tuning
+
+    totals = []
+    real = tuning.progress_bar
+    monkeypatch.setattr(tuning, "progress_bar", lambda t, d: (totals.append(t), real(t, d))[1])
+    configs = [
+        triton.Config({"BLOCK": b}, num_warps=w, num_stages=s)
+        for b in (16, 32)
+        for w in (1, 2, 4, 8)
+        for s in range(1, 11)
+    ]
+    run_add(tuned_add(FakeBench(), configs=configs, use_random_search=True, **options))
+    assert totals == [total]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+import math
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ class Pipeline:
     counters: Counters = field(default_factory=Counters)
 
     def _tell(self, index: int, value: float, *, timed: bool) -> None:
-        if timed:
+        if timed and value < math.inf:  # a launch that failed was ruled out when it was timed
             self.counters.timed += 1
         else:
             self.counters.ruled_out += 1

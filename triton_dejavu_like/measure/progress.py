@@ -27,8 +27,9 @@ class _Silent:
         pass
 
 
-def progress_bar(total: int, description: str) -> Any:
-    """A tqdm bar (or a silent stand-in) with ``update()`` and ``close()``."""
+def progress_bar(total: int | None, description: str) -> Any:
+    """A tqdm bar (or a silent stand-in) with ``update()`` and ``close()``; ``total`` None: a count
+    without a share or an end time (a search that stops when further candidates are unlikely to pay)."""
     if not _env.progress():
         return _Silent()
     from tqdm import tqdm

@@ -334,7 +334,8 @@ class TuningRun:
         candidates = trial.candidates
         name = self.recipe.kernel_name
         search = BatchSearch(make_strategy(self.strategy, name), space, self.budget, warm_start)
-        bar = progress_bar(search.limit, f"tuning {name}")
+        # an adaptive search's end is not known ahead: a count, not a share of the space
+        bar = progress_bar(None if search.adaptive else search.limit, f"tuning {name}")
         pipeline = Pipeline(
             search,
             candidates,
