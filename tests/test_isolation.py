@@ -8,6 +8,7 @@ from a fork server, which imports this module to find ``fs_add`` by name.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import json
@@ -486,6 +487,63 @@ def test_a_worker_that_survives_sigkill_is_reported():
         worker.kill()
     assert worker.process.killed and ours.closed
     theirs.close()
+
+
+HANGS_IN_A_WORKER = """
+import os, sys, torch, triton, triton.language as tl
+import triton_dejavu_like as tdl
+
+def hang(nargs):
+    with open(os.environ["PID_FILE"], "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        pass
+
+@tdl.autotune(key=["n"], configs=[triton.Config({"BLOCK": 16}, pre_hook=hang), triton.Config({"BLOCK": 32})],
+              do_bench=lambda call, quantiles=None: (call(), [1.0, 1.0, 1.0])[1],
+              use_isolated_process=True, isolation_timeout_s=300, isolation_start_method=sys.argv[1])
+@triton.jit
+def add(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+if __name__ == "__main__":
+    x = torch.arange(100, dtype=torch.float32)
+    add[(triton.cdiv(100, 16),)](x, torch.zeros(100), 100)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_worker_busy_in_a_hanging_candidate_ends_with_the_tuning_process(tmp_path, method):
+    """The tuning process is killed while a worker spins in a candidate that hangs: a fork server's
+    worker lived on for ever (at full CPU, holding the caller's stdout), as did the fork server (its
+    children hold its own pipe, so it never saw its parent go) and PR_SET_PDEATHSIG never fired."""
+    from process_helpers import REPO, all_exit
+
+    script, pid_file = tmp_path / "hangs.py", tmp_path / "worker.pid"
+    script.write_text(HANGS_IN_A_WORKER)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PID_FILE": str(pid_file)}
+    env["TRITON_DEJAVU_STORAGE"] = str(tmp_path / "storage")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    tuning = subprocess.Popen(
+        [sys.executable, str(script), method], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    worker = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+        assert worker != tuning.pid
+        tuning.kill()
+        tuning.wait(timeout=30)
+        assert all_exit([worker], timeout_s=15)
+        assert tuning.stdout is not None and tuning.stdout.read() == b""  # nothing holds it open
+    finally:
+        tuning.kill()
+        if worker is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
 
 
 @pytest.mark.slow

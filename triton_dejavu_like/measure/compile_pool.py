@@ -59,7 +59,7 @@ from .._compat import Config
 from .._log import DejavuConfigWarning, log, warn_once
 from ..codec import EncodingError, decode_config, encode_config
 from .isolation.settings import FORKSERVER_PRELOAD, IsolationError
-from .isolation.transfer import KernelRef, PackedFailure, exit_with_parent, pack_failure
+from .isolation.transfer import KernelRef, PackedFailure, exit_with_process, pack_failure
 from .launch import LaunchContext, one_line_reason, prepare_launcher
 from .recipe import KernelRecipe
 
@@ -160,8 +160,8 @@ def _lower_priority() -> None:
         log.debug("compile worker: could not lower its priority: %s", exc)
 
 
-def _init_worker(env: dict[str, str], device: int) -> None:
-    exit_with_parent()  # the fork server, which ends with the tuning process
+def _init_worker(env: dict[str, str], device: int, owner: int) -> None:
+    exit_with_process(owner)  # the tuning process (the worker's parent is the fork server)
     os.environ.clear()  # the fork server keeps the environment it was started with
     os.environ.update(env)
     _lower_priority()
@@ -176,9 +176,9 @@ def _init_worker(env: dict[str, str], device: int) -> None:
         _compat.stop_compiles_over_shared_memory(answers)
 
 
-def _init_forked(answers: _compat.DriverAnswers) -> None:
+def _init_forked(answers: _compat.DriverAnswers, owner: int) -> None:
     global _answers
-    exit_with_parent()
+    exit_with_process(owner)
     _answers = answers
     _compat.detach_driver(answers)
     _compat.stop_compiles_over_shared_memory(answers)
@@ -275,11 +275,11 @@ class CompilePool:
             )
             self._warming.start()
             self._answers = answers or _compat.DriverAnswers.of_current_device()
-            initializer, initargs = _init_forked, (self._answers,)
+            initializer, initargs = _init_forked, (self._answers, os.getpid())
         else:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(FORKSERVER_PRELOAD)
-            initializer, initargs = _init_worker, (dict(os.environ), device)  # type: ignore[assignment]
+            initializer, initargs = _init_worker, (dict(os.environ), device, os.getpid())  # type: ignore[assignment]
         self._executor = cf.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
         )

@@ -359,7 +359,7 @@ class _Worker:
         inherited = self.conn if method == "fork" else None  # the child closes its copy of our end
         self.process = context.Process(
             target=worker_main,
-            args=(child_conn, inherited, bootstrap),
+            args=(child_conn, inherited, bootstrap, os.getpid()),
             name="triton-dejavu-like-worker",
             daemon=True,
         )

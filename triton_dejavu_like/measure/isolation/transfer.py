@@ -10,6 +10,7 @@ import importlib
 import inspect
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
@@ -175,26 +176,44 @@ def die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-#: :func:`exit_with_parent`'s worker checks this often whether its parent is still there.
+#: Where the kernel cannot say when a process ends (no pidfd), :func:`exit_with_process`'s worker
+#: checks this often whether the tuning process is still there.
 PARENT_CHECK_S = 0.25
 
 
-def exit_with_parent() -> None:
-    """Exit this worker soon after the process that started it is gone, for workers that outlive
-    the thread that forked them (compile workers: any thread that tunes may start the pool, so
-    :func:`die_with_parent` could kill them while their process lives on). A process that is killed,
-    or leaves with ``os._exit``, shuts nothing down: its workers would live on, holding what they
-    inherited (its stdout pipe among them, so that whoever reads it never sees the end), and a task
-    queue cannot tell (every worker holds its writing end too). So a thread watches for the worker
-    being handed to another parent."""
-    parent = os.getppid()
+def exit_with_process(pid: int) -> None:
+    """Exit this worker soon after the tuning process ``pid`` ends, however it ends. A process that
+    is killed, or leaves with ``os._exit``, shuts nothing down: its workers would live on, holding
+    what they inherited (its stdout pipe among them, so that whoever reads it never sees the end),
+    and a task queue cannot tell (every worker holds its writing end too). A worker's parent is not
+    always that process: a fork server's children hold the server's own pipe, so the server outlives
+    the tuning process while one of them is busy (a candidate that hangs), and ``PR_SET_PDEATHSIG``
+    never fires. So a thread waits for the tuning process itself to end: on a pidfd (Linux 5.3+;
+    readable once it has ended, also before it is reaped), else by polling."""
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_CHECK_S)
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # no pidfd here, or the process is gone already
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while _running(pid):
+                time.sleep(PARENT_CHECK_S)
         os._exit(0)
 
-    threading.Thread(target=watch, name="worker-parent-watch", daemon=True).start()
+    threading.Thread(target=watch, name="worker-owner-watch", daemon=True).start()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process has the pid now: ours is gone
+        return False
+    return True
 
 
 #: The most bytes a worker sends to rebuild one exception (a compile error carries the kernel's

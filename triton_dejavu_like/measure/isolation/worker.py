@@ -22,7 +22,7 @@ from ..numerics import CheckedEvaluator
 from ..recipe import KernelRecipe
 from ._cuda import cuda_context_error, synchronize
 from .settings import Description, IsolationError
-from .transfer import KernelRef, die_with_parent, pack_failure, private_copies
+from .transfer import KernelRef, die_with_parent, exit_with_process, pack_failure, private_copies
 
 # --- the worker's side --------------------------------------------------------------------------------
 
@@ -147,11 +147,13 @@ class _Session:
             return ("error", pack_failure(exc), self.context_error)
 
 
-def worker_main(conn: Connection, inherited: Connection | None, bootstrap: Any) -> None:
+def worker_main(conn: Connection, inherited: Connection | None, bootstrap: Any, owner: int) -> None:
+    """A worker's loop; ``owner``: the pid of the tuning process, whose end ends the worker."""
     if inherited is not None:
         inherited.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills its workers
     die_with_parent()
+    exit_with_process(owner)  # a fork server's child outlives the tuning process without this
     relay_warnings(functools.partial(_send_warning, conn))
     try:
         session = bootstrap.open(conn)
