@@ -126,9 +126,16 @@ def reference_double(x_ptr, out_ptr, n):
 
 def test_a_reference_function_catches_a_wrong_first_candidate(tmp_path):
     wrong_first = [triton.Config({"BLOCK": b, "TILE": t}) for b, t in [(96, 64), (32, 16), (64, 32)]]
+
+    def writes_and_returns(x_ptr, out_ptr, n):  # the argument itself: each candidate overwrites it
+        out_ptr.copy_(2 * x_ptr)
+        return {"out_ptr": out_ptr}
+
     for name, reference in (
         ("writes", reference_double),
         ("returns", lambda x_ptr, out_ptr, n: {"out_ptr": 2 * x_ptr}),
+        ("writes_and_returns", writes_and_returns),  # every candidate matched itself, the wrong one too
+        ("returns_a_view", lambda x_ptr, out_ptr, n: {"out_ptr": out_ptr.copy_(2 * x_ptr)[:]}),
     ):
         tuner = tiled_tuner(configs=wrong_first, reference_fn=reference, custom_data_storage=tmp_path / name)
         x, out = run_tiled(tuner)
@@ -206,6 +213,24 @@ def test_a_failing_reference_function_fails_tuning_with_its_error():
     tuner = tiled_tuner(reference_fn=broken_reference)
     with pytest.raises(KeyError, match="no reference today"):
         run_tiled(tuner)
+
+
+@pytest.mark.parametrize(
+    ("reference", "error", "said"),
+    [
+        (lambda x_ptr, out_ptr, n: {"out_ptr": torch.zeros(2, 5)}, ValueError, "of shape \\(2, 5\\)"),
+        (lambda x_ptr, out_ptr, n: {"nope": 2 * x_ptr}, TypeError, "the keys must name tensor arguments"),
+        (lambda x_ptr, out_ptr, n: [2 * x_ptr], TypeError, "must return None or a mapping"),
+    ],
+    ids=["shape", "key", "kind"],
+)
+def test_what_reference_function_returns_wrongly_ends_tuning_naming_it(reference, error, said):
+    """Its own error, which every candidate meets alike: it was each candidate's failure ("all 3
+    candidate configs failed: NumericalMismatch"), stopped_by None."""
+    tuner = tiled_tuner(reference_fn=reference)
+    with pytest.raises(error, match=said) as info:
+        run_tiled(tuner)
+    assert isinstance(info.value, tdl.AutotuningError) and info.value.stopped_by == "reference_fn"
 
 
 # --- where the reference starts, and which candidate may be it --------------------------------------

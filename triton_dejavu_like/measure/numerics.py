@@ -36,7 +36,7 @@ from .._compat import Config
 from .._log import DejavuConfigWarning, warn_once
 from ..store.identity import callable_name
 from .evaluate import Evaluator
-from .launch import Failure, LaunchRecord, make_kernel_call, stops_tuning, user_call
+from .launch import Failure, LaunchRecord, TuningStopped, make_kernel_call, stops_tuning, user_call
 
 log = logging.getLogger(__name__)
 
@@ -471,19 +471,36 @@ class CheckedEvaluator(Evaluator):
             expected = {}
             for name, value in result.items():
                 target = self._tensors.tensors.get(name)
+                # the reference's own errors end tuning: every candidate would fail alike
                 if target is None or not isinstance(value, torch.Tensor):
-                    raise TypeError(
-                        f"reference_fn returned {name!r}: the keys must name tensor arguments and the "
-                        "values be tensors"
+                    raise TuningStopped(
+                        "reference_fn",
+                        TypeError(
+                            f"reference_fn returned {name!r}: the keys must name tensor arguments and "
+                            "the values be tensors"
+                        ),
                     )
-                expected[name] = value.detach().to(device=target.device, dtype=target.dtype)
+                if value.shape != target.shape:
+                    raise TuningStopped(
+                        "reference_fn",
+                        ValueError(
+                            f"reference_fn returned {name!r} of shape {tuple(value.shape)}, the argument "
+                            f"has shape {tuple(target.shape)}"
+                        ),
+                    )
+                # a copy: the tensor returned may be the argument it wrote (or a view of it), which
+                # each candidate's launch overwrites, so that each would match itself
+                expected[name] = value.detach().to(device=target.device, dtype=target.dtype, copy=True)
             if self._outputs is None:
                 self._outputs = tuple(expected)
             expected = {n: expected[n] for n in self._outputs if n in expected}
         else:
-            raise TypeError(
-                f"reference_fn must return None or a mapping of argument names to tensors, "
-                f"not {type(result).__name__}"
+            raise TuningStopped(
+                "reference_fn",
+                TypeError(
+                    f"reference_fn must return None or a mapping of argument names to tensors, "
+                    f"not {type(result).__name__}"
+                ),
             )
         self._tensors.restore()
         return expected
