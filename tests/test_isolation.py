@@ -266,6 +266,27 @@ def test_environment_turns_isolation_on_and_sets_the_timeout(tmp_path, monkeypat
         assert IsolationSettings().timeout() == 120.0  # the default, with one warning naming the variable
 
 
+@pytest.mark.parametrize("timeout", [float("inf"), 1e7])
+def test_a_timeout_without_end_tunes_as_no_timeout(timeout):
+    """isolation_timeout_s=float("inf") (what the variable's warning offers as "no timeout") or above
+    about 2e6 s made the wait raise OverflowError, taken for every candidate's failure."""
+    bench = FakeBench({16: 2.0, 32: 1.0})
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=[triton.Config({"BLOCK": b}) for b in (16, 32)],
+        do_bench=bench,
+        pre_hook=observe_block(bench),
+        use_isolated_process=True,
+        isolation_timeout_s=timeout,
+        isolation_start_method="fork",
+    )(add_kernel)
+    x = torch.arange(100, dtype=torch.float32)
+    out = torch.zeros(100)
+    tuner[grid(100)](x, torch.ones(100), out, 100)
+    assert tuner.last_decision == "tuned" and tuner.best_config.kwargs == {"BLOCK": 32}
+    assert torch.equal(out, x + 1)
+
+
 def test_every_candidate_crashing_is_a_clear_error():
     configs = [triton.Config({"BLOCK": b}, pre_hook=exit_3) for b in (16, 32, 64)]
     tuner = tdl.autotune(key=["n"], configs=configs, use_isolated_process=True)(add_kernel)

@@ -377,6 +377,7 @@ class _Worker:
         """The next message from the worker; raises if it dies or gives none within ``timeout_s``.
 
         Warnings the worker sends on the way are issued here, where the user sees them."""
+        timeout_s = _env.seconds(timeout_s)  # a timeout times the requests' candidates may overflow the wait
         deadline = time.monotonic() + timeout_s
         while True:
             ready = wait([self.conn, self.process.sentinel], max(0.0, deadline - time.monotonic()))

@@ -75,7 +75,7 @@ class IsolationSettings:
     def timeout(self) -> float:
         """``isolation_timeout_s``, else ``TRITON_DEJAVU_ISOLATION_TIMEOUT``, else the default."""
         if self.timeout_s is not None:
-            return float(self.timeout_s)
+            return _env.seconds(self.timeout_s)  # inf and huge values: no timeout, as the variable's
         configured = _env.isolation_timeout_s()
         return configured if configured is not None else DEFAULT_TIMEOUT_S
 
