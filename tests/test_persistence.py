@@ -278,6 +278,36 @@ def kern(x_ptr, n, BLOCK: tl.constexpr):
 """
 
 
+DECORATED_MODULE = """
+import triton
+import triton.language as tl
+import triton_dejavu_like as tdl
+
+ISOLATE = {isolate}
+TIMEOUT = {timeout}
+
+
+@tdl.autotune(key=["n"], configs=[triton.Config({{"BLOCK": 16}})], use_isolated_process=ISOLATE,
+              isolation_timeout_s=TIMEOUT)
+@triton.jit
+def kern(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 1)
+"""
+
+
+def test_values_the_decorators_read_are_not_code(tmp_path):
+    """A module-level flag passed to the decorator (isolation on or off, a timeout) was hashed as if
+    the kernel read it: each setting tuned again, where isolation is not part of the identity."""
+    from triton_dejavu_like.store.identity import code_version
+
+    def version(name, isolate, timeout):
+        source = DECORATED_MODULE.format(isolate=isolate, timeout=timeout)
+        return code_version(load_module(tmp_path / f"{name}.py", source).kern)
+
+    assert version("off", False, 30.0) == version("on", True, 30.0) == version("longer", False, 60.0)
+
+
 def test_code_version_covers_a_jit_function_held_by_a_constexpr_global(tmp_path):
     from triton_dejavu_like.store.identity import code_version
 

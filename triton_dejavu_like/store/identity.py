@@ -158,6 +158,9 @@ def _function_node(obj: Any, fn: Any) -> ast.AST:
             first = body[0].value if body and isinstance(body[0], ast.Expr) else None
             if isinstance(first, ast.Constant) and isinstance(first.value, str) and len(body) > 1:
                 node.body = body[1:]  # the docstring is not code
+            # neither are the decorators: the values their arguments read (a flag for
+            # use_isolated_process, a timeout) are the tuner's settings, hashed as such or not at all
+            node.decorator_list = []
             return node  # type: ignore[return-value]
     raise ValueError(f"cannot find the source of {fn.__qualname__}")
 
