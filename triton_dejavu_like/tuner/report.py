@@ -21,7 +21,8 @@ from .tuning import Outcome
 class Decision:
     """What one miss decided: the kernel, its tuning key, and where the config came from.
 
-    ``source``: "tuned", "restored", "heuristic" or "single" (pruning left one config);
+    ``source``: "tuned", "restored", "heuristic", "nearest" or "default" (tuning off), or "single"
+    (pruning left one config);
     ``where``: the store that holds the kernel's results (a cache file path, or "memory").
     """
 
