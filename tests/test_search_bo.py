@@ -697,3 +697,36 @@ def test_third_party_warnings_are_logged_but_ours_raised_meanwhile_still_show(ca
         warnings.warn("ours", DejavuTuningWarning, stacklevel=1)
     assert [str(w.message) for w in shown] == ["ours"]
     assert "theirs" in caplog.text
+
+
+def test_overlapping_quiet_blocks_of_two_threads_restore_the_filters_in_force_before():
+    """Two BO runs in two threads each entered and left their own catch_warnings: one's exit put back
+    the other's recording hook and its "always" filter, so the process showed no warning again."""
+    import threading
+    import warnings
+
+    from triton_dejavu_like.search._global_state import quiet_third_party
+
+    filters, show = list(warnings.filters), warnings.showwarning
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with quiet_third_party():
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(10)
+        with quiet_third_party():
+            second_in.set()
+            first_out.wait(10)  # the first block ends while this one is still inside
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert list(warnings.filters) == filters and warnings.showwarning is show
+    with pytest.warns(UserWarning, match="still shown"):
+        warnings.warn("still shown", UserWarning, stacklevel=1)

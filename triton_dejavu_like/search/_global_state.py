@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from .._log import DejavuWarning
 
@@ -91,14 +92,37 @@ def quiet_third_party() -> Iterator[None]:
     a warning of this package's own (a :class:`DejavuWarning`, e.g. from another thread meanwhile)
     is shown after the block instead of being logged.
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    global _quiet_depth, _quiet_state
+    with _quiet_lock:  # one catch_warnings for every thread inside: the first enters it, the last leaves
+        if _quiet_depth == 0:
+            context = warnings.catch_warnings(record=True)
+            _quiet_state = (context, context.__enter__())
+            warnings.simplefilter("always")
+        _quiet_depth += 1
+    try:
         yield
-    for item in caught:
-        if issubclass(item.category, DejavuWarning):
-            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-        else:
-            log.debug("suppressed %s: %s", item.category.__name__, item.message)
+    finally:
+        caught: list[warnings.WarningMessage] = []
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0 and _quiet_state is not None:
+                context, records = _quiet_state
+                _quiet_state = None
+                context.__exit__(None, None, None)
+                caught = list(records or ())
+        for item in caught:
+            if issubclass(item.category, DejavuWarning):
+                warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+            else:
+                log.debug("suppressed %s: %s", item.category.__name__, item.message)
+
+
+#: :func:`quiet_third_party`'s blocks in progress (in any thread), and the one ``catch_warnings`` they
+#: share: overlapping blocks of two threads, each with its own, restored each other's filters on exit
+#: (two BO runs at once left the process recording every warning and showing none).
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_quiet_state: tuple[Any, list[warnings.WarningMessage] | None] | None = None
 
 
 @contextlib.contextmanager
@@ -112,9 +136,9 @@ def import_in_background(name: str) -> cf.Future[ModuleType]:
     """Import module ``name`` (a heavy third-party stack) in a thread, under :func:`isolated`; the
     future holds the module or the import's exception.
 
-    The warnings configuration is process-wide: until the future is done, no other thread may enter
-    ``warnings.catch_warnings`` (their exits would restore each other's filters); a warning of this
-    package raised meanwhile by another thread is shown when the import ends.
+    The warnings configuration is process-wide: other threads' :func:`quiet_third_party` blocks share
+    its ``catch_warnings`` (the last to leave restores the filters); a warning of this package
+    raised meanwhile by another thread is shown when the last block ends.
     """
     future: cf.Future[ModuleType] = cf.Future()
 
