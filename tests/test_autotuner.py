@@ -259,6 +259,36 @@ def test_reset_to_zero_and_restore_value_protect_in_place_kernels():
     assert torch.equal(zeroed, torch.ones(64)), "reset before the real launch"
 
 
+def test_a_shallow_copy_restores_its_own_tensors_while_the_original_launches():
+    """copy.copy kept restore_value's hooks bound to the original, so the copy's launches kept their
+    copies in the original's restore_copies: the original's launch in between (another thread) made
+    the copy restore the other call's tensor into its own."""
+    import copy
+
+    tuner = tdl.autotune(
+        key=["n"], configs=block_configs((16, 32)), restore_value=["acc_ptr"], do_bench=FakeBench()
+    )(accumulate_kernel)
+    clone = copy.copy(tuner)
+    others = torch.full((64,), 1000.0)
+
+    def grid_meanwhile(meta):  # runs inside each launch, between its pre_hook and post_hook
+        tuner.pre_hook({"acc_ptr": others})  # the original's launch in another thread
+        return (triton.cdiv(64, meta["BLOCK"]),)
+
+    acc, x = torch.full((64,), 5.0), torch.ones(64)
+    clone[grid_meanwhile](acc, x, 64)
+    assert torch.equal(acc, torch.full((64,), 6.0)), "restored from its own copy"
+
+
+def test_a_copy_takes_a_snapshot_of_the_launch_table():
+    """deepcopy walked the live launch table, which another thread deciding a key adds to: "dictionary
+    changed size during iteration" (9-14 times in 40,000 copies beside a launching thread)."""
+    tuner = tuned_add(FakeBench())
+    run_add(tuner)
+    state = tuner.__getstate__()
+    assert state["_launch"] == tuner._launch and state["_launch"] is not tuner._launch
+
+
 def test_user_hooks_see_every_benchmark_and_the_exception_argument():
     events = []
 

@@ -155,12 +155,23 @@ class Autotuner(
         state = self.__dict__.copy()
         state["_lock"] = None
         state["_state"] = None
+        # a snapshot (one C-level copy): another thread deciding a key meanwhile adds to the table,
+        # and deepcopy walking the live dict raised "dictionary changed size during iteration"
+        state["_launch"] = self._launch.copy()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
         self._launch = dict(self._launch)
+        # the hooks of reset_to_zero / restore_value are this tuner's methods: bound to the original,
+        # a shallow copy's launches kept their restore_value copies in the original (two threads
+        # tuning both restored each other's tensors)
+        for name, default in (("pre_hook", "_default_pre_hook"), ("post_hook", "_default_post_hook")):
+            hook = getattr(self, name, None)
+            if getattr(hook, "__func__", None) is getattr(type(self), default) and hook.__self__ is not self:
+                setattr(self, name, getattr(self, default))
+        self.restore_copies = {}
         self._listen_again()
 
     def _platform(self) -> Platform:
