@@ -132,23 +132,28 @@ class WorkerPool:
                 if w.process.poll() is None:
                     w.process.kill()
                     w.process.wait()
-            unmerged = []
-            try:  # also when interrupted: what the running cases stored so far is kept
-                for w in workers:
-                    problems = merging.merge_paths(self.target, w.root)
-                    self._add_problems(problems)
-                    if problems:
-                        unmerged.append(w.root)
-            finally:
-                if unmerged:  # kept for a merge by hand, once the target can be written
-                    roots = " ".join(str(r) for r in unmerged)
-                    self.errors.append(
-                        f"results not merged into {self.target} are kept in {roots}; merge them with "
-                        f"python -m triton_dejavu_like merge {roots} --root {self.target}"
-                    )
-                else:
-                    shutil.rmtree(tmp, ignore_errors=True)
+            self._merge_all(workers, tmp)  # also when interrupted: what the running cases stored is kept
         return results
+
+    def _merge_all(self, workers: Sequence[_Worker], tmp: Path) -> None:
+        """Merge each worker's whole root into the target, then remove them, unless one could not be
+        merged: then they are kept for a merge by hand (the error names them and the command)."""
+        unmerged = []
+        try:
+            for w in workers:
+                problems = merging.merge_paths(self.target, w.root)
+                self._add_problems(problems)
+                if problems:
+                    unmerged.append(w.root)
+        finally:
+            if unmerged:
+                roots = " ".join(str(r) for r in unmerged)
+                self.errors.append(
+                    f"results not merged into {self.target} are kept in {roots}; merge them with "
+                    f"python -m triton_dejavu_like merge {roots} --root {self.target}"
+                )
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def _add_problems(self, problems: Sequence[inventory.Problem]) -> None:
         """Each problem once: every case of a target that cannot be written meets the same one."""
