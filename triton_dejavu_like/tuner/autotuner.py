@@ -162,8 +162,7 @@ class Autotuner(
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.RLock()
-        self._launch = dict(self._launch)
+        self._lock = threading.RLock()  # the launch table is __getstate__'s snapshot: the copy's own
         # the hooks of reset_to_zero / restore_value are this tuner's methods: bound to the original,
         # a shallow copy's launches kept their restore_value copies in the original (two threads
         # tuning both restored each other's tensors)

@@ -209,9 +209,7 @@ def exit_with_process(pid: int) -> None:
 def _running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process has the pid now: ours is gone
+    except (ProcessLookupError, PermissionError):  # gone, or another user's process has its pid now
         return False
     return True
 

@@ -118,10 +118,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
             "or --quarantined"
         )
     root = existing_root(args)
-    if args.kernel is not None:
-        _check_kernel(root, args.kernel)
-    if keep and not args.force:
-        _check_keep_values(root, keep)
+    if args.kernel is not None or (keep and not args.force):
+        stored, _ = inventory.read_sources([root])  # read once for both checks (a file may be large)
+        if args.kernel is not None:
+            _check_kernel(root, stored, args.kernel)
+        if keep and not args.force:
+            _check_keep_values(stored, keep)
     report = inventory.prune(
         root,
         keep=keep,
@@ -177,18 +179,16 @@ def _removed_key_lines(gone: Sequence[StoredEntry]) -> list[str]:
     return lines
 
 
-def _check_kernel(root: Path, kernel: str) -> None:
+def _check_kernel(root: Path, files: Sequence[inventory.StoredFile], kernel: str) -> None:
     """Refuse a ``--kernel`` that names nothing stored (a typo would prune nothing and say so quietly)."""
-    files, _ = inventory.read_sources([root])
     stored = sorted({f.identity["kernel"] for f in files})
     if kernel not in stored and not inventory.aside_files(root, kernel):
         listed = ", ".join(stored) or "none"
         raise CliError(f"nothing stored for kernel {kernel!r} under {root} (stored kernels: {listed})")
 
 
-def _check_keep_values(root: Path, keep: dict[str, str]) -> None:
+def _check_keep_values(files: Sequence[inventory.StoredFile], keep: dict[str, str]) -> None:
     """Refuse a ``--keep-*`` value that no stored file has: it would remove everything (a typo)."""
-    files, _ = inventory.read_sources([root])
     for name, value in keep.items():
         stored = sorted({f.identity[name] for f in files})
         if stored and value not in stored:
