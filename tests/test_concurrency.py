@@ -6,6 +6,7 @@ tune a kernel through the interpreter in separate Python processes with an insta
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import triton
 from storage_helpers import (
     InstantBench,
     SerialLaunch,
@@ -201,3 +203,44 @@ def test_threads_tuning_one_kernel_tune_each_key_once_and_compute_correctly(tmp_
     assert {key[0] for key in tuner.cache} == set(sizes)
     entries = stored_entries(tuner.cache_path())
     assert {e["key"][0] for e in entries.values()} == set(sizes)
+
+
+@pytest.mark.parametrize("change", [".configs", ".cache"])
+def test_a_change_from_another_thread_while_a_decision_is_written_is_not_undone_by_it(tmp_path, change):
+    """``kernel.configs = [...]`` or ``kernel.cache.clear()`` in another thread at the moment a decision is
+    written: the decision, made over what was there before, lands before the change (which forgets
+    it) or not at all, so the next launch of that key is decided again."""
+    tuner = make_tuner(custom_data_storage=tmp_path)
+    launched: list[int] = []
+    pinned = triton.Config({"BLOCK": 64}, pre_hook=lambda nargs: launched.append(nargs["BLOCK"]))
+    if change == ".configs":
+        written, changer = (
+            "self._launch[lookup] = launch",
+            threading.Thread(target=setattr, args=(tuner, "configs", [pinned])),
+        )
+    else:
+        written, changer = "dict.__setitem__(self.cache", threading.Thread(target=tuner.cache.clear)
+    on_miss = type(tuner)._on_miss
+    source, first = inspect.getsourcelines(on_miss)
+    line = first + next(i for i, text in enumerate(source) if written in text)
+
+    def trace(frame, event, arg):
+        if frame.f_code is not on_miss.__code__:
+            return None
+        if event == "line" and frame.f_lineno == line and changer.ident is None:
+            changer.start()
+            changer.join(0.5)  # it waits until the decision is written, or is done before it is
+        return trace
+
+    sys.settrace(trace)
+    try:
+        launch(tuner, 50)
+    finally:
+        sys.settrace(None)
+    changer.join(10)
+    assert changer.ident is not None, "the decision was not written on the traced line"
+    if change == ".cache":
+        assert not tuner.cache, tuner.cache
+    else:
+        launch(tuner, 50)
+        assert launched == [64]

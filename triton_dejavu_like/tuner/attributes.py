@@ -6,6 +6,7 @@ path. A ``ConfigSpace`` is listed into ``.configs`` at first use, for the platfo
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -19,8 +20,9 @@ def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
     """A method of a :class:`_Watched` container that calls its listeners after changing it."""
 
     def change(self: _Watched, *args: Any, **kwargs: Any) -> Any:
-        result = method(self, *args, **kwargs)
-        self._changed()
+        with changes:
+            result = method(self, *args, **kwargs)
+            self._changed()
         return result
 
     change.__name__ = method.__name__
@@ -28,6 +30,11 @@ def _notifying(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _W = TypeVar("_W", bound="_Watched")
+
+#: Held while ``.configs`` or ``.cache`` is changed from outside (with the launch tables forgotten) and
+#: while a miss writes its decision, so that a decision made before a change never lands after it. A
+#: change and a write are rare and short; the hot path never takes it.
+changes = threading.RLock()
 
 
 def _notifies(*names: str) -> Callable[[type[_W]], type[_W]]:
@@ -129,8 +136,9 @@ class UpstreamAttributes:
     def configs(self, value: Sequence[Config] | None) -> None:
         """Upstream's attribute, also assigned after decoration (``kernel.configs = [config]`` pins a
         config): every key is decided again at its next launch."""
-        self._configs_list = self._watched_configs(value) if value is not None else None
-        self._configs_changed()
+        with changes:
+            self._configs_list = self._watched_configs(value) if value is not None else None
+            self._configs_changed()
 
     def _watched_configs(self, configs: Sequence[Config]) -> ConfigList:
         watched = ConfigList(configs)
@@ -157,18 +165,20 @@ class UpstreamAttributes:
 
     @cache.setter
     def cache(self, value: dict[tuple[Any, ...], Config]) -> None:
-        self._cache = DecidedKeys(value)
-        self._cache.listen(self._forget_launches)
-        self._forget_launches()
+        with changes:
+            self._cache = DecidedKeys(value)
+            self._cache.listen(self._forget_launches)
+            self._forget_launches()
 
     def _forget_launches(self) -> None:
         """Empty the hot path's table: each key's next launch looks at ``.cache`` and ``.configs``. A
         miss being decided meanwhile (in another thread) sees the generation change and keeps its
         decision out of the table and of ``.cache``: it was made over what was there before."""
-        self._generation = self.__dict__.get("_generation", 0) + 1
-        table = self.__dict__.get("_launch")
-        if table:
-            table.clear()
+        with changes:
+            self._generation = self.__dict__.get("_generation", 0) + 1
+            table = self.__dict__.get("_launch")
+            if table:
+                table.clear()
 
     @property
     def config_space(self) -> ConfigSpace | None:

@@ -22,7 +22,7 @@ from ..measure.bench import QUANTILES
 from ..store import Platform, detect_platform
 from ..store.identity import callable_name
 from .arguments import argument_names, check_configs, warn_ignored
-from .attributes import UpstreamAttributes
+from .attributes import UpstreamAttributes, changes
 from .config_space import ConfigSpace
 from .deciding import KeyDecision, ProcessState
 from .dejavu_extras import MetadataRecorder, post_hook_as_called
@@ -205,8 +205,9 @@ class Autotuner(
                 state = self._process_state()
                 outcome = self._decide(state, key, args, kwargs)
                 config = outcome.config
-                if choice and generation == self._generation:
-                    dict.__setitem__(self.cache, key.values, config)  # not a change from outside
+                with changes:  # a change from another thread lands wholly before or after this
+                    if choice and generation == self._generation:
+                        dict.__setitem__(self.cache, key.values, config)  # not a change from outside
                 self.last_decision = outcome.source
                 if outcome.source == "tuned":
                     self.configs_timings = state.benchmarker.as_answered(outcome.configs_timings)
@@ -220,8 +221,9 @@ class Autotuner(
                     where=state.store.where(key.id),
                 )
             launch = (config, self._launch_kwargs(config), config.pre_hook)
-            if generation == self._generation:  # else .configs or .cache changed meanwhile: decide again
-                self._launch[lookup] = launch
+            with changes:
+                if generation == self._generation:  # else .configs or .cache changed meanwhile: decide again
+                    self._launch[lookup] = launch
             if outcome is not None and outcome.after_error is not None:
                 raise outcome.after_error  # the winner is kept: the next call launches it
             return launch
