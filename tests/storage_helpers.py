@@ -275,3 +275,19 @@ class SerialLaunch:
     def run(self, *args: Any, **kwargs: Any) -> Any:
         with self._launch_lock:
             return self.fn.run(*args, **kwargs)
+
+
+def deny_search(monkeypatch, folder: Path) -> None:
+    """Make ``folder`` one this user cannot search (mode 0o600): what lies under it cannot be looked
+    up (as root, which searches any folder, ``os.stat`` of such a path fails as it would). Undo with
+    ``monkeypatch.undo()`` and ``folder.chmod(0o755)``."""
+    if AS_ROOT:
+        real_stat = os.stat
+
+        def guarded(path, *args, **kwargs):
+            if str(Path(path).absolute()).startswith(str(folder) + os.sep):
+                raise PermissionError(13, os.strerror(13), str(path))
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", guarded)
+    folder.chmod(0o600)

@@ -592,6 +592,24 @@ def test_foreign_winners_come_from_sibling_files_read_as_data(tmp_path, monkeypa
     assert not Path("pwned").exists()
 
 
+def test_a_sibling_cache_file_that_is_a_symlink_loop_is_passed_over(tmp_path, monkeypatch):
+    """A botched ``ln -sf`` left another tag's cache.json pointing at itself: a search that looks for
+    the winners of other platforms and tags still tunes, from the other files."""
+    from triton_dejavu_like.store.layout import relative_dir as identity_relative_dir
+
+    root = Path(os.environ["TRITON_DEJAVU_STORAGE"])
+    bench = FakeBench({16: 1.0, 32: 2.0, 64: 3.0, 128: 4.0})
+    tuner = tuned_add(bench, use_random_search=True)
+    run_add(tuner, n=10)
+    identity = json.loads(tuner.cache_path().read_text())["identity"]
+    loop = root / identity_relative_dir(dict(identity, tag="other")) / "cache.json"
+    loop.parent.mkdir(parents=True)
+    loop.symlink_to("cache.json")
+    fresh = tuned_add(FakeBench(), use_random_search=True)
+    run_add(fresh, n=20)
+    assert fresh.last_decision == "tuned"
+
+
 # --- on a GPU (run there with: python -m pytest -m gpu tests/test_search_bo.py) -------------------
 
 GPU_SCRIPT = """

@@ -181,6 +181,36 @@ def test_a_stale_lease_is_taken_over_at_once(tmp_path, holder):
     assert not path.exists()
 
 
+@pytest.mark.parametrize("kind", ["another user's", "a folder"])
+def test_an_old_lease_that_cannot_be_read_is_taken_over(tmp_path, monkeypatch, kind):
+    """A lease left by another user's killed process (mode 600 under umask 077), or a folder where a
+    lease goes: judged by its age, as one that cannot be parsed; the launch does not raise."""
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    path = lease_of(tuner, 52)
+    write_lease(path, host=socket.gethostname(), pid=LIVE_PID, age_s=0.0)
+    if kind == "a folder":
+        path.unlink()
+        path.mkdir()
+    elif AS_ROOT:  # root reads mode-600 files of any owner: refuse reading this one (also renamed)
+        real_open = os.open
+
+        def guarded(name, flags, *args, **kwargs):  # the old one: its heartbeat is an hour old
+            if not flags & os.O_CREAT and os.path.exists(name) and os.stat(name).st_mtime < time.time() - 60:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(name))
+            return real_open(name, flags, *args, **kwargs)
+
+        monkeypatch.setattr(os, "open", guarded)
+    else:
+        path.chmod(0)
+    os.utime(path, (time.time() - 3600, time.time() - 3600))  # no heartbeat for an hour
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuTuningWarning)  # no waiting
+        launch(tuner, 52)
+    assert tuner.last_decision == "tuned" and bench.calls == 3
+    assert not path.exists()  # moved aside as stale
+
+
 def test_a_lease_naming_this_process_is_stale_unless_this_process_holds_it(tmp_path):
     """A restarted container's process often gets the pid its predecessor had (1, for one): a lease
     naming this pid that this process does not hold was left by that predecessor, and is taken over

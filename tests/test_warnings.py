@@ -25,11 +25,13 @@ from storage_helpers import (
     aside_files,
     cache_file,
     deny_opens,
+    deny_search,
     double_kernel,
     entries_for,
     launch,
     make_entry,
     make_tuner,
+    stored_entries,
     write_document,
 )
 
@@ -562,3 +564,24 @@ def test_a_warning_names_the_users_line(monkeypatch):
     assert places[0] == (__file__, decorated)
     assert Path(places[1][0]).name == "storage_helpers.py"  # launch(): the line that launches
     assert "tuner[" in linecache.getline(*places[1])
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_cache_file_under_a_folder_this_user_cannot_search(tmp_path, monkeypatch, read_only):
+    """Another user's folder (mode 700) on a shared root, on the way to this kernel's cache file: a
+    launch warns once and decides the key (results stay in memory), it does not raise."""
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        launch(make_tuner(custom_data_storage=tmp_path), 40)  # another process stored key 40
+    private = tuner.cache_path().parent
+    deny_search(monkeypatch, private)
+    try:
+        with tdl.tuning(not read_only), pytest.warns(DejavuStorageWarning, match="cannot read tuning cache"):
+            launch(tuner, 40)
+    finally:
+        monkeypatch.undo()
+        private.chmod(0o755)
+    assert tuner.last_decision == ("tuned" if not read_only else "default")
+    assert len(stored_entries(tuner.cache_path())) == 1  # the other process's entry, untouched

@@ -53,6 +53,9 @@ SCHEMA_VERSION = 1
 #: A cache file over this size is not read (moved aside): a result file is a few kB per key.
 MAX_FILE_BYTES = 64 * 1024 * 1024
 LOCK_TIMEOUT_S = 120.0
+#: What a lookup of the file fails with when there is no file to read (as ``Path.exists`` takes them;
+#: a symlink loop in the file's place is replaced by the next write)
+_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF)
 
 EntryMap = dict[str, StoredEntry]
 
@@ -514,7 +517,13 @@ class CacheFile:
         ``repair=False`` never writes (no lock file, no directory, nothing moved aside): problems
         are only reported. Read-only mode and read-only layers load this way.
         """
-        if not self.path.exists():
+        try:
+            os.stat(self.path)
+        except OSError as exc:
+            if exc.errno in _MISSING:
+                return {}
+            # a folder on the way that this user cannot search
+            self._refuse("cannot read tuning cache %s (%s); it is neither used nor overwritten", exc)
             return {}
         try:  # the common case, a valid file of ours, needs no lock: writers replace files atomically
             doc = self._read_parsed()

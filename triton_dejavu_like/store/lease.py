@@ -110,9 +110,15 @@ def read_lease(path: Path) -> LeaseInfo | None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        raw = handle.read(MAX_LEASE_BYTES)
+    except OSError:  # another user's lease (mode 600), a folder of that name
+        return _unreadable(path)
+    try:
+        info = os.fstat(fd)
+        raw = os.read(fd, MAX_LEASE_BYTES)  # a lease is one small write
+    except OSError:
+        return _unreadable(path)
+    finally:
+        os.close(fd)
     try:
         data = json.loads(raw.decode("utf-8"))
         host, pid, started, token = data["host"], data["pid"], data["started"], data["token"]
@@ -129,6 +135,16 @@ def read_lease(path: Path) -> LeaseInfo | None:
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
         return LeaseInfo("?", -1, info.st_mtime, "", info.st_mtime)
     return LeaseInfo(host, pid, float(started), token, info.st_mtime, namespace)
+
+
+def _unreadable(path: Path) -> LeaseInfo | None:
+    """A lease that exists but cannot be read: judged by its age only (host '?'), as one that cannot be
+    parsed; None if it is gone meanwhile."""
+    try:
+        mtime = os.lstat(path).st_mtime
+    except OSError:
+        return None
+    return LeaseInfo("?", -1, mtime, "", mtime)
 
 
 def is_stale(info: LeaseInfo, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> bool:

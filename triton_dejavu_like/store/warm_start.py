@@ -10,6 +10,7 @@ files are read with the cache file reader (size-bounded, validated); nothing in 
 from __future__ import annotations
 
 import glob
+import os
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
@@ -31,9 +32,12 @@ VARYING = (*PLATFORM_FIELDS, "autotune_config", "tag")
 def sibling_cache_files(root: Path, identity: Mapping[str, Any], own: Path | None = None) -> list[Path]:
     """Cache files under ``root`` for the same kernel, code, configs and key on any platform; ``own``
     (this process's file) is left out."""
-    own_resolved = own.resolve() if own is not None else None
+    # os.path.realpath never raises (Path.resolve raises on a symlink loop before Python 3.13)
+    own_resolved = os.path.realpath(own) if own is not None else None
     found = sorted(Path(p) for p in glob.glob(sibling_pattern(root, identity, VARYING)))
-    return [p for p in found if own_resolved is None or p.resolve() != own_resolved][:MAX_FOREIGN_FILES]
+    return [p for p in found if own_resolved is None or os.path.realpath(p) != own_resolved][
+        :MAX_FOREIGN_FILES
+    ]
 
 
 def _winners(path: Path, parameters: Collection[str] | None) -> Iterator[str]:

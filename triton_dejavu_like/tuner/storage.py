@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,9 @@ class StorageIdentity:
             return MemoryStore(), None
         identity = ident.as_dict()
         root = self._root()
-        if not tuning_enabled() and root.exists() and not root.is_dir():  # tuning's write warns instead
+        # os.path never raises (Path.exists does on a root under a folder this user cannot search);
+        # when tuning, the write warns instead
+        if not tuning_enabled() and os.path.exists(root) and not os.path.isdir(root):
             warn_once(
                 DejavuStorageWarning,
                 f"root is not a folder:{root}",
