@@ -119,6 +119,16 @@ def test_an_empty_root_is_refused_not_taken_as_the_default(capsys, root, monkeyp
     assert sorted((p, p.read_bytes()) for p in root.rglob("*") if p.is_file()) == before
 
 
+@pytest.mark.parametrize("command", [["prune", "--older-than", "0d"], ["list"]], ids=lambda c: c[0])
+def test_a_root_list_with_an_empty_first_part_is_refused(capsys, root, command):
+    # `--root "$RW:$BASE"` with RW unset: BASE is a read-only layer, never the root acted on
+    before = sorted((p, p.read_bytes()) for p in root.rglob("*") if p.is_file())
+    assert run(*command, "--root", os.pathsep + str(root)) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "first part" in err, err
+    assert sorted((p, p.read_bytes()) for p in root.rglob("*") if p.is_file()) == before
+
+
 @pytest.mark.parametrize(
     "command",
     [["export", ""], ["merge", ""], ["diff", "{root}", ""], ["import-dejavu", " "]],

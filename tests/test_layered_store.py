@@ -16,7 +16,7 @@ import triton
 from kernels import FakeBench, run_add, tuned_add
 from serving_helpers import add_key, seed, tree
 
-from triton_dejavu_like import DejavuStorageWarning
+from triton_dejavu_like import DejavuConfigWarning, DejavuStorageWarning
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store.layered import StoreLayer, add_store, forget_stores, registered_stores
 from triton_dejavu_like.tools import cli
@@ -59,6 +59,25 @@ def test_layers_are_searched_in_order_and_never_written(roots):
     seed(again, rw, {add_key(128): 16})
     run_add(again, 128)
     assert again.best_config.kwargs["BLOCK"] == 16
+
+
+def test_an_empty_first_root_writes_the_user_cache_directory_never_the_layer(tmp_path, monkeypatch):
+    """``TRITON_DEJAVU_STORAGE="$RW:/shared/base"`` with ``RW`` unset: the layer stays read-only (it
+    had become the written root), the user cache directory is written, and a warning says so."""
+    layer = tmp_path / "base"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", os.pathsep + str(layer))
+    tuner = tuned_add(FakeBench())
+    seed(tuner, layer, {add_key(64): 32})
+    before = tree(layer)
+    with pytest.warns(DejavuConfigWarning, match="first part .* is empty"):
+        run_add(tuner, 64)
+    assert (tuner.last_decision, tuner.best_config.kwargs["BLOCK"]) == ("restored", 32)
+    run_add(tuner, 128)
+    assert tuner.last_decision == "tuned"
+    assert tree(layer) == before
+    assert tuner.cache_path().is_relative_to(tmp_path / "xdg" / "triton_dejavu_like")
+    assert key_id(add_key(128)) in json.loads(tuner.cache_path().read_text())["entries"]
 
 
 def test_cli_list_and_show_name_the_layer(roots, capsys):

@@ -271,10 +271,30 @@ def compile_start() -> str:
 
 def storage_roots() -> list[Path]:
     """``TRITON_DEJAVU_STORAGE`` split on ``os.pathsep``: the first root is written, the others are
-    read-only layers searched in order. Empty when unset. A relative path is taken relative to the
+    read-only layers searched in order (an empty first part: the user cache directory is written).
+    Empty when unset. A relative path is taken relative to the
     working directory at the time of the call (the first call of each kernel)."""
-    raw = os.environ.get(STORAGE, "")
-    return [Path(part).expanduser().absolute() for part in raw.split(os.pathsep) if part.strip()]
+    parts = [part.strip() for part in os.environ.get(STORAGE, "").split(os.pathsep)]
+    roots = [Path(part).expanduser().absolute() for part in parts if part]
+    if roots and not parts[0]:  # "$RW:/shared/base" with RW unset: never write into the layer
+        warn_once(
+            DejavuConfigWarning,
+            f"{STORAGE} first part empty",
+            "%s=%r: its first part (the written root) is empty; writing under the user cache directory "
+            "%s, and every root named is a read-only layer",
+            STORAGE,
+            os.environ.get(STORAGE, "")[:200],
+            user_cache_root(),
+        )
+        roots.insert(0, user_cache_root())
+    return roots
+
+
+def user_cache_root() -> Path:
+    """The default root: the user cache directory (platformdirs)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("triton_dejavu_like", appauthor=False))
 
 
 @contextlib.contextmanager

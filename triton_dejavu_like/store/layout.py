@@ -104,9 +104,7 @@ def default_root() -> Path:
     roots = _env.storage_roots()
     if roots:
         return roots[0]
-    import platformdirs
-
-    root = Path(platformdirs.user_cache_dir("triton_dejavu_like", appauthor=False))
+    root = _env.user_cache_root()
     if str(root) not in _announced:
         _announced.add(str(root))
         log.info("storing tuning results under %s (set %s to change)", root, _env.STORAGE)

@@ -17,9 +17,11 @@ def _storage_roots(args: argparse.Namespace) -> list[Path]:
     """Every root given with ``--root`` (repeated, or an ``os.pathsep`` list), in order; without
     ``--root``: the roots of ``$TRITON_DEJAVU_STORAGE``, else the default root. A ``--root`` that names
     no directory (``--root "$STORE"`` with ``STORE`` unset) is a mistake, never the default root."""
-    for value in args.root or ():
+    for i, value in enumerate(args.root or ()):
         if not any(part.strip() for part in value.split(os.pathsep)):
             raise UsageError(f"--root {value!r} names no directory")
+        if i == 0 and not value.split(os.pathsep)[0].strip():  # never promote a layer to the written root
+            raise UsageError(f"--root {value!r}: its first part, the written root, is empty")
     given = [part for value in args.root or () for part in value.split(os.pathsep) if part.strip()]
     if given:
         return [Path(part).expanduser() for part in given]
