@@ -361,6 +361,56 @@ def test_prune_entries_older_than_a_date(capsys, tmp_path):
     ]
 
 
+def newer_triton_file(root: Path, *, with_old: bool = True) -> tuple[Path, str]:
+    """A file tuned with a newer Triton whose configs carry a field this release does not know: an
+    entry this release cannot read (its key id is returned), and an old one (2020)."""
+    identity = {**IDENTITY, "triton": "3.99.0"}
+    unknown = make_entry((2,), tuned_at="2026-01-01T00:00:00+00:00")
+    unknown["config"]["future_field"] = 1
+    entries = {key_id((2,)): unknown}
+    if with_old:
+        entries[key_id((1,))] = make_entry((1,), tuned_at="2020-01-01T00:00:00+00:00")
+    path = cache_file(root, identity).path
+    write_document(path, identity, entries)
+    return path, key_id((2,))
+
+
+def test_prune_and_merge_keep_entries_this_release_cannot_read_as_they_are(capsys, tmp_path):
+    """A shared root also holds a newer Triton's file: pruning old entries (or merging into it) keeps
+    the entries whose configs this release cannot read in the file, unchanged, and says so; they had
+    been moved out of that valid file into cache.json.rejected-*."""
+    root = tmp_path / "root"
+    path, unknown = newer_triton_file(root)
+    raw = json.loads(path.read_text())["entries"][unknown]
+    out = run_json(capsys, "prune", "--root", str(root), "--older-than", "2021-01-01")
+    assert out["removed_entries"] == 1 and out["removed_files"] == []
+    assert out["unreadable_kept"] == {str(path): 1}
+    assert json.loads(path.read_text())["entries"] == {unknown: raw}
+    assert aside_files(path, storage.REJECTED_SUFFIX) == []
+    identity = json.loads(path.read_text())["identity"]
+    source = tmp_path / "other"
+    cache_file(source, identity).record(entries_for([(3,)]))
+    assert run("merge", str(source), "--root", str(root)) == 0
+    assert json.loads(path.read_text())["entries"][unknown] == raw
+    assert sorted(json.loads(path.read_text())["entries"]) == sorted([unknown, key_id((3,))])
+    assert aside_files(path, storage.REJECTED_SUFFIX) == []
+    assert run("prune", "--root", str(root), "--keep-triton", IDENTITY["triton"], "--force") == 0
+    assert not path.exists()  # removing the whole file, as asked, removes what it cannot read too
+
+
+@pytest.mark.parametrize("criterion", [["--older-than", "2030-01-01"], ["--keep-triton", "0.0", "--force"]])
+def test_prune_reports_a_file_removed_only_when_it_is(capsys, tmp_path, criterion):
+    """A file whose only entry this release cannot read: kept as it is by --older-than (and not
+    reported removed), removed by --keep-triton (its entry set aside, as any invalid entry); each had
+    been reported removed and left in place."""
+    root = tmp_path / "root"
+    path, _ = newer_triton_file(root, with_old=False)
+    whole = criterion[0] == "--keep-triton"
+    out = run_json(capsys, "prune", "--root", str(root), *criterion)
+    assert [Path(p) for p in out["removed_files"]] == ([path] if whole else [])
+    assert path.exists() is not whole
+
+
 def test_prune_keeps_the_newest_entries_of_each_file(capsys, tmp_path):
     """A file nearing the size limit of a readable file (a kernel keyed by token count): keep the
     entries tuned last, whatever their keys."""

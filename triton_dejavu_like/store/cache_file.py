@@ -13,7 +13,9 @@ Guarantees (each one is exercised by the test suite, see ``docs/storage.md``):
   is moved aside as ``cache.json.corrupt-*`` with one warning naming it. An entry that is invalid
   in an otherwise valid file (wrong types, non-finite timings, a config naming parameters the kernel
   lacks, any value that cannot be read) is moved to a ``cache.json.rejected-*`` file and the rest of
-  the file stays in use. Nothing is deleted, nothing read from a file is executed.
+  the file stays in use. A tool's rewrite (``prune``, ``merge``, an import) keeps such entries in the
+  file as they are instead: written for another Triton or by a newer release, they may be valid
+  there. Nothing is deleted, nothing read from a file is executed.
 - A file made for another identity, or by a newer schema, is neither used nor overwritten.
 - A change that would make the file larger than :data:`MAX_FILE_BYTES` is not written (readers would
   set the whole file aside): the stored file stays as it is, with one warning.
@@ -356,12 +358,18 @@ class CacheFile:
         root: Path | None = None,
         parameters: Collection[str] | None = None,
         lock_timeout: float = LOCK_TIMEOUT_S,
+        keep_unreadable: bool = False,
     ) -> None:
         self.path = Path(path)
         self.identity = dict(identity)
         self.root = Path(root) if root is not None else self.path.parent
         self.parameters = frozenset(parameters) if parameters is not None else None
         self.lock_timeout = lock_timeout
+        #: a tool's rewrite (prune, merge, an import): entries this release cannot read stay in the
+        #: file as they are (written by another Triton or a newer release, say), never set aside
+        self.keep_unreadable = keep_unreadable
+        #: the raw entries kept as they are at the last read under the lock (with ``keep_unreadable``)
+        self.unreadable: dict[str, Any] = {}
         self.writable = True
         #: why the last :meth:`update` wrote nothing although the file is ours (None: it wrote, or
         #: the reason was a warning about the file or its root)
@@ -379,10 +387,18 @@ class CacheFile:
         *,
         parameters: Collection[str] | None = None,
         lock_timeout: float = LOCK_TIMEOUT_S,
+        keep_unreadable: bool = False,
     ) -> CacheFile:
         """The cache file a kernel of this identity uses under ``root``."""
         path = cache_path(root, identity)
-        return cls(path, identity, root=root, parameters=parameters, lock_timeout=lock_timeout)
+        return cls(
+            path,
+            identity,
+            root=root,
+            parameters=parameters,
+            lock_timeout=lock_timeout,
+            keep_unreadable=keep_unreadable,
+        )
 
     @property
     def lock_path(self) -> Path:
@@ -413,8 +429,9 @@ class CacheFile:
     def _read_parsed(self, *, only: Collection[str] | None = None) -> Document:
         return self._parse(read_bounded(self.path), only=only)
 
-    def _dump(self, entries: EntryMap) -> bytes:
-        """The document of ``entries``, serializing only the entries not written last time."""
+    def _dump(self, entries: EntryMap, kept: Mapping[str, Any] | None = None) -> bytes:
+        """The document of ``entries`` and the raw entries ``kept`` as they are (a valid entry of the
+        same key wins), serializing only the entries not written last time."""
         texts: dict[str, tuple[StoredEntry, str]] = {}
         for kid in sorted(entries):
             entry = entries[kid]
@@ -423,8 +440,13 @@ class CacheFile:
                 texts[kid] = before
             else:
                 texts[kid] = (entry, entry_text(kid, entry))
-        self._texts = texts
-        return assemble_document(self.identity, [text for _, text in texts.values()])
+        self._texts = dict(texts)
+        every = {kid: text for kid, (_, text) in texts.items()}
+        for kid, raw in (kept or {}).items():
+            if kid not in every:  # NaN and infinities stay as they were read
+                body = json.dumps(raw, indent=1, sort_keys=True).replace("\n", "\n  ")
+                every[kid] = f"  {json.dumps(kid)}: {body}"
+        return assemble_document(self.identity, [every[kid] for kid in sorted(every)])
 
     def _read(self, *, exclusive: bool) -> Document | None:
         """The usable document at ``path``, or None (missing, unreadable, invalid, foreign, newer).
@@ -463,7 +485,9 @@ class CacheFile:
                 canonical_json(doc.identity)[:300],
             )
             return None
-        if doc.rejected:
+        if doc.rejected and self.keep_unreadable:
+            self.unreadable = {kid: raw for kid, (raw, _) in doc.rejected.items()}
+        elif doc.rejected:
             self._set_aside_rejected(doc, exclusive=exclusive)
         return doc
 
@@ -595,15 +619,16 @@ class CacheFile:
         try:
             with self._locked():
                 remove_orphan_temp_files(self.path)
+                self.unreadable = {}
                 doc = self._read(exclusive=True)
                 if not self.writable:
                     return False
                 current = dict(doc.entries) if doc else {}
                 new = change(dict(current))
-                if new == current:
-                    return True
-                if new:
-                    data = self._dump(new)
+                if new == current and (new or self.unreadable or doc is None):
+                    return True  # (a file left with no entry is removed)
+                if new or self.unreadable:
+                    data = self._dump(new, self.unreadable)
                     if len(data) > MAX_FILE_BYTES:  # every reader would set the whole file aside
                         self.refused = (
                             f"it would hold {len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit of a "

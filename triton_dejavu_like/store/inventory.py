@@ -306,10 +306,11 @@ def destination_entries(target: storage.CacheFile, writer: str, *, dry_run: bool
         warn_once(
             DejavuStorageWarning,
             str(target.path),
-            "tuning cache %s holds %d invalid entries: %s would move them aside",
+            "tuning cache %s holds %d invalid entries: %s would %s",
             target.path,
             len(doc.rejected),
             writer,
+            "keep them as they are" if target.keep_unreadable else "move them aside",
         )
     return dict(doc.entries)
 
@@ -349,7 +350,7 @@ def merge_into(
         raise ValueError(f"prefer must be one of {PREFERENCES}, not {prefer!r}")
     report = MergeReport()
     for group in group_by_identity(files).values():
-        target = storage.CacheFile.for_identity(root, group[0].identity)
+        target = storage.CacheFile.for_identity(root, group[0].identity, keep_unreadable=True)
         outcome = _merge_group(target, group, prefer, dry_run)
         if isinstance(outcome, str):
             report.problems.append(Problem(str(target.path), f"not merged: {outcome}"))
@@ -379,6 +380,8 @@ class PruneReport:
     removed_entries: int = 0
     kept_entries: int = 0
     removed_aside: list[str] = field(default_factory=list)
+    #: entries this release cannot read, kept as they are, by file
+    unreadable: dict[str, int] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -435,15 +438,22 @@ def prune(
         change = functools.partial(_pruned, drop_all=drop_all, older_than=older_than, keep_newest=keep_newest)
 
         remaining = change(dict(f.entries))
-        if not dry_run and remaining != f.entries:
-            target = storage.CacheFile(f.path or Path(f.source), f.identity, root=root)
+        # entries this release cannot read stay as they are (another Triton's or a newer release's),
+        # unless the whole file goes
+        kept_unreadable = {} if drop_all else f.rejected
+        if not dry_run and (remaining != f.entries or not (remaining or kept_unreadable)):
+            target = storage.CacheFile(
+                f.path or Path(f.source), f.identity, root=root, keep_unreadable=not drop_all
+            )
             if not target.update(change):  # nothing of it removed: counted as kept
                 report.problems.append(Problem(f.source, target.refused or "could not be rewritten"))
                 report.kept_entries += len(f.entries)
                 continue
         report.removed_entries += len(f.entries) - len(remaining)
         report.kept_entries += len(remaining)
-        if not remaining:
+        if kept_unreadable:
+            report.unreadable[f.source] = len(kept_unreadable)
+        if not remaining and not kept_unreadable:
             report.removed_files.append(f.source)
         elif len(remaining) < len(f.entries):
             report.rewritten.append((f.source, len(f.entries) - len(remaining)))

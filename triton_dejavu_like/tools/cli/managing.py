@@ -142,6 +142,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     for path, count in report.rewritten:
         lines.append(f"  {count} entries from {path}")
         lines += _removed_key_lines(report.removed_keys.get(path, []))
+    for path, count in report.unreadable.items():
+        lines.append(f"  kept as they are: {count} entries this release cannot read, in {path}")
     payload = {
         "root": str(root),
         "dry_run": args.dry_run,
@@ -157,6 +159,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             for path, gone in report.removed_keys.items()
         },
         "removed_aside": report.removed_aside,
+        "unreadable_kept": report.unreadable,
         "problems": problems_payload(report.problems),
     }
     emit(args, payload, lines)
