@@ -395,25 +395,42 @@ def test_storage_and_tag_variables(tmp_path, monkeypatch):
     assert str(path).startswith(str(tmp_path / "root")) and "deploy-a" in path.parts
 
 
-def _dejavu_tree(root, kernel="add_kernel"):
-    """A triton-dejavu 0.7 cache file of ``kernel`` under ``root``, at the path triton-dejavu writes."""
-    folder = root.joinpath(
-        "dejavu_0.7", "triton_3.2.0", "cuda_12.4", "gpu_NVIDIA_H100_80GB_HBM3", kernel, "autotune_config-1a",
-        "code_version-2b", "tune_features-3c", "kernel_configs-4d", "default",
-    )  # fmt: skip
-    folder.mkdir(parents=True)
+#: The folders triton-dejavu writes a kernel's cache file in, by release (``get_storage_identifier``
+#: and ``_get_folder_name`` of each); ``{kernel}`` is the kernel's folder.
+DEJAVU_TREES = {
+    "0.7": "dejavu_0.7/triton_3.2.0/cuda_12.4/gpu_NVIDIA_H100_80GB_HBM3/{kernel}/autotune_config-1a/"
+    "code_version-2b/tune_features-3c/kernel_configs-4d/default",
+    "0.7.0": "dejavu_0.7/cuda_12.4/triton_3.2.0/gpu_NVIDIA_H100_80GB_HBM3/{kernel}/autotune_config-1a/"
+    "code_version-2b/tune_features-3c/kernel_configs-4d/default",
+    "0.6": "dejavu_0.6/cuda_12.4/torch_2.5.1+cu124/triton_3.1.0/gpu_NVIDIA_H100_80GB_HBM3/{kernel}/"
+    "autotune_config-1a/code_version-2b/tune_features-3c/kernel_configs-4d/default",
+    "0.5.2": "dejavu_0.5/cuda_12.4/torch_2.4.0+cu121/triton_3.0.0/gpu_NVIDIA_H100_80GB_HBM3/{kernel}/"
+    "autotune_config-1a/kernel_configs-4d/code_version-2b/default",
+    "0.5.0": "dejavu_0.5/cuda_12.1/torch_2.3.0/triton_2.3.0/gpu_NVIDIA_A100/{kernel}-"
+    + "e" * 64
+    + "/default",
+}
+
+
+def _dejavu_tree(root, kernel="add_kernel", release="0.7", folder=None):
+    """A triton-dejavu cache file of ``kernel`` under ``root``, at the path that release writes."""
+    path = root / DEJAVU_TREES[release].format(kernel=folder or kernel)
+    path.mkdir(parents=True)
     key = "('100', 'torch.float32', 'torch.float32', 'torch.float32')"
     doc = {"signature": f"JITFunction(compat_helpers:{kernel})", "cache": {key: "BLOCK: 64, num_warps: 1"}}
-    (folder / "cache.json").write_text(json.dumps(doc))
+    (path / "cache.json").write_text(json.dumps(doc))
 
 
-def test_triton_dejavu_results_in_the_storage_root_are_named_with_the_import_command(tmp_path):
+@pytest.mark.parametrize("release", list(DEJAVU_TREES))
+def test_triton_dejavu_results_in_the_storage_root_are_named_with_the_import_command(tmp_path, release):
     """triton-dejavu's files under TRITON_DEJAVU_STORAGE are not read: without a word, a switching
     user's kernels were tuned again (or answered by the fallback in production). One warning per
-    kernel says so and gives the import-dejavu command; none once results of ours are stored."""
+    kernel says so and gives the import-dejavu command; none once results of ours are stored. Every
+    layout triton-dejavu has written (0.5 to 0.7) is found."""
     root = Path(os.environ["TRITON_DEJAVU_STORAGE"])
-    _dejavu_tree(root)
-    _dejavu_tree(root, kernel="other_kernel")
+    _dejavu_tree(root, release=release)
+    _dejavu_tree(root, kernel="other_kernel", release=release)
+    _dejavu_tree(root, kernel="my_add_kernel", release=release)  # a name that ends like it
     with pytest.warns(tdl.DejavuStorageWarning) as caught:
         _tune_once()
     texts = [str(w.message) for w in caught if issubclass(w.category, tdl.DejavuStorageWarning)]
@@ -425,6 +442,14 @@ def test_triton_dejavu_results_in_the_storage_root_are_named_with_the_import_com
         warnings.simplefilter("error", tdl.DejavuStorageWarning)
         tuner = _tune_once()  # a later process: its own result is restored, nothing to say
     assert tuner.last_decision == "restored"
+
+
+def test_the_triton_dejavu_files_of_a_kernel_made_in_a_function_are_found(tmp_path):
+    """triton-dejavu names the folder of a kernel defined in a function by its qualified name."""
+    root = Path(os.environ["TRITON_DEJAVU_STORAGE"])
+    _dejavu_tree(root, folder="make.<locals>.add_kernel")
+    with pytest.warns(tdl.DejavuStorageWarning, match="1 triton-dejavu cache file"):
+        _tune_once()
 
 
 def test_force_fallback_uses_fallback_heuristic(monkeypatch):

@@ -69,25 +69,37 @@ class Problem:
 
 def triton_dejavu_files(root: Path, kernel: str) -> list[Path]:
     """triton-dejavu's cache files of ``kernel`` under ``root``, which the tuner does not read
-    (``import-dejavu`` converts them): files at this layout's depth, outside this package's own
-    version level, holding triton-dejavu's document (a ``signature`` text and a ``cache`` object)."""
-    pattern, ours = layout.dejavu_level_pattern(root, kernel)
-    found: list[Path] = []
-    for name in sorted(glob.glob(pattern)):
-        path = Path(name)
-        if path.relative_to(root).parts[0] == ours:
-            continue
-        try:
-            doc = json.loads(storage.read_bounded(path))
-        except (OSError, ValueError, RecursionError):  # InvalidCacheFile and bad JSON are ValueErrors
-            continue
-        if (
-            isinstance(doc, dict)
-            and isinstance(doc.get("signature"), str)
-            and isinstance(doc.get("cache"), dict)
-        ):
-            found.append(path)
-    return found
+    (``import-dejavu`` converts them): files in one of triton-dejavu's layouts (0.5 to 0.7, see
+    :data:`~triton_dejavu_like.store.layout.DEJAVU_LAYOUTS`) outside this package's own version level,
+    holding triton-dejavu's document (a ``signature`` text and a ``cache`` object). The cost is a few
+    globs, each walking only folders named as triton-dejavu names its levels and this kernel."""
+    ours = layout.own_version_level()
+    try:
+        versions = sorted(p for p in Path(root).glob("dejavu_*") if p.name != ours and p.is_dir())
+    except OSError:
+        return []
+    found: set[Path] = set()
+    for version in versions:
+        for pattern in layout.dejavu_globs(version, kernel):
+            for name in glob.glob(pattern):
+                levels = layout.dejavu_levels(Path(name))
+                if (
+                    levels is not None
+                    and layout.dejavu_kernel(levels) == kernel
+                    and _is_dejavu_doc(Path(name))
+                ):
+                    found.add(Path(name))
+    return sorted(found)
+
+
+def _is_dejavu_doc(path: Path) -> bool:
+    try:
+        doc = json.loads(storage.read_bounded(path))
+    except (OSError, ValueError, RecursionError):  # InvalidCacheFile and bad JSON are ValueErrors
+        return False
+    return (
+        isinstance(doc, dict) and isinstance(doc.get("signature"), str) and isinstance(doc.get("cache"), dict)
+    )
 
 
 def is_archive(path: Path) -> bool:

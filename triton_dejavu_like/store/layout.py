@@ -12,6 +12,7 @@ value can leave the root. This module is the only one that knows the levels and 
 from __future__ import annotations
 
 import glob
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -86,12 +87,75 @@ def sibling_pattern(root: Path, identity: Mapping[str, Any], varying: tuple[str,
     return str(Path(glob.escape(str(root)), *parts, CACHE_FILE_NAME))
 
 
-def dejavu_level_pattern(root: Path, kernel: str) -> tuple[str, str]:
-    """A glob for every cache file of ``kernel`` under ``root`` at this layout's depth, whatever its
-    version level (triton-dejavu writes the same levels under ``dejavu_<its version>``), and the
-    version level of this package's own files."""
-    varying = tuple(name for name in IDENTITY_FIELDS if name != "kernel")
-    return sibling_pattern(root, {"kernel": kernel}, varying), component("dejavu", package_major_minor())
+#: triton-dejavu's folder layouts (its ``get_storage_identifier`` and ``_get_folder_name``), by the
+#: releases that wrote them: the levels from ``dejavu_<version>`` to the folder of ``cache.json``.
+#: 0.7.0 put the toolchain before the Triton version; 0.5.0-0.5.1 named the kernel's folder
+#: ``<kernel>-<sha256>``; up to 0.6 a ``torch_<version>`` level followed the toolchain.
+_DEJAVU_HASHES = ("autotune_config", "code_version", "tune_features", "kernel_configs")
+_DEJAVU_HASHES_0_5 = ("autotune_config", "kernel_configs", "code_version")
+DEJAVU_LAYOUTS: dict[str, tuple[str, ...]] = {
+    "0.7": ("dejavu", "triton", "toolchain", "gpu", "kernel", *_DEJAVU_HASHES, "tag"),
+    "0.7.0": ("dejavu", "toolchain", "triton", "gpu", "kernel", *_DEJAVU_HASHES, "tag"),
+    "0.6": ("dejavu", "toolchain", "torch", "triton", "gpu", "kernel", *_DEJAVU_HASHES, "tag"),
+    "0.5.2": ("dejavu", "toolchain", "torch", "triton", "gpu", "kernel", *_DEJAVU_HASHES_0_5, "tag"),
+    "0.5.0": ("dejavu", "toolchain", "torch", "triton", "gpu", "hashed_kernel", "tag"),
+}
+#: Each level's name as a regular expression, and as a glob (``{kernel}``: the kernel's name).
+_DEJAVU_LEVELS: dict[str, tuple[re.Pattern[str], str]] = {
+    name: (re.compile(rx, re.DOTALL), pattern)
+    for name, rx, pattern in (
+        ("dejavu", r"dejavu_\d+\.\d+(\.\d+)?", "dejavu_*"),
+        ("triton", r"triton_\d+\.\d+[\w.+-]*", "triton_*"),
+        ("toolchain", r"(cuda|rocm)_.+", "[cr][uo][dc][am]_*"),
+        ("torch", r"torch_.+", "torch_*"),
+        ("gpu", r"gpu_.+", "gpu_*"),
+        ("kernel", r".+", "*{kernel}"),  # a kernel made in a function: make.<locals>.kernel
+        ("hashed_kernel", r".+-[0-9a-f]{64}", "*{kernel}-*"),
+        *((name, rf"{name}-.+", f"{name}-*") for name in _DEJAVU_HASHES),
+        ("tag", r".+", "*"),
+    )
+}
+
+
+def dejavu_levels(path: Path) -> dict[str, str] | None:
+    """The folders of a triton-dejavu cache file's path by level (``{"triton": "triton_3.2.0", ...}``),
+    from its last ``dejavu_<version>`` component that starts a known layout; None if none does."""
+    folders = Path(path).parts[:-1]
+    for start in reversed(range(len(folders))):
+        below = folders[start:]
+        for levels in DEJAVU_LAYOUTS.values():
+            if len(levels) == len(below) and all(
+                _DEJAVU_LEVELS[level][0].fullmatch(part) for level, part in zip(levels, below)
+            ):
+                return dict(zip(levels, below))
+    return None
+
+
+def dejavu_kernel(levels: Mapping[str, str]) -> str:
+    """The kernel's name in :func:`dejavu_levels`: the last part of a qualified name, no hash."""
+    folder = levels.get("kernel") or levels["hashed_kernel"][:-65]
+    return folder.rpartition(".")[2]
+
+
+def dejavu_globs(version_dir: Path, kernel: str) -> list[str]:
+    """Globs for the cache files of ``kernel`` under one triton-dejavu version level (``dejavu_0.7``),
+    one per layout; what they find still has to pass :func:`dejavu_levels` and :func:`dejavu_kernel`."""
+    name = glob.escape(kernel)
+    return [
+        str(
+            Path(
+                glob.escape(str(version_dir)),
+                *(_DEJAVU_LEVELS[level][1].replace("{kernel}", name) for level in levels[1:]),
+                CACHE_FILE_NAME,
+            )
+        )
+        for levels in DEJAVU_LAYOUTS.values()
+    ]
+
+
+def own_version_level() -> str:
+    """The version level (first folder under a root) of this package's own files."""
+    return component("dejavu", package_major_minor())
 
 
 def is_aside_file(path: Path) -> bool:
