@@ -459,3 +459,71 @@ def test_the_platform_defaults_to_this_machine(tmp_path, kernel_spec):
     [written] = list(root.rglob("cache.json"))
     here = identity.detect_platform(True)
     assert storage.read_document(written).identity["toolchain"] == here.toolchain
+
+
+H100 = "NVIDIA_H100_80GB_HBM3"
+HASHES_0_7 = "autotune_config-aa/code_version-bb/tune_features-cc/kernel_configs-dd"
+
+
+def imported_platform(tmp_path: Path, kernel_spec: str, relative: str) -> dict[str, str]:
+    """Import one file written at ``relative`` (under ``tmp_path/src``) and give the platform and tag
+    of the cache file it went to."""
+    source = tmp_path / "src"
+    write_dejavu(source / relative, dejavu_doc({key_text(64): config_text(16, 4)}, {key_text(64): [0.1]}))
+    root = tmp_path / "root"
+    assert cli.main(["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(root)]) == 0
+    [written] = list(root.rglob("cache.json"))
+    doc = storage.read_document(written)
+    return {k: doc.identity[k] for k in ("triton", "toolchain", "gpu", "tag")}
+
+
+@pytest.mark.parametrize(
+    ("relative", "expected"),
+    [
+        (  # 0.7.0 wrote the toolchain first
+            f"dejavu_0.7/cuda_12.4/triton_3.2.0/gpu_{H100}/scale/{HASHES_0_7}/prod/cache.json",
+            ("3.2.0", "cuda_12.4", H100, "prod"),
+        ),
+        (
+            f"dejavu_0.6/cuda_12.4/torch_2.5.1+cu124/triton_3.1.0/gpu_{H100}/scale/{HASHES_0_7}/prod/cache.json",
+            ("3.1.0", "cuda_12.4", H100, "prod"),
+        ),
+        (  # 0.5.2-0.5.x: kernel_configs before code_version, no tune_features
+            f"dejavu_0.5/cuda_12.4/torch_2.4.0/triton_3.0.0/gpu_{H100}/scale/autotune_config-aa/"
+            "kernel_configs-dd/code_version-bb/prod/cache.json",
+            ("3.0.0", "cuda_12.4", H100, "prod"),
+        ),
+        (  # 0.5.0-0.5.1: <kernel>-<hash>/<tag>
+            f"dejavu_0.5/cuda_12.1/torch_2.3.0/triton_2.3.0/gpu_{H100}/scale-{'e' * 64}/prod/cache.json",
+            ("2.3.0", "cuda_12.1", H100, "prod"),
+        ),
+    ],
+    ids=["0.7.0", "0.6", "0.5.2", "0.5.0"],
+)
+def test_every_triton_dejavu_layout_gives_its_platform_and_tag(tmp_path, kernel_spec, relative, expected):
+    got = imported_platform(tmp_path, kernel_spec, relative)
+    assert (got["triton"], got["toolchain"], got["gpu"], got["tag"]) == expected
+
+
+@pytest.mark.parametrize("above", ["mnt/gpu_cache/dejavu", "home/me/triton_3.1_experiments/cuda_11.8/store"])
+def test_folders_above_the_triton_dejavu_tree_are_not_read_as_its_platform(tmp_path, kernel_spec, above):
+    """A storage root such as /mnt/gpu_cache/dejavu named the GPU 'cache'."""
+    relative = f"{above}/dejavu_0.7/triton_3.2.0/cuda_12.4/gpu_{H100}/scale/{HASHES_0_7}/default/cache.json"
+    got = imported_platform(tmp_path, kernel_spec, relative)
+    assert (got["triton"], got["toolchain"], got["gpu"]) == ("3.2.0", "cuda_12.4", H100)
+
+
+def test_a_gpu_name_with_punctuation_maps_to_the_name_the_tuner_uses(tmp_path, kernel_spec):
+    """triton-dejavu replaced ' ' and '/' by '_' in the device name; the tuner sanitises the live
+    name ``AMD Radeon PRO W7900 (gfx1100)``: both must give one folder."""
+    gpu = "gpu_AMD_Radeon_PRO_W7900_(gfx1100)"
+    relative = f"dejavu_0.7/triton_3.2.0/rocm_6.2.4/{gpu}/scale/{HASHES_0_7}/default/cache.json"
+    got = imported_platform(tmp_path, kernel_spec, relative)
+    assert got["gpu"] == identity.sanitize("AMD Radeon PRO W7900 (gfx1100)")
+
+
+def test_the_torch_cuda_fallback_folder_is_this_packages_cuda_folder(tmp_path, kernel_spec):
+    """Without Triton's ptxas, triton-dejavu names the toolchain after torch's CUDA: cuda_torch_12.4,
+    which is what this package calls cuda_12.4."""
+    relative = f"dejavu_0.7/triton_3.2.0/cuda_torch_12.4/gpu_{H100}/scale/{HASHES_0_7}/default/cache.json"
+    assert imported_platform(tmp_path, kernel_spec, relative)["toolchain"] == "cuda_12.4"
