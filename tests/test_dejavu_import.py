@@ -527,3 +527,22 @@ def test_the_torch_cuda_fallback_folder_is_this_packages_cuda_folder(tmp_path, k
     which is what this package calls cuda_12.4."""
     relative = f"dejavu_0.7/triton_3.2.0/cuda_torch_12.4/gpu_{H100}/scale/{HASHES_0_7}/default/cache.json"
     assert imported_platform(tmp_path, kernel_spec, relative)["toolchain"] == "cuda_12.4"
+
+
+def test_the_suggested_command_leaves_this_packages_own_files_out(tmp_path, kernel_spec, capsys):
+    """The tuner's warning suggests ``import-dejavu ROOT`` with ROOT also the destination: a second run
+    (or a root with results of other kernels) read this package's own cache files as triton-dejavu
+    files, reported them as unusable and exited 1."""
+    root = tmp_path / "root"
+    relative = f"dejavu_0.7/triton_3.2.0/cuda_12.4/gpu_{H100}/scale/{HASHES_0_7}/default/cache.json"
+    write_dejavu(root / relative, dejavu_doc({key_text(64): config_text(16, 4)}, {key_text(64): [0.1]}))
+    argv = ["import-dejavu", str(root), "--kernel", kernel_spec, "--root", str(root), "--json"]
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)[kernel_spec]["imported"] == 1
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    again = json.loads(captured.out)[kernel_spec]
+    assert (again["imported"], again["kept_existing"], again["own_files"]) == (0, 1, 1)
+    assert again["problems"] == [] and captured.err == ""
+    assert cli.main(argv[:-1]) == 0
+    assert "1 cache file(s) of this package's own left out" in capsys.readouterr().out

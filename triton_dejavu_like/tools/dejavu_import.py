@@ -288,6 +288,8 @@ class ImportReport:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (file, key, reason)
     written: list[str] = field(default_factory=list)
     problems: list[inventory.Problem] = field(default_factory=list)
+    #: this package's own cache files met among the sources (a root holding both): left out
+    own_files: int = 0
 
 
 def _candidate_ids(tuner: Any) -> dict[str, Config]:
@@ -340,6 +342,13 @@ def convert(
             continue
         entries[entry.key_id] = entry
     return entries
+
+
+def is_own_document(doc: dict[str, Any]) -> bool:
+    """A cache file of this package (``schema``, ``identity`` and ``entries``), not triton-dejavu's."""
+    return (
+        "schema" in doc and isinstance(doc.get("identity"), dict) and "entries" in doc and "cache" not in doc
+    )
 
 
 def dejavu_files(sources: Iterable[Path]) -> list[Path]:
@@ -397,6 +406,9 @@ def _collect(
                 raise FormatError("the document is not an object")
         except (OSError, ValueError, RecursionError) as exc:  # InvalidCacheFile is a ValueError
             report.problems.append(inventory.Problem(str(path), str(exc)[:300]))
+            continue
+        if is_own_document(doc):
+            report.own_files += 1
             continue
         origin = origin_of(path, doc)
         if origin.kernel is not None and origin.kernel != tuner.base_fn.__name__:

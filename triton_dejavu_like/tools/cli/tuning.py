@@ -76,6 +76,7 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
             f"{spec}: {verb} {r.imported} keys from {len(r.files)} triton-dejavu file(s) into "
             f"{len(r.written)} cache file(s) under {root}; {r.kept_existing} already stored were kept, "
             f"{len(r.skipped)} skipped"
+            + (f"; {r.own_files} cache file(s) of this package's own left out" if r.own_files else "")
         )
         lines += replaced_lines(r.replaced_in, args.dry_run)
         lines += [f"  skipped {key} in {file}: {reason}" for file, key, reason in r.skipped]
@@ -89,6 +90,7 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
             "written": r.written,
             "skipped": [{"file": f, "key": k, "reason": why} for f, k, why in r.skipped],
             "problems": problems_payload(r.problems),
+            "own_files": r.own_files,
         }
         for spec, r in results
     }
