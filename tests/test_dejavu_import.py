@@ -546,3 +546,74 @@ def test_the_suggested_command_leaves_this_packages_own_files_out(tmp_path, kern
     assert again["problems"] == [] and captured.err == ""
     assert cli.main(argv[:-1]) == 0
     assert "1 cache file(s) of this package's own left out" in capsys.readouterr().out
+
+
+HERE_CUDA = identity.Platform("3.6.0", "cuda_13.0", "NVIDIA_H200", "cuda", (9, 0))
+
+
+def import_as_on(monkeypatch, here: identity.Platform, tmp_path, kernel_spec, platform_dirs, *extra):
+    """Import one 0.7 file written under ``platform_dirs`` on a machine whose platform is ``here``;
+    the JSON report and the platform stored."""
+    monkeypatch.setattr(identity, "detect_platform", lambda interpreted: here)
+    source = tmp_path / "src"
+    relative = f"dejavu_0.7/{platform_dirs}/scale/{HASHES_0_7}/default/cache.json"
+    write_dejavu(source / relative, dejavu_doc({key_text(64): config_text(16, 4)}, {key_text(64): [0.1]}))
+    root = tmp_path / "root"
+    argv = ["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(root), *extra]
+    return argv, root
+
+
+def stored_platform(root: Path) -> tuple[str, str, str]:
+    [written] = list(root.rglob("cache.json"))
+    ident = storage.read_document(written).identity
+    return ident["triton"], ident["toolchain"], ident["gpu"]
+
+
+def test_results_of_this_machines_triton_and_gpu_go_under_its_toolchain(
+    tmp_path, kernel_spec, capsys, monkeypatch
+):
+    """triton-dejavu names the toolchain after Triton's ptxas (cuda_12.8), the tuner after torch's CUDA
+    (cuda_13.0): results tuned on this machine's Triton and GPU were stored where it never looks."""
+    argv, root = import_as_on(
+        monkeypatch, HERE_CUDA, tmp_path, kernel_spec, "triton_3.6.0/cuda_12.8/gpu_NVIDIA_H200"
+    )
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert stored_platform(root) == ("3.6.0", "cuda_13.0", "NVIDIA_H200")
+    assert "tuned with cuda_12.8" in out and "stored under cuda_13.0, this machine's toolchain" in out
+    assert "not this machine's" not in out
+    assert cli.main([*argv, "--json", "--overwrite"]) == 0
+    report = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert report["toolchains_replaced"] == [{"path": "cuda_12.8", "stored": "cuda_13.0"}]
+    assert report["not_this_machine"] == []
+
+
+@pytest.mark.parametrize(
+    ("platform_dirs", "stored"),
+    [
+        ("triton_3.5.0/cuda_12.8/gpu_NVIDIA_H200", ("3.5.0", "cuda_12.8", "NVIDIA_H200")),  # another Triton
+        ("triton_3.6.0/cuda_12.8/gpu_NVIDIA_H100", ("3.6.0", "cuda_12.8", "NVIDIA_H100")),  # another GPU
+        ("triton_3.6.0/rocm_6.2/gpu_NVIDIA_H200", ("3.6.0", "rocm_6.2", "NVIDIA_H200")),  # another kind
+    ],
+)
+def test_results_of_another_platform_keep_it_and_the_report_says_so(
+    tmp_path, kernel_spec, capsys, monkeypatch, platform_dirs, stored
+):
+    argv, root = import_as_on(monkeypatch, HERE_CUDA, tmp_path, kernel_spec, platform_dirs)
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert stored_platform(root) == stored
+    assert "which is not this machine's (triton 3.6.0, cuda_13.0, gpu NVIDIA_H200)" in out
+    assert "--triton/--toolchain/--gpu" in out and "tuned with" not in out
+    assert cli.main([*argv, "--json", "--dry-run"]) == 0
+    report = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert report["not_this_machine"] == [dict(zip(("triton", "toolchain", "gpu"), stored))]
+    assert report["this_machine"] == {"triton": "3.6.0", "toolchain": "cuda_13.0", "gpu": "NVIDIA_H200"}
+
+
+def test_an_explicit_toolchain_wins(tmp_path, kernel_spec, capsys, monkeypatch):
+    dirs = "triton_3.6.0/cuda_12.8/gpu_NVIDIA_H200"
+    argv, root = import_as_on(monkeypatch, HERE_CUDA, tmp_path, kernel_spec, dirs, "--toolchain", "cuda_12.8")
+    assert cli.main(argv) == 0
+    assert stored_platform(root) == ("3.6.0", "cuda_12.8", "NVIDIA_H200")
+    assert "not this machine's" in capsys.readouterr().out

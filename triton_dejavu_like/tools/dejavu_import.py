@@ -290,6 +290,12 @@ class ImportReport:
     problems: list[inventory.Problem] = field(default_factory=list)
     #: this package's own cache files met among the sources (a root holding both): left out
     own_files: int = 0
+    #: toolchains of the paths replaced by this machine's (same Triton and GPU): {path's: this machine's}
+    toolchains: dict[str, str] = field(default_factory=dict)
+    #: the platforms written that are not this machine's (the tuner here does not read them)
+    not_this_machine: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: this machine's platform, as the tuner names it
+    here: dict[str, str] = field(default_factory=dict)
 
 
 def _candidate_ids(tuner: Any) -> dict[str, Config]:
@@ -397,6 +403,7 @@ def _collect(
 ) -> _ByIdentity:
     """Read and convert the triton-dejavu files, grouped by the identity (platform, tag) they go to."""
     here = identity.detect_platform(_compat.is_interpreted(tuner.fn))
+    report.here = {"triton": here.triton, "toolchain": here.toolchain, "gpu": here.gpu}
     candidates = _candidate_ids(tuner)
     by_identity: _ByIdentity = {}
     for path in dejavu_files(sources):
@@ -422,18 +429,48 @@ def _collect(
         report.files.append(str(path))
         if not entries:
             continue
-        fields = {
-            "triton": origin.triton or here.triton,
-            "toolchain": origin.toolchain or here.toolchain,
-            "gpu": origin.gpu or here.gpu,
-            **(platform or {}),
-        }
-        target = identity.Platform(fields["triton"], fields["toolchain"], fields["gpu"], here.backend, None)
+        target = _target_platform(origin, here, platform or {}, report)
         ident = tuner.kernel_identity(target).as_dict()
         ident["tag"] = tag or origin.tag or ident["tag"]
         slot = by_identity.setdefault(canonical_json(ident), (ident, {}))
         slot[1].update(entries)
     return by_identity
+
+
+_TOOLCHAIN_KIND = {"cuda": "cuda_", "hip": "rocm_"}
+
+
+def _target_platform(
+    origin: DejavuOrigin, here: identity.Platform, explicit: dict[str, str], report: ImportReport
+) -> identity.Platform:
+    """The platform a file's results are stored for: ``explicit`` (``--triton/--toolchain/--gpu``),
+    else the path's, else this machine's. triton-dejavu names the CUDA toolchain after the ptxas
+    bundled with Triton (``cuda_12.8``), this package after torch's CUDA (``cuda_13.0``): results of
+    this machine's Triton and GPU, on a toolchain of its kind, go under this machine's toolchain, which
+    the tuner looks up (and the report says so)."""
+    fields = {
+        "triton": origin.triton or here.triton,
+        "toolchain": origin.toolchain or here.toolchain,
+        "gpu": origin.gpu or here.gpu,
+        **explicit,
+    }
+    if "toolchain" not in explicit and _other_toolchain_here(fields, here):
+        report.toolchains[fields["toolchain"]] = here.toolchain
+        fields["toolchain"] = here.toolchain
+    if (fields["triton"], fields["toolchain"], fields["gpu"]) != (here.triton, here.toolchain, here.gpu):
+        report.not_this_machine.setdefault(canonical_json(fields), fields)
+    return identity.Platform(fields["triton"], fields["toolchain"], fields["gpu"], here.backend, None)
+
+
+def _other_toolchain_here(fields: dict[str, str], here: identity.Platform) -> bool:
+    """This machine's Triton and GPU, and a toolchain of its kind (CUDA, ROCm) by another name."""
+    kind = _TOOLCHAIN_KIND.get(here.backend)
+    return (
+        kind is not None
+        and (fields["triton"], fields["gpu"]) == (here.triton, here.gpu)
+        and fields["toolchain"].startswith(kind)
+        and fields["toolchain"] != here.toolchain
+    )
 
 
 def _write(

@@ -69,37 +69,61 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
             failures.append(f"cannot import for {spec}: {exc}")  # the others' imports are still reported
             continue
         results.append((spec, report))
-    lines = []
-    for spec, r in results:
-        verb = "would import" if args.dry_run else "imported"
-        lines.append(
-            f"{spec}: {verb} {r.imported} keys from {len(r.files)} triton-dejavu file(s) into "
-            f"{len(r.written)} cache file(s) under {root}; {r.kept_existing} already stored were kept, "
-            f"{len(r.skipped)} skipped"
-            + (f"; {r.own_files} cache file(s) of this package's own left out" if r.own_files else "")
-        )
-        lines += replaced_lines(r.replaced_in, args.dry_run)
-        lines += [f"  skipped {key} in {file}: {reason}" for file, key, reason in r.skipped]
-        lines += [f"  {'would write' if args.dry_run else 'wrote'} {path}" for path in r.written]
-    payload = {
-        spec: {
-            "files": r.files,
-            "imported": r.imported,
-            "kept_existing": r.kept_existing,
-            "replaced_in": dict(r.replaced_in),
-            "written": r.written,
-            "skipped": [{"file": f, "key": k, "reason": why} for f, k, why in r.skipped],
-            "problems": problems_payload(r.problems),
-            "own_files": r.own_files,
-        }
-        for spec, r in results
-    }
+    lines = [line for spec, r in results for line in _import_lines(spec, r, root, args.dry_run)]
+    payload = {spec: _import_payload(r) for spec, r in results}
     emit(args, payload, lines)
     for _, r in results:
         report_problems(r.problems)
     for failure in failures:
         print(f"{PROG} import-dejavu: error: {printable(failure, newlines=True)}", file=sys.stderr)
     return 1 if failures or any(r.problems for _, r in results) else 0
+
+
+def _import_lines(spec: str, r: dejavu_import.ImportReport, root: Path, dry_run: bool) -> list[str]:
+    """What ``import-dejavu`` prints for one ``--kernel``."""
+    verb = "would import" if dry_run else "imported"
+    lines = [
+        f"{spec}: {verb} {r.imported} keys from {len(r.files)} triton-dejavu file(s) into "
+        f"{len(r.written)} cache file(s) under {root}; {r.kept_existing} already stored were kept, "
+        f"{len(r.skipped)} skipped"
+        + (f"; {r.own_files} cache file(s) of this package's own left out" if r.own_files else "")
+    ]
+    lines += replaced_lines(r.replaced_in, dry_run)
+    lines += [f"  skipped {key} in {file}: {reason}" for file, key, reason in r.skipped]
+    lines += [
+        f"  tuned with {old} (triton-dejavu names CUDA after the ptxas bundled with Triton) on this "
+        f"machine's Triton and GPU: stored under {new}, this machine's toolchain, where the tuner looks"
+        for old, new in r.toolchains.items()
+    ]
+    here = _platform_text(r.here)
+    lines += [
+        f"  stored for {_platform_text(p)}, which is not this machine's ({here}): the tuner here does not "
+        "read them; if they hold for this machine, choose its platform with --triton/--toolchain/--gpu"
+        for p in r.not_this_machine.values()
+    ]
+    lines += [f"  {'would write' if dry_run else 'wrote'} {path}" for path in r.written]
+    return lines
+
+
+def _platform_text(platform: dict[str, str]) -> str:
+    return f"triton {platform['triton']}, {platform['toolchain']}, gpu {platform['gpu']}"
+
+
+def _import_payload(r: dejavu_import.ImportReport) -> dict[str, Any]:
+    """What ``import-dejavu --json`` prints for one ``--kernel``."""
+    return {
+        "files": r.files,
+        "imported": r.imported,
+        "kept_existing": r.kept_existing,
+        "replaced_in": dict(r.replaced_in),
+        "written": r.written,
+        "skipped": [{"file": f, "key": k, "reason": why} for f, k, why in r.skipped],
+        "problems": problems_payload(r.problems),
+        "own_files": r.own_files,
+        "toolchains_replaced": [{"path": old, "stored": new} for old, new in r.toolchains.items()],
+        "this_machine": r.here,
+        "not_this_machine": list(r.not_this_machine.values()),
+    }
 
 
 def cmd_misses(args: argparse.Namespace) -> int:
