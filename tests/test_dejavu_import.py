@@ -617,3 +617,52 @@ def test_an_explicit_toolchain_wins(tmp_path, kernel_spec, capsys, monkeypatch):
     assert cli.main(argv) == 0
     assert stored_platform(root) == ("3.6.0", "cuda_12.8", "NVIDIA_H200")
     assert "not this machine's" in capsys.readouterr().out
+
+
+TWO_KEYS = (
+    MODULE.replace('key=["n"]', 'key=["n", "alpha"]')
+    .replace("def scale(x_ptr, out_ptr, n, BLOCK", "def scale(x_ptr, out_ptr, n, alpha, BLOCK")
+    .replace("* 3, mask=mask)", "* alpha, mask=mask)")
+)
+
+
+@pytest.fixture
+def two_key_spec(tmp_path) -> str:
+    module = tmp_path / "twokeys.py"
+    module.write_text(textwrap.dedent(TWO_KEYS))
+    return f"{module}:scale"
+
+
+def test_a_file_keyed_in_another_order_is_restored_for_the_call_it_was_tuned_for(tmp_path, two_key_spec):
+    """triton-dejavu tuned key=['alpha', 'n']; the kernel now has key=['n', 'alpha']: the values were
+    imported as they were, and the result restored for a call that was never tuned (n=2, alpha=64)."""
+    doc = dejavu_doc({str(("2", "64", F32, F32)): config_text(32, 4)}, {str(("2", "64", F32, F32)): [0.1]})
+    doc["keys"] = ["alpha", "n"]
+    source = write_dejavu(tmp_path / "src" / "cache.json", doc)
+    root = tmp_path / "root"
+    assert cli.main(["import-dejavu", str(source), "--kernel", two_key_spec, "--root", str(root)]) == 0
+    tuner = dejavu_import.load_tuner(two_key_spec)
+    tuner.settings = dataclasses.replace(tuner.settings, custom_data_storage=root)
+    assert [e["key"][:2] for e in stored_entries(tuner.cache_path()).values()] == [[64, 2]]
+    x = torch.arange(64, dtype=torch.float32)
+    out = torch.empty_like(x)
+    tuner[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](x, out, 64, 2)
+    assert tuner.last_decision == "restored" and tuner.best_config.kwargs == {"BLOCK": 32}
+    assert torch.equal(out, x * 2)
+
+
+def test_a_file_tuned_with_another_key_is_skipped_with_the_reason(tmp_path, two_key_spec, capsys):
+    """A file of key=['n', 'm'] (two values, then dtypes) fit the kernel's key ['n', 'alpha'] by shape
+    and was imported: 'm' taken as 'alpha'."""
+    doc = dejavu_doc({str(("100", "7", F32, F32)): config_text(32, 4)}, {str(("100", "7", F32, F32)): [0.1]})
+    doc["keys"] = ["n", "m"]
+    source = write_dejavu(tmp_path / "src" / "cache.json", doc)
+    argv = ["import-dejavu", str(source), "--kernel", two_key_spec, "--root", str(tmp_path / "root")]
+    assert cli.main([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)[two_key_spec]
+    assert report["imported"] == 0 and report["written"] == []
+    assert report["skipped_files"] == [
+        {"file": str(source), "reason": "tuned with key ['n', 'm'], not the kernel's ['n', 'alpha']"}
+    ]
+    assert cli.main(argv) == 0
+    assert f"  skipped {source}: tuned with key ['n', 'm']" in capsys.readouterr().out

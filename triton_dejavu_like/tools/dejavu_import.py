@@ -20,6 +20,8 @@ from triton-dejavu's source, are documented in ``docs/storage.md``:
   fields, ``pre_hook`` is ignored, every other name is a kernel parameter; a value that is a bare word
   (``str(Config)`` prints strings unquoted) is taken as a string.
 - ``timings`` hold ``[median, p20, p80]`` in milliseconds (older files: ``{"values": [...]}``).
+- ``keys`` (since 0.5.4) names the key arguments in the order of the values: another order of the
+  kernel's names is put in the kernel's order; other names skip the file.
 
 An imported entry must name one of the kernel's current configs; any other is skipped and reported.
 """
@@ -34,7 +36,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,6 +288,8 @@ class ImportReport:
     #: stored entries that ``overwrite`` replaces: (cache file, entries replaced)
     replaced_in: list[tuple[str, int]] = field(default_factory=list)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (file, key, reason)
+    #: files of this kernel that cannot be used as a whole: (file, reason)
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
     problems: list[inventory.Problem] = field(default_factory=list)
     #: this package's own cache files met among the sources (a root holding both): left out
@@ -302,10 +306,45 @@ def _candidate_ids(tuner: Any) -> dict[str, Config]:
     return {config_id(c): c for c in tuner.configs}
 
 
+class KeyNamesDiffer(FormatError):
+    """A file tuned with a key of other arguments than the kernel's."""
+
+
+def key_positions(doc: dict[str, Any], names: Sequence[str]) -> tuple[int, ...] | None:
+    """Where each of the kernel's key arguments is among the values of the file's keys: the file's
+    ``keys`` (written since triton-dejavu 0.5.4) name their order. None when it names none (older
+    files, an empty file's ``null``) or the kernel's order. :class:`KeyNamesDiffer` when it names
+    other arguments: its values cannot be this kernel's keys."""
+    stored = doc.get("keys")
+    if not isinstance(stored, list) or not all(isinstance(name, str) for name in stored):
+        return None
+    if stored == list(names):
+        return None
+    if sorted(stored) != sorted(names):
+        raise KeyNamesDiffer(f"tuned with key {stored}, not the kernel's {list(names)}")
+    return tuple(stored.index(name) for name in names)
+
+
+def kernel_key(text: str, positions: tuple[int, ...] | None, plan: KeyPlan) -> tuple[Any, ...]:
+    """The kernel's key from a triton-dejavu key: its values in the kernel's order (``positions``,
+    the dtypes after them as they are); :class:`FormatError` when it cannot be one of the kernel's."""
+    key = parse_key(text)
+    if positions is not None:
+        if len(key) < len(positions):
+            raise FormatError("fewer values than the file's 'keys' name: their order is unknown")
+        key = tuple(key[i] for i in positions) + key[len(positions) :]
+    misfit = plan.misfit(key)
+    if misfit is not None:
+        raise FormatError(misfit)
+    return key
+
+
 def convert(
     path: Path, doc: dict[str, Any], tuner: Any, candidates: dict[str, Config], report: ImportReport
 ) -> dict[str, StoredEntry]:
-    """Our entries for one triton-dejavu document (keys it cannot convert go to ``report.skipped``)."""
+    """Our entries for one triton-dejavu document (keys it cannot convert go to ``report.skipped``);
+    :class:`KeyNamesDiffer` when the file was tuned with another key."""
+    positions = key_positions(doc, tuner.keys)
     cache, timings = doc.get("cache"), doc.get("timings", {})
     if not isinstance(cache, dict) or not isinstance(timings, dict):
         raise FormatError("'cache' and 'timings' are not objects")
@@ -318,10 +357,7 @@ def convert(
     plan = KeyPlan(tuner.arg_names, tuner.keys, ignore_dtypes=tuner.settings.ignore_dtypes)
     for key_text, config_text in cache.items():
         try:
-            key = parse_key(key_text)
-            misfit = plan.misfit(key)
-            if misfit is not None:
-                raise FormatError(misfit)
+            key = kernel_key(key_text, positions, plan)
             if not isinstance(config_text, str):
                 raise FormatError("the config is not a string")
             config, _ = parse_config(config_text)
@@ -423,6 +459,9 @@ def _collect(
             continue
         try:
             entries = convert(path, doc, tuner, candidates, report)
+        except KeyNamesDiffer as exc:
+            report.skipped_files.append((str(path), str(exc)))
+            continue
         except FormatError as exc:
             report.problems.append(inventory.Problem(str(path), str(exc)))
             continue

@@ -86,10 +86,12 @@ def _import_lines(spec: str, r: dejavu_import.ImportReport, root: Path, dry_run:
         f"{spec}: {verb} {r.imported} keys from {len(r.files)} triton-dejavu file(s) into "
         f"{len(r.written)} cache file(s) under {root}; {r.kept_existing} already stored were kept, "
         f"{len(r.skipped)} skipped"
+        + (f"; {len(r.skipped_files)} file(s) skipped" if r.skipped_files else "")
         + (f"; {r.own_files} cache file(s) of this package's own left out" if r.own_files else "")
     ]
     lines += replaced_lines(r.replaced_in, dry_run)
     lines += [f"  skipped {key} in {file}: {reason}" for file, key, reason in r.skipped]
+    lines += [f"  skipped {file}: {reason}" for file, reason in r.skipped_files]
     lines += [
         f"  tuned with {old} (triton-dejavu names CUDA after the ptxas bundled with Triton) on this "
         f"machine's Triton and GPU: stored under {new}, this machine's toolchain, where the tuner looks"
@@ -118,6 +120,7 @@ def _import_payload(r: dejavu_import.ImportReport) -> dict[str, Any]:
         "replaced_in": dict(r.replaced_in),
         "written": r.written,
         "skipped": [{"file": f, "key": k, "reason": why} for f, k, why in r.skipped],
+        "skipped_files": [{"file": f, "reason": why} for f, why in r.skipped_files],
         "problems": problems_payload(r.problems),
         "own_files": r.own_files,
         "toolchains_replaced": [{"path": old, "stored": new} for old, new in r.toolchains.items()],
