@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -666,3 +667,57 @@ def test_a_file_tuned_with_another_key_is_skipped_with_the_reason(tmp_path, two_
     ]
     assert cli.main(argv) == 0
     assert f"  skipped {source}: tuned with key ['n', 'm']" in capsys.readouterr().out
+
+
+def two_versions(tmp_path: Path, old_doc: dict, new_doc: dict) -> Path:
+    """A triton-dejavu tree holding one key under an old code version (modified a year ago, and
+    after the new one in path order) and under the current one."""
+    tree = tmp_path / "tree"
+    base = f"dejavu_0.7/triton_3.2.0/cuda_12.4/gpu_{H100}/scale/autotune_config-aa"
+    old = write_dejavu(
+        tree / base / "code_version-ff/tune_features-cc/kernel_configs-dd/default/cache.json", old_doc
+    )
+    write_dejavu(
+        tree / base / "code_version-00/tune_features-cc/kernel_configs-dd/default/cache.json", new_doc
+    )
+    year_ago = old.stat().st_mtime - 365 * 24 * 3600
+    os.utime(old, (year_ago, year_ago))
+    return tree
+
+
+def stored_blocks(root: Path) -> list[int]:
+    [path] = list(root.rglob("cache.json"))
+    return [e["config"]["kwargs"]["BLOCK"] for e in stored_entries(path).values()]
+
+
+def test_the_newest_file_wins_a_key_found_in_several_and_the_report_says_so(tmp_path, kernel_spec, capsys):
+    """Old and new code_version folders of one kernel: the last path in sorted order (the stale one)
+    won, silently."""
+    tree = two_versions(
+        tmp_path,
+        dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [0.5]}),
+        dejavu_doc({key_text(5): config_text(32, 4)}, {key_text(5): [0.1]}),
+    )
+    root = tmp_path / "root"
+    assert cli.main(["import-dejavu", str(tree), "--kernel", kernel_spec, "--root", str(root), "--json"]) == 0
+    assert stored_blocks(root) == [32]
+    [conflict] = json.loads(capsys.readouterr().out)[kernel_spec]["conflicts"]
+    assert conflict["keys"] == 1 and "code_version-00" in conflict["kept"] and conflict["why"] == "the newest"
+    assert [Path(p).parts[-5] for p in conflict["others"]] == ["code_version-ff"]
+    assert (
+        cli.main(["import-dejavu", str(tree), "--kernel", kernel_spec, "--root", str(root), "--dry-run"]) == 0
+    )
+    assert "1 key(s) found in several files: kept those of " in capsys.readouterr().out
+
+
+def test_a_file_of_the_kernels_module_wins_over_a_newer_one_of_another_module(tmp_path, kernel_spec, capsys):
+    """Same-named kernels of two modules: the one whose signature names the kernel's module is kept."""
+    ours = dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [0.5]})
+    theirs = dejavu_doc({key_text(5): config_text(32, 4)}, {key_text(5): [0.1]})
+    theirs["signature"] = "JITFunction(someone.else:scale)"
+    tree = two_versions(tmp_path, ours, theirs)
+    root = tmp_path / "root"
+    assert cli.main(["import-dejavu", str(tree), "--kernel", kernel_spec, "--root", str(root), "--json"]) == 0
+    assert stored_blocks(root) == [16]
+    [conflict] = json.loads(capsys.readouterr().out)[kernel_spec]["conflicts"]
+    assert conflict["why"] == "its signature names the kernel's module"

@@ -55,11 +55,13 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _PAIR = re.compile(rf"^({_NAME}): (.*)$", re.DOTALL)
 _PAIR_SPLIT = re.compile(rf", (?={_NAME}: )")
 _BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
-_SIGNATURE = re.compile(r"^\w+\((?:[\w.]+:)?(\w+)\)$")
+_SIGNATURE = re.compile(r"^\w+\((?:([\w.]+):)?(\w+)\)$")
 _TRITON_DIR = re.compile(r"^triton_\d+\.\d+[\w.+-]*$")
 _TOOLCHAIN_DIR = re.compile(r"^(cuda|rocm)_(torch_)?\d+(\.\d+)*$")
 _VERSION_DIR = re.compile(r"^dejavu_\d+\.\d+(\.\d+)?$")
 STRATEGY = "imported:triton-dejavu"
+#: The prefix of the module name of a kernel loaded from ``FILE.py``.
+_FILE_MODULE = "_tdl_import_"
 
 
 class FormatError(ValueError):
@@ -181,6 +183,7 @@ class DejavuOrigin:
     gpu: str | None = None
     kernel: str | None = None
     tag: str | None = None
+    module: str | None = None  # of the kernel, in the signature
 
 
 def origin_of(path: Path, doc: dict[str, Any]) -> DejavuOrigin:
@@ -202,7 +205,7 @@ def origin_of(path: Path, doc: dict[str, Any]) -> DejavuOrigin:
         origin = _scan(path)
     signature = doc.get("signature")
     if isinstance(signature, str) and (m := _SIGNATURE.match(signature.strip())):
-        origin.kernel = m.group(1)
+        origin.module, origin.kernel = m.groups()
     return origin
 
 
@@ -255,7 +258,7 @@ def load_tuner(spec: str) -> Any:
         file = Path(module_name)
         if not file.is_file():
             raise ValueError(f"no such file: {file}")
-        name = f"_tdl_import_{file.stem}"
+        name = f"{_FILE_MODULE}{file.stem}"
         loader_spec = importlib.util.spec_from_file_location(name, file)
         if loader_spec is None or loader_spec.loader is None:
             raise ValueError(f"cannot import {file}")
@@ -277,7 +280,23 @@ def load_tuner(spec: str) -> Any:
     return current
 
 
+def kernel_module(tuner: Any) -> str:
+    """The module of the kernel's function, as triton-dejavu's signature names it (a kernel loaded
+    from ``FILE.py`` by :func:`load_tuner`: the file's name)."""
+    return str(getattr(tuner.base_fn, "__module__", "")).removeprefix(_FILE_MODULE)
+
+
 # --- the conversion ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Conflict:
+    """Keys found in several files for one storage identity: the file kept, the others, and why."""
+
+    keys: int
+    kept: str
+    others: list[str]
+    why: str
 
 
 @dataclass
@@ -288,6 +307,8 @@ class ImportReport:
     #: stored entries that ``overwrite`` replaces: (cache file, entries replaced)
     replaced_in: list[tuple[str, int]] = field(default_factory=list)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (file, key, reason)
+    #: keys found in several files, and which file's entries were kept
+    conflicts: list[Conflict] = field(default_factory=list)
     #: files of this kernel that cannot be used as a whole: (file, reason)
     skipped_files: list[tuple[str, str]] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
@@ -425,8 +446,53 @@ def import_dejavu(
     return report
 
 
-#: Converted entries by the storage identity they go to: ``{canonical identity: (identity, entries)}``.
-_ByIdentity = dict[str, tuple[dict[str, Any], dict[str, StoredEntry]]]
+@dataclass
+class _Slot:
+    """The converted entries going to one storage identity, every file's, by key id: (rank, file, entry)."""
+
+    identity: dict[str, Any]
+    found: dict[str, list[tuple[tuple[bool, _dt.datetime], str, StoredEntry]]] = field(default_factory=dict)
+
+    def add(self, path: Path, entries: dict[str, StoredEntry], preferred: bool) -> None:
+        """A file's entries; ``preferred``: its signature names the kernel's module."""
+        for kid, entry in entries.items():
+            self.found.setdefault(kid, []).append(((preferred, entry.tuned_at), str(path), entry))
+
+    def chosen(self, report: ImportReport) -> dict[str, StoredEntry]:
+        """One entry per key: the file whose signature names the kernel's module, else the newest
+        (modification time). Keys found in several files are reported (``report.conflicts``)."""
+        entries: dict[str, StoredEntry] = {}
+        conflicts: dict[tuple[str, tuple[str, ...], str], int] = {}
+        for kid, found in self.found.items():
+            (preferred, _), kept, entries[kid] = max(found, key=lambda item: item[0])
+            others = tuple(sorted({file for _, file, _ in found} - {kept}))
+            if others:
+                by_module = preferred and not all(rank[0] for rank, _, _ in found)
+                why = "its signature names the kernel's module" if by_module else "the newest"
+                conflicts[kept, others, why] = conflicts.get((kept, others, why), 0) + 1
+        report.conflicts += [
+            Conflict(n, kept, list(others), why) for (kept, others, why), n in conflicts.items()
+        ]
+        return entries
+
+
+#: Converted entries by the storage identity they go to: ``{canonical identity: slot}``.
+_ByIdentity = dict[str, _Slot]
+
+
+def _read(path: Path, report: ImportReport) -> dict[str, Any] | None:
+    """A triton-dejavu document; None (a problem, or a file of this package's own, counted)."""
+    try:
+        doc = json.loads(read_bounded(path).decode("utf-8"))
+        if not isinstance(doc, dict):
+            raise FormatError("the document is not an object")
+    except (OSError, ValueError, RecursionError) as exc:  # InvalidCacheFile is a ValueError
+        report.problems.append(inventory.Problem(str(path), str(exc)[:300]))
+        return None
+    if is_own_document(doc):
+        report.own_files += 1
+        return None
+    return doc
 
 
 def _collect(
@@ -441,17 +507,11 @@ def _collect(
     here = identity.detect_platform(_compat.is_interpreted(tuner.fn))
     report.here = {"triton": here.triton, "toolchain": here.toolchain, "gpu": here.gpu}
     candidates = _candidate_ids(tuner)
+    module = kernel_module(tuner)
     by_identity: _ByIdentity = {}
     for path in dejavu_files(sources):
-        try:
-            doc = json.loads(read_bounded(path).decode("utf-8"))
-            if not isinstance(doc, dict):
-                raise FormatError("the document is not an object")
-        except (OSError, ValueError, RecursionError) as exc:  # InvalidCacheFile is a ValueError
-            report.problems.append(inventory.Problem(str(path), str(exc)[:300]))
-            continue
-        if is_own_document(doc):
-            report.own_files += 1
+        doc = _read(path, report)
+        if doc is None:
             continue
         origin = origin_of(path, doc)
         if origin.kernel is not None and origin.kernel != tuner.base_fn.__name__:
@@ -471,8 +531,8 @@ def _collect(
         target = _target_platform(origin, here, platform or {}, report)
         ident = tuner.kernel_identity(target).as_dict()
         ident["tag"] = tag or origin.tag or ident["tag"]
-        slot = by_identity.setdefault(canonical_json(ident), (ident, {}))
-        slot[1].update(entries)
+        slot = by_identity.setdefault(canonical_json(ident), _Slot(ident))
+        slot.add(path, entries, preferred=origin.module is not None and origin.module == module)
     return by_identity
 
 
@@ -516,7 +576,8 @@ def _write(
     by_identity: _ByIdentity, tuner: Any, root: Path, report: ImportReport, *, overwrite: bool, dry_run: bool
 ) -> None:
     """Write each identity's entries into its cache file under ``root`` (or count what would be)."""
-    for ident, entries in by_identity.values():
+    for slot in by_identity.values():
+        ident, entries = slot.identity, slot.chosen(report)
         cf = CacheFile.for_identity(root, ident, parameters=tuner.arg_names)
         existing = inventory.destination_entries(cf, "an import", dry_run=dry_run)
         if isinstance(existing, str):  # update() would refuse it: say so, count nothing

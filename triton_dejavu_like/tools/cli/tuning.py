@@ -93,6 +93,11 @@ def _import_lines(spec: str, r: dejavu_import.ImportReport, root: Path, dry_run:
     lines += [f"  skipped {key} in {file}: {reason}" for file, key, reason in r.skipped]
     lines += [f"  skipped {file}: {reason}" for file, reason in r.skipped_files]
     lines += [
+        f"  {c.keys} key(s) found in several files: kept those of {c.kept} ({c.why}), "
+        f"not of {', '.join(c.others)}"
+        for c in r.conflicts
+    ]
+    lines += [
         f"  tuned with {old} (triton-dejavu names CUDA after the ptxas bundled with Triton) on this "
         f"machine's Triton and GPU: stored under {new}, this machine's toolchain, where the tuner looks"
         for old, new in r.toolchains.items()
@@ -121,6 +126,7 @@ def _import_payload(r: dejavu_import.ImportReport) -> dict[str, Any]:
         "written": r.written,
         "skipped": [{"file": f, "key": k, "reason": why} for f, k, why in r.skipped],
         "skipped_files": [{"file": f, "reason": why} for f, why in r.skipped_files],
+        "conflicts": [dataclasses.asdict(c) for c in r.conflicts],
         "problems": problems_payload(r.problems),
         "own_files": r.own_files,
         "toolchains_replaced": [{"path": old, "stored": new} for old, new in r.toolchains.items()],
