@@ -721,3 +721,59 @@ def test_a_file_of_the_kernels_module_wins_over_a_newer_one_of_another_module(tm
     assert stored_blocks(root) == [16]
     [conflict] = json.loads(capsys.readouterr().out)[kernel_spec]["conflicts"]
     assert conflict["why"] == "its signature names the kernel's module"
+
+
+def factory_module(tmp_path: Path) -> str:
+    """The test kernel made in a function (qualified name make.<locals>.scale)."""
+    head, decorated = MODULE.split("@tdl.autotune(", 1)
+    body = textwrap.indent("@tdl.autotune(" + decorated, "    ")
+    module = tmp_path / "kfactory.py"
+    module.write_text(
+        textwrap.dedent(head) + "\ndef make():\n" + body + "\n    return scale\n\n\nscale = make()\n"
+    )
+    return f"{module}:scale"
+
+
+def test_a_kernel_made_in_a_function_is_imported(tmp_path, capsys):
+    """triton-dejavu names it by its qualified name, in the signature and the kernel's folder."""
+    spec = factory_module(tmp_path)
+    doc = dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [0.5]})
+    doc["signature"] = "JITFunction(kfactory:make.<locals>.scale)"
+    relative = (
+        f"dejavu_0.7/triton_3.2.0/cuda_12.4/gpu_{H100}/make.<locals>.scale/{HASHES_0_7}/default/cache.json"
+    )
+    source = write_dejavu(tmp_path / "src" / relative, doc)
+    assert (
+        cli.main(["import-dejavu", str(source), "--kernel", spec, "--root", str(tmp_path / "r"), "--json"])
+        == 0
+    )
+    report = json.loads(capsys.readouterr().out)[spec]
+    assert report["imported"] == 1 and report["skipped"] == []
+
+
+def test_name_imports_the_files_of_a_renamed_kernel(tmp_path, kernel_spec, capsys):
+    doc = dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [0.5]})
+    doc["signature"] = "JITFunction(mykernels:old_scale)"
+    source = write_dejavu(tmp_path / "src" / "cache.json", doc)
+    argv = ["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(tmp_path / "r"), "--json"]
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)[kernel_spec]["imported"] == 0  # another kernel's file
+    assert cli.main([*argv, "--name", "old_scale"]) == 0
+    assert json.loads(capsys.readouterr().out)[kernel_spec]["imported"] == 1
+    assert cli.main([*argv, "--name", "old_scale", "--kernel", kernel_spec]) == 2
+    assert "--name names the triton-dejavu kernel of one --kernel" in capsys.readouterr().err
+
+
+def test_the_qualified_name_in_a_signature_names_the_kernel(tmp_path, capsys):
+    """A signature with a qualified name was not read: the file, wherever it lay, was taken for any
+    kernel (its keys imported into another kernel's store when their configs happened to fit)."""
+    spec = factory_module(tmp_path)
+    doc = dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [0.5]})
+    doc["signature"] = "JITFunction(kfactory:make.<locals>.other)"
+    source = write_dejavu(tmp_path / "src" / "cache.json", doc)
+    assert (
+        cli.main(["import-dejavu", str(source), "--kernel", spec, "--root", str(tmp_path / "r"), "--json"])
+        == 0
+    )
+    report = json.loads(capsys.readouterr().out)[spec]
+    assert report["imported"] == 0 and "made for kernel 'other'" in json.dumps(report)

@@ -55,7 +55,9 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _PAIR = re.compile(rf"^({_NAME}): (.*)$", re.DOTALL)
 _PAIR_SPLIT = re.compile(rf", (?={_NAME}: )")
 _BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
-_SIGNATURE = re.compile(r"^\w+\((?:([\w.]+):)?(\w+)\)$")
+#: ``JITFunction(module:name)``; the name is qualified for a kernel made in a function
+#: (``make.<locals>.kernel``).
+_SIGNATURE = re.compile(r"^\w+\((?:([\w.]+):)?([\w.<>]+)\)$")
 _TRITON_DIR = re.compile(r"^triton_\d+\.\d+[\w.+-]*$")
 _TOOLCHAIN_DIR = re.compile(r"^(cuda|rocm)_(torch_)?\d+(\.\d+)*$")
 _VERSION_DIR = re.compile(r"^dejavu_\d+\.\d+(\.\d+)?$")
@@ -205,7 +207,7 @@ def origin_of(path: Path, doc: dict[str, Any]) -> DejavuOrigin:
         origin = _scan(path)
     signature = doc.get("signature")
     if isinstance(signature, str) and (m := _SIGNATURE.match(signature.strip())):
-        origin.module, origin.kernel = m.groups()
+        origin.module, origin.kernel = m.group(1), m.group(2).rpartition(".")[2]
     return origin
 
 
@@ -225,7 +227,7 @@ def _scan(path: Path) -> DejavuOrigin:
         elif part.startswith("gpu_") and origin.gpu is None:
             origin.gpu = _gpu(part)
         elif part.startswith("autotune_config-") and i > 0:
-            origin.kernel = parts[i - 1]
+            origin.kernel = parts[i - 1].rpartition(".")[2]
     if len(parts) >= 3 and parts[-3].startswith("kernel_configs-"):
         origin.tag = parts[-2]
     return origin
@@ -434,14 +436,16 @@ def import_dejavu(
     platform: dict[str, str] | None = None,
     overwrite: bool = False,
     dry_run: bool = False,
+    name: str | None = None,
 ) -> ImportReport:
     """Import the triton-dejavu files in ``sources`` that belong to ``tuner``'s kernel under ``root``.
 
     The platform (Triton version, CUDA/ROCm version, GPU) comes from ``platform``, else from the
-    triton-dejavu path, else from this machine. Existing entries win unless ``overwrite``.
+    triton-dejavu path, else from this machine. Existing entries win unless ``overwrite``. ``name``:
+    the kernel's name in the triton-dejavu files (a kernel renamed since), instead of its own.
     """
     report = ImportReport()
-    by_identity = _collect(sources, tuner, report, tag=tag, platform=platform)
+    by_identity = _collect(sources, tuner, report, tag=tag, platform=platform, name=name)
     _write(by_identity, tuner, root, report, overwrite=overwrite, dry_run=dry_run)
     return report
 
@@ -502,6 +506,7 @@ def _collect(
     *,
     tag: str | None,
     platform: dict[str, str] | None,
+    name: str | None,
 ) -> _ByIdentity:
     """Read and convert the triton-dejavu files, grouped by the identity (platform, tag) they go to."""
     here = identity.detect_platform(_compat.is_interpreted(tuner.fn))
@@ -514,7 +519,7 @@ def _collect(
         if doc is None:
             continue
         origin = origin_of(path, doc)
-        if origin.kernel is not None and origin.kernel != tuner.base_fn.__name__:
+        if origin.kernel is not None and origin.kernel != (name or tuner.base_fn.__name__):
             report.skipped.append((str(path), "*", f"made for kernel {origin.kernel!r}"))
             continue
         try:

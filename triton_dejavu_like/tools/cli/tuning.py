@@ -46,6 +46,8 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"no such file or directory: {', '.join(missing)}")
     platform = {name: getattr(args, name) for name in ("triton", "toolchain", "gpu") if getattr(args, name)}
+    if args.name is not None and len(args.kernel) > 1:
+        raise UsageError("--name names the triton-dejavu kernel of one --kernel: import one kernel at a time")
     tuners = []
     for spec in args.kernel:  # all loaded before anything is written: a typo in the last one writes nothing
         try:
@@ -64,6 +66,7 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
                 platform=platform,
                 overwrite=args.overwrite,
                 dry_run=args.dry_run,
+                name=args.name,
             )
         except (ValueError, TypeError) as exc:  # e.g. the kernel's identity cannot be computed
             failures.append(f"cannot import for {spec}: {exc}")  # the others' imports are still reported
@@ -339,6 +342,11 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
         "MODULE:NAME or FILE.py:NAME; repeatable",
     )
     p.add_argument("--tag", help="store under this tag (default: the triton-dejavu tag, else the kernel's)")
+    p.add_argument(
+        "--name",
+        metavar="OLD",
+        help="the kernel's name in the triton-dejavu files, if it was renamed since (default: its own name)",
+    )
     for name in ("triton", "toolchain", "gpu"):
         p.add_argument(
             f"--{name}",
