@@ -776,4 +776,32 @@ def test_the_qualified_name_in_a_signature_names_the_kernel(tmp_path, capsys):
         == 0
     )
     report = json.loads(capsys.readouterr().out)[spec]
-    assert report["imported"] == 0 and "made for kernel 'other'" in json.dumps(report)
+    assert report["imported"] == 0 and report["other_kernels"] == [{"file": str(source), "kernel": "other"}]
+
+
+def test_a_file_named_twice_counts_once_and_other_kernels_files_are_not_skipped_keys(
+    tmp_path, kernel_spec, capsys
+):
+    mine = write_dejavu(
+        tmp_path / "src" / "a" / "cache.json",
+        dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [0.5]}),
+    )
+    doc = dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [0.5]})
+    doc["signature"] = "JITFunction(mykernels:matmul)"
+    other = write_dejavu(tmp_path / "src" / "b" / "cache.json", doc)
+    argv = [
+        "import-dejavu",
+        str(tmp_path / "src"),
+        str(mine),
+        "--kernel",
+        kernel_spec,
+        "--root",
+        str(tmp_path / "r"),
+    ]
+    assert cli.main([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert report["files"] == [str(mine)] and report["imported"] == 1 and report["conflicts"] == []
+    assert report["skipped"] == [] and report["other_kernels"] == [{"file": str(other), "kernel": "matmul"}]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "from 1 triton-dejavu file(s)" in out and ", 0 skipped; 1 file(s) of other kernels left out" in out

@@ -309,6 +309,8 @@ class ImportReport:
     #: stored entries that ``overwrite`` replaces: (cache file, entries replaced)
     replaced_in: list[tuple[str, int]] = field(default_factory=list)
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # (file, key, reason)
+    #: files made for other kernels, left out: (file, kernel)
+    other_kernels: list[tuple[str, str]] = field(default_factory=list)
     #: keys found in several files, and which file's entries were kept
     conflicts: list[Conflict] = field(default_factory=list)
     #: files of this kernel that cannot be used as a whole: (file, reason)
@@ -417,14 +419,18 @@ def is_own_document(doc: dict[str, Any]) -> bool:
 
 
 def dejavu_files(sources: Iterable[Path]) -> list[Path]:
-    found: list[Path] = []
+    """The files of ``sources`` (folders walked for ``cache.json``), each once however often named."""
+    found: dict[Path, Path] = {}
     for source in sources:
         source = Path(source)
-        if source.is_dir():
-            found.extend(inventory.walk_files(source, lambda name: name == CACHE_FILE_NAME))
-        else:
-            found.append(source)
-    return found
+        files = (
+            inventory.walk_files(source, lambda name: name == CACHE_FILE_NAME)
+            if source.is_dir()
+            else [source]
+        )
+        for path in files:
+            found.setdefault(path.resolve(), path)
+    return list(found.values())
 
 
 def import_dejavu(
@@ -520,7 +526,7 @@ def _collect(
             continue
         origin = origin_of(path, doc)
         if origin.kernel is not None and origin.kernel != (name or tuner.base_fn.__name__):
-            report.skipped.append((str(path), "*", f"made for kernel {origin.kernel!r}"))
+            report.other_kernels.append((str(path), origin.kernel))
             continue
         try:
             entries = convert(path, doc, tuner, candidates, report)

@@ -90,11 +90,13 @@ def _import_lines(spec: str, r: dejavu_import.ImportReport, root: Path, dry_run:
         f"{len(r.written)} cache file(s) under {root}; {r.kept_existing} already stored were kept, "
         f"{len(r.skipped)} skipped"
         + (f"; {len(r.skipped_files)} file(s) skipped" if r.skipped_files else "")
+        + (f"; {len(r.other_kernels)} file(s) of other kernels left out" if r.other_kernels else "")
         + (f"; {r.own_files} cache file(s) of this package's own left out" if r.own_files else "")
     ]
     lines += replaced_lines(r.replaced_in, dry_run)
     lines += [f"  skipped {key} in {file}: {reason}" for file, key, reason in r.skipped]
     lines += [f"  skipped {file}: {reason}" for file, reason in r.skipped_files]
+    lines += [f"  left out {file}: made for kernel {kernel!r}" for file, kernel in r.other_kernels]
     lines += [
         f"  {c.keys} key(s) found in several files: kept those of {c.kept} ({c.why}), "
         f"not of {', '.join(c.others)}"
@@ -129,6 +131,7 @@ def _import_payload(r: dejavu_import.ImportReport) -> dict[str, Any]:
         "written": r.written,
         "skipped": [{"file": f, "key": k, "reason": why} for f, k, why in r.skipped],
         "skipped_files": [{"file": f, "reason": why} for f, why in r.skipped_files],
+        "other_kernels": [{"file": f, "kernel": kernel} for f, kernel in r.other_kernels],
         "conflicts": [dataclasses.asdict(c) for c in r.conflicts],
         "problems": problems_payload(r.problems),
         "own_files": r.own_files,
