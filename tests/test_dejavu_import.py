@@ -805,3 +805,31 @@ def test_a_file_named_twice_counts_once_and_other_kernels_files_are_not_skipped_
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "from 1 triton-dejavu file(s)" in out and ", 0 skipped; 1 file(s) of other kernels left out" in out
+
+
+def test_dtypes_are_left_out_for_a_kernel_that_ignores_them(tmp_path, capsys):
+    """A file tuned without ignore_dtypes, for a kernel that now has it: triton-dejavu itself leaves
+    the 'torch.*' elements out on reading; the keys were skipped as not fitting."""
+    module = tmp_path / "nodtypes.py"
+    module.write_text(
+        textwrap.dedent(MODULE).replace("do_bench=bench,", "do_bench=bench, ignore_dtypes=True,")
+    )
+    spec = f"{module}:scale"
+    source = write_dejavu(
+        tmp_path / "src" / "cache.json", dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [0.5]})
+    )
+    root = tmp_path / "root"
+    assert cli.main(["import-dejavu", str(source), "--kernel", spec, "--root", str(root)]) == 0
+    tuner = dejavu_import.load_tuner(spec)
+    tuner.settings = dataclasses.replace(tuner.settings, custom_data_storage=root)
+    assert [e["key"] for e in stored_entries(tuner.cache_path()).values()] == [[5]]
+
+
+def test_a_file_without_timings_says_why_its_keys_are_skipped(tmp_path, kernel_spec, capsys):
+    doc = dejavu_doc({key_text(5): config_text(16, 2)}, {})
+    del doc["timings"]
+    source = write_dejavu(tmp_path / "src" / "cache.json", doc)
+    argv = ["import-dejavu", str(source), "--kernel", kernel_spec, "--root", str(tmp_path / "r"), "--json"]
+    assert cli.main(argv) == 0
+    [skipped] = json.loads(capsys.readouterr().out)[kernel_spec]["skipped"]
+    assert skipped["reason"].startswith("the file has no 'timings'")

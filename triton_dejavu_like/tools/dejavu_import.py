@@ -352,12 +352,16 @@ def key_positions(doc: dict[str, Any], names: Sequence[str]) -> tuple[int, ...] 
 
 def kernel_key(text: str, positions: tuple[int, ...] | None, plan: KeyPlan) -> tuple[Any, ...]:
     """The kernel's key from a triton-dejavu key: its values in the kernel's order (``positions``,
-    the dtypes after them as they are); :class:`FormatError` when it cannot be one of the kernel's."""
+    the dtypes after them as they are, or left out for a kernel with ``ignore_dtypes``);
+    :class:`FormatError` when it cannot be one of the kernel's."""
     key = parse_key(text)
     if positions is not None:
         if len(key) < len(positions):
             raise FormatError("fewer values than the file's 'keys' name: their order is unknown")
         key = tuple(key[i] for i in positions) + key[len(positions) :]
+    if not plan.with_dtypes:  # as triton-dejavu reads its files for a kernel with ignore_dtypes
+        n = len(plan.names)
+        key = key[:n] + tuple(v for v in key[n:] if not (isinstance(v, str) and "torch." in v))
     misfit = plan.misfit(key)
     if misfit is not None:
         raise FormatError(misfit)
@@ -370,6 +374,11 @@ def convert(
     """Our entries for one triton-dejavu document (keys it cannot convert go to ``report.skipped``);
     :class:`KeyNamesDiffer` when the file was tuned with another key."""
     positions = key_positions(doc, tuner.keys)
+    missing = (
+        "no timing stored for this key"
+        if "timings" in doc
+        else "the file has no 'timings': every stored result holds its measured time (tune this key again)"
+    )
     cache, timings = doc.get("cache"), doc.get("timings", {})
     if not isinstance(cache, dict) or not isinstance(timings, dict):
         raise FormatError("'cache' and 'timings' are not objects")
@@ -390,7 +399,7 @@ def convert(
             if chosen is None:
                 raise FormatError(f"config {config_text[:120]!r} is not among the kernel's configs")
             if key_text not in timings:
-                raise FormatError("no timing stored for this key")
+                raise FormatError(missing)
             entry = StoredEntry.new(
                 key,
                 chosen,
