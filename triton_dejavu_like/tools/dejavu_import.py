@@ -1,4 +1,4 @@
-"""Convert triton-dejavu (0.7) ``cache.json`` files into this package's storage.
+"""Convert triton-dejavu (0.5 to 0.7) ``cache.json`` files into this package's storage.
 
 A triton-dejavu file looks like::
 
@@ -24,6 +24,13 @@ from triton-dejavu's source, are documented in ``docs/storage.md``:
   kernel's names is put in the kernel's order; other names skip the file.
 
 An imported entry must name one of the kernel's current configs; any other is skipped and reported.
+
+Where the results go: the platform and tag come from the file's path, read through triton-dejavu's
+layouts (:data:`~triton_dejavu_like.store.layout.DEJAVU_LAYOUTS`) from its last ``dejavu_<version>``
+folder on; results of this machine's Triton and GPU go under this machine's toolchain (triton-dejavu
+names CUDA after Triton's ptxas, this package after torch's CUDA). A key found in several files for
+one identity comes from the file whose signature names the kernel's module, else the newest one.
+This package's own cache files among the sources are left out and counted.
 """
 
 from __future__ import annotations
