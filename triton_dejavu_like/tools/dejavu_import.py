@@ -35,13 +35,10 @@ This package's own cache files among the sources are left out and counted.
 
 from __future__ import annotations
 
-import ast
 import datetime as _dt
 import importlib
 import importlib.util
 import json
-import math
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -49,208 +46,18 @@ from pathlib import Path
 from typing import Any
 
 from .. import _compat
-from .._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config
+from .._compat import Config
 from ..codec import canonical_json, config_id
-from ..measure.bench import QUANTILES, normalise
-from ..store import CacheFile, StoredEntry, inventory, layout, read_bounded
+from ..store import CacheFile, StoredEntry, inventory, read_bounded
 from ..store import identity as identity
 from ..store.layout import CACHE_FILE_NAME
 from ..tuner.key import KeyPlan
+from .dejavu_format import FormatError, parse_config, parse_key, parse_timings
+from .dejavu_origin import DejavuOrigin, origin_of
 
-MAX_TEXT = 10_000
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_PAIR = re.compile(rf"^({_NAME}): (.*)$", re.DOTALL)
-_PAIR_SPLIT = re.compile(rf", (?={_NAME}: )")
-_BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
-#: ``JITFunction(module:name)``; the name is qualified for a kernel made in a function
-#: (``make.<locals>.kernel``).
-_SIGNATURE = re.compile(r"^\w+\((?:([\w.]+):)?([\w.<>]+)\)$")
-_TRITON_DIR = re.compile(r"^triton_\d+\.\d+[\w.+-]*$")
-_TOOLCHAIN_DIR = re.compile(r"^(cuda|rocm)_(torch_)?\d+(\.\d+)*$")
-_VERSION_DIR = re.compile(r"^dejavu_\d+\.\d+(\.\d+)?$")
 STRATEGY = "imported:triton-dejavu"
 #: The prefix of the module name of a kernel loaded from ``FILE.py``.
 _FILE_MODULE = "_tdl_import_"
-
-
-class FormatError(ValueError):
-    """Text that is not what triton-dejavu writes."""
-
-
-# --- the strict literal parser ---------------------------------------------------------------------
-
-
-def _literal(node: ast.AST) -> Any:
-    if isinstance(node, ast.Constant) and (
-        node.value is None or isinstance(node.value, (bool, int, float, str))
-    ):
-        return node.value
-    if (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, (ast.USub, ast.UAdd))
-        and isinstance(node.operand, ast.Constant)
-        and isinstance(node.operand.value, (int, float))
-        and not isinstance(node.operand.value, bool)
-    ):
-        return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
-    if isinstance(node, ast.Tuple):
-        return tuple(_literal(e) for e in node.elts)
-    raise FormatError(f"not a plain literal: {ast.dump(node)[:80]}")
-
-
-def parse_literal(text: str) -> Any:
-    """A number, string, bool, None, or a tuple of them, from its Python spelling; never evaluated."""
-    if len(text) > MAX_TEXT:
-        raise FormatError(f"text of {len(text)} characters is too long")
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise FormatError(f"cannot parse {text[:80]!r}") from exc
-    return _literal(tree.body)
-
-
-def _typed(text: str) -> Any:
-    """A key element triton-dejavu stored as a string, back to the type it had."""
-    try:
-        value = parse_literal(text)
-    except FormatError:
-        return text
-    return value if isinstance(value, (bool, int, float)) or value is None else text
-
-
-def parse_key(text: str) -> tuple[Any, ...]:
-    """``"('1024', '512', 'torch.float16')"`` -> ``(1024, 512, 'torch.float16')``."""
-    value = parse_literal(text)
-    if not isinstance(value, tuple):
-        raise FormatError(f"a key is a tuple, not {text[:80]!r}")
-    return tuple(_typed(v) if isinstance(v, str) else v for v in value)
-
-
-def _config_value(raw: str) -> Any:
-    if raw in ("inf", "-inf", "nan"):
-        return float(raw)
-    if _BARE_WORD.match(raw) and raw not in ("None", "True", "False"):
-        return raw  # str(Config) prints a string parameter without quotes
-    return parse_literal(raw)
-
-
-def parse_config(text: str) -> tuple[Config, list[str]]:
-    """``"BLOCK_M: 64, num_warps: 4, maxnreg: None"`` -> a Config, and the fields dropped.
-
-    Fields this Triton lacks (``maxnreg`` on 3.2, ``enable_warp_specialization``, ...) are dropped
-    and named; ``pre_hook`` is ignored; any text that is not ``name: literal`` pairs is refused.
-    """
-    if len(text) > MAX_TEXT:
-        raise FormatError(f"config text of {len(text)} characters is too long")
-    kwargs: dict[str, Any] = {}
-    options: dict[str, Any] = {}
-    dropped: list[str] = []
-    for piece in _PAIR_SPLIT.split(text.strip()):
-        match = _PAIR.match(piece)
-        if match is None:
-            raise FormatError(f"not a 'name: value' pair: {piece[:80]!r}")
-        name, raw = match.groups()
-        if name == "pre_hook":
-            continue
-        value = _config_value(raw)
-        if name in CONFIG_FIELDS:
-            if value is not None and not isinstance(value, (bool, int)):
-                raise FormatError(f"config field {name} holds {raw[:40]!r}")
-            options[name] = value
-        elif name in CONFIG_FIELDS_ANY_RELEASE:
-            dropped.append(name)
-        elif name in kwargs:
-            raise FormatError(f"parameter {name} appears twice")
-        else:
-            kwargs[name] = value
-    if not kwargs and not options:
-        raise FormatError("an empty config")
-    return Config(kwargs, **options), dropped
-
-
-def _timings(raw: Any) -> list[float]:
-    if isinstance(raw, dict):
-        raw = raw.get("values")
-    numbers = [raw] if not isinstance(raw, list) else raw
-    if not numbers or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers):
-        raise FormatError(f"timings are not a time or a list of times: {str(raw)[:80]!r}")
-    values = normalise(raw, len(QUANTILES))
-    if not all(math.isfinite(v) and v >= 0 for v in values):
-        raise FormatError(f"timings are not finite, non-negative times: {values}")
-    return values
-
-
-# --- where a triton-dejavu file says it comes from ----------------------------------------------------
-
-
-@dataclass
-class DejavuOrigin:
-    """What a triton-dejavu path and file tell about the tuning: platform, kernel and tag."""
-
-    triton: str | None = None
-    toolchain: str | None = None
-    gpu: str | None = None
-    kernel: str | None = None
-    tag: str | None = None
-    module: str | None = None  # of the kernel, in the signature
-
-
-def origin_of(path: Path, doc: dict[str, Any]) -> DejavuOrigin:
-    """What a triton-dejavu path says, e.g.
-    ``<root>/dejavu_0.7/triton_3.2.0/cuda_12.4/gpu_NAME/<kernel>/autotune_config-h/...
-    /kernel_configs-h/<tag>/cache.json`` (every layout of :data:`~.layout.DEJAVU_LAYOUTS`), and the
-    kernel named by the file's ``signature``. Only the folders from the last ``dejavu_<version>`` on
-    are read: the folders above it are the user's (``/mnt/gpu_cache/...`` names no GPU)."""
-    levels = layout.dejavu_levels(path)
-    if levels is not None:
-        origin = DejavuOrigin(
-            triton=levels["triton"].removeprefix("triton_"),
-            toolchain=_toolchain(levels["toolchain"]),
-            gpu=_gpu(levels["gpu"]),
-            kernel=layout.dejavu_kernel(levels),
-            tag=levels["tag"],
-        )
-    else:
-        origin = _scan(path)
-    signature = doc.get("signature")
-    if isinstance(signature, str) and (m := _SIGNATURE.match(signature.strip())):
-        origin.module, origin.kernel = m.group(1), m.group(2).rpartition(".")[2]
-    return origin
-
-
-def _scan(path: Path) -> DejavuOrigin:
-    """What a path in no known layout says: its folders named as triton-dejavu names them, below its
-    last ``dejavu_<version>`` folder if it has one."""
-    parts = path.parts
-    versions = [i for i, part in enumerate(parts[:-1]) if _VERSION_DIR.match(part)]
-    if versions:
-        parts = parts[versions[-1] + 1 :]
-    origin = DejavuOrigin()
-    for i, part in enumerate(parts):
-        if _TRITON_DIR.match(part) and origin.triton is None:
-            origin.triton = part.removeprefix("triton_")
-        elif _TOOLCHAIN_DIR.match(part) and origin.toolchain is None:
-            origin.toolchain = _toolchain(part)
-        elif part.startswith("gpu_") and origin.gpu is None:
-            origin.gpu = _gpu(part)
-        elif part.startswith("autotune_config-") and i > 0:
-            origin.kernel = parts[i - 1].rpartition(".")[2]
-    if len(parts) >= 3 and parts[-3].startswith("kernel_configs-"):
-        origin.tag = parts[-2]
-    return origin
-
-
-def _toolchain(folder: str) -> str:
-    """This package's name of a toolchain folder: triton-dejavu names CUDA ``cuda_torch_12.4`` when
-    it cannot run Triton's ptxas (the version is then torch's CUDA, named ``cuda_12.4`` here)."""
-    return identity.sanitize(re.sub(r"^cuda_torch_", "cuda_", folder))
-
-
-def _gpu(folder: str) -> str:
-    """This package's name of the GPU in a ``gpu_<name>`` folder: triton-dejavu replaced ' ' and '/'
-    by '_' in the device's name, so ``AMD_Radeon_PRO_W7900_(gfx1100)`` is given back its spaces before
-    it is sanitised as the live name ``AMD Radeon PRO W7900 (gfx1100)`` is."""
-    return identity.sanitize(folder.removeprefix("gpu_").replace("_", " "))
 
 
 # --- finding the user's kernel ------------------------------------------------------------------------
@@ -410,7 +217,7 @@ def convert(
             entry = StoredEntry.new(
                 key,
                 chosen,
-                _timings(timings[key_text]),
+                parse_timings(timings[key_text]),
                 evaluated=evaluated,
                 space_size=len(candidates),
                 strategy=STRATEGY,
