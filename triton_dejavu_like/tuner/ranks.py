@@ -199,80 +199,163 @@ def tune_together(
     the leader runs under ``lead()`` (the key's single-flight lease, for processes outside the group).
     """
     store, size = meeting_place
-    prefix = f"{_PREFIX}{stable_hash(scope)}/"
-    meeting = _Meeting(store, prefix, timeout_s)
-    start = time.perf_counter()
+    meeting = _Meeting(store, f"{_PREFIX}{stable_hash(scope)}/", timeout_s)
+    tuning = _KeyTuning(meeting, key, kernel_name, candidates, measure, record, time.perf_counter())
     order = int(store.add(meeting.key("joined"), 1)) - 1
     with lead() if order == 0 else contextlib.nullcontext():
-        return _tune_as(order, meeting, size, key, kernel_name, candidates, measure, record, start)
+        return tuning.run(order, size)
 
 
-def _tune_as(
-    order: int,
-    meeting: _Meeting,
-    size: int,
-    key: TuningKey,
-    kernel_name: str,
-    candidates: list[Config],
-    measure: Measure,
-    record: Callable[[Outcome], None],
-    start: float,
-) -> Outcome:
-    """The rank that joined ``order``-th: leader, member, or too late (its decision)."""
-    store = meeting.store
+@dataclass
+class _KeyTuning:
+    """One key this rank tunes with the others: what it needs at every step."""
 
-    def alone(why: str) -> Outcome:
+    meeting: _Meeting
+    key: TuningKey
+    kernel_name: str
+    candidates: list[Config]
+    measure: Measure
+    record: Callable[[Outcome], None]
+    start: float
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def run(self, order: int, size: int) -> Outcome:
+        """As the rank that joined ``order``-th: leader, member, or too late (its decision)."""
+        if order >= CLOSED:  # the group closed before we missed the key: use its decision
+            return self.late()
+        if order == 0:
+            members = self.close(size)
+        else:
+            value = self.meeting.read("members", JOIN_WINDOW_S + MEMBERS_TIMEOUT_S)
+            if not isinstance(value, int) or not 0 < order < value:
+                return self.alone("the group of ranks did not form")
+            members = value
+        if members == 1:
+            return self.solo()
+        return self.share(order, members)
+
+    def alone(self, why: str) -> Outcome:
         warn_once(
             DejavuTuningWarning,
-            f"{kernel_name}:ranks",
+            f"{self.kernel_name}:ranks",
             "%s: %s for key %s; tuning it on this rank alone (ranks may use different configs for it)",
-            kernel_name,
+            self.kernel_name,
             why,
-            key.values,
+            self.key.values,
         )
-        outcome = measure(candidates)
-        record(outcome)
+        outcome = self.measure(self.candidates)
+        self.record(outcome)
         return outcome
 
-    if order >= CLOSED:  # the group closed before we missed the key: use its decision
-        index = _decided(meeting.read("decision"), len(candidates))
+    def late(self) -> Outcome:
+        index = _decided(self.meeting.read("decision"), len(self.candidates))
         if index is None:
-            return alone("no decision of the ranks that tuned it")
-        return Outcome(candidates[index], "tuned", duration_s=time.perf_counter() - start)
-    if order == 0:  # wait for the others to miss the key: until all ranks joined, or the window ends
+            return self.alone("no decision of the ranks that tuned it")
+        return Outcome(self.candidates[index], "tuned", duration_s=self.elapsed())
+
+    def close(self, size: int) -> int:
+        """As the leader: wait for the others to miss the key (until all ranks joined, or the window
+        ends), close the group and publish the number of members."""
+        store, joined = self.meeting.store, self.meeting.key("joined")
         window_end = time.monotonic() + JOIN_WINDOW_S
-        while int(store.add(meeting.key("joined"), 0)) < size and time.monotonic() < window_end:
+        while int(store.add(joined, 0)) < size and time.monotonic() < window_end:
             time.sleep(0.01)
-        members = int(store.add(meeting.key("joined"), CLOSED)) - CLOSED
-        meeting.publish("members", members)
-    else:
-        value = meeting.read("members", JOIN_WINDOW_S + MEMBERS_TIMEOUT_S)
-        if not isinstance(value, int) or not 0 < order < value:
-            return alone("the group of ranks did not form")
-        members = value
-    if members == 1:  # no other rank missed the key in time: an ordinary tuning, then the decision
-        with _failure_published(meeting, "decision"):
-            outcome = measure(candidates)
-        meeting.publish("decision", {"index": candidates.index(outcome.config)})
-        record(outcome)
+        members = int(store.add(joined, CLOSED)) - CLOSED
+        self.meeting.publish("members", members)
+        return members
+
+    def solo(self) -> Outcome:
+        """No other rank missed the key in time: an ordinary tuning, then the decision."""
+        with _failure_published(self.meeting, "decision"):
+            outcome = self.measure(self.candidates)
+        self.meeting.publish("decision", {"index": self.candidates.index(outcome.config)})
+        self.record(outcome)
         return outcome
-    log.debug("%s: key %s: rank %d of %d tuning together", kernel_name, key.values, order, members)
-    share = [c for i, c in enumerate(candidates) if i % members == order]
-    own: Timings = {}
-    failed: AutotuningError | None = None  # raised as its class if no rank has a valid candidate
-    with _failure_published(meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
-        if share:
-            try:
-                own = _indexed(candidates, measure(share, candidates[:REFERENCE_TRIES]))
-            except AutotuningError as error:  # every candidate of the share failed
-                if error.stopped_by is not None:  # an error no candidate escapes ends tuning here
-                    raise
-                own = {candidates.index(c): [math.inf] for c in share}
-                failed = error
-    meeting.publish(f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}})
-    if order == 0:
-        return _lead(meeting, key, kernel_name, candidates, members, own, measure, record, start, failed)
-    return _follow(meeting, key, kernel_name, candidates, members, own, start, failed)
+
+    def share(self, order: int, members: int) -> Outcome:
+        """Measure this member's share and publish it; then lead, or follow the leader."""
+        candidates = self.candidates
+        name = self.kernel_name
+        log.debug("%s: key %s: rank %d of %d tuning together", name, self.key.values, order, members)
+        share = [c for i, c in enumerate(candidates) if i % members == order]
+        own: Timings = {}
+        failed: AutotuningError | None = None  # raised as its class if no rank has a valid candidate
+        with _failure_published(self.meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
+            if share:
+                try:
+                    own = _indexed(candidates, self.measure(share, candidates[:REFERENCE_TRIES]))
+                except AutotuningError as error:  # every candidate of the share failed
+                    if error.stopped_by is not None:  # an error no candidate escapes ends tuning here
+                        raise
+                    own = {candidates.index(c): [math.inf] for c in share}
+                    failed = error
+        self.meeting.publish(f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}})
+        if order == 0:
+            return self.lead(members, own, failed)
+        return self.follow(members, own, failed)
+
+    def lead(self, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
+        """Gather the shares, re-measure the finalists, publish and record the winner."""
+        candidates = self.candidates
+        with _failure_published(self.meeting, "decision"):
+            gathered = _gather(self.meeting, candidates, members, 0, own, self.meeting.timeout_s)
+            ranked = _pick(gathered)
+            if not ranked:  # raised as this rank's share failed (the first candidate is in it)
+                raise candidates_failed(
+                    f"{self.kernel_name}: every candidate failed on every rank for key {self.key.values!r}",
+                    failed,
+                )
+            finalists = [candidates[i] for i in ranked[:FINALISTS]]
+            careful = self.measure(finalists)  # the leader's careful verdict
+            winner = candidates.index(careful.config)
+        self.meeting.publish("decision", {"index": winner, "timings": gathered[winner]})
+        timings = {candidates[i]: t for i, t in gathered.items()}
+        timings.update(careful.configs_timings)
+        duration = self.elapsed()
+        entry = careful.entry
+        if entry is not None:
+            data = {
+                **entry.to_json(),
+                "evaluated": len(gathered),
+                "space_size": len(candidates),
+                "tuning_time_s": round(duration, 6),
+                "ranks": members,
+            }
+            entry = StoredEntry.from_json(entry.key_id, data)
+        outcome = Outcome(careful.config, "tuned", timings, duration, entry)
+        self.record(outcome)
+        return outcome
+
+    def follow(self, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
+        """Use the leader's decision; without one, the best of the timings the members published."""
+        candidates = self.candidates
+        # the leader gathers, then re-measures
+        decision = self.meeting.read("decision", 2 * self.meeting.timeout_s)
+        index = _decided(decision, len(candidates))
+        if index is not None:
+            timings = {candidates[i]: t for i, t in own.items()}
+            return Outcome(candidates[index], "tuned", timings, self.elapsed())
+        # what the members published before the decision's wait ended is there now: no further wait
+        gathered = _gather(self.meeting, candidates, members, -1, {}, 0.0)
+        gathered.update(own)
+        ranked = _pick(gathered)
+        warn_once(
+            DejavuTuningWarning,
+            f"{self.kernel_name}:ranks",
+            "%s: the leading rank gave no decision for key %s (%s); using the best of the timings "
+            "gathered from %d ranks, not stored",
+            self.kernel_name,
+            self.key.values,
+            decision.get("error") if isinstance(decision, dict) else "timed out",
+            members,
+        )
+        if not ranked:
+            message = f"{self.kernel_name}: no rank measured a valid candidate for key {self.key.values!r}"
+            raise candidates_failed(message, failed)  # as this rank's share failed
+        timings = {candidates[i]: t for i, t in gathered.items()}
+        return Outcome(candidates[ranked[0]], "tuned", timings, self.elapsed())
 
 
 def _decided(decision: Any, n: int) -> int | None:
@@ -296,80 +379,3 @@ def _gather(
             wait = max(0.001, deadline - time.monotonic())
             gathered.update(_decode_timings(meeting.read(f"timings/{member}", wait), len(candidates)))
     return gathered
-
-
-def _lead(
-    meeting: _Meeting,
-    key: TuningKey,
-    kernel_name: str,
-    candidates: list[Config],
-    members: int,
-    own: Timings,
-    measure: Measure,
-    record: Callable[[Outcome], None],
-    start: float,
-    failed: AutotuningError | None,
-) -> Outcome:
-    with _failure_published(meeting, "decision"):
-        gathered = _gather(meeting, candidates, members, 0, own, meeting.timeout_s)
-        ranked = _pick(gathered)
-        if not ranked:  # raised as this rank's share failed (the first candidate is in it)
-            raise candidates_failed(
-                f"{kernel_name}: every candidate failed on every rank for key {key.values!r}", failed
-            )
-        finalists = [candidates[i] for i in ranked[:FINALISTS]]
-        careful = measure(finalists)  # the leader's careful verdict
-        winner = candidates.index(careful.config)
-    meeting.publish("decision", {"index": winner, "timings": gathered[winner]})
-    timings = {candidates[i]: t for i, t in gathered.items()}
-    timings.update(careful.configs_timings)
-    duration = time.perf_counter() - start
-    entry = careful.entry
-    if entry is not None:
-        data = {
-            **entry.to_json(),
-            "evaluated": len(gathered),
-            "space_size": len(candidates),
-            "tuning_time_s": round(duration, 6),
-            "ranks": members,
-        }
-        entry = StoredEntry.from_json(entry.key_id, data)
-    outcome = Outcome(careful.config, "tuned", timings, duration, entry)
-    record(outcome)
-    return outcome
-
-
-def _follow(
-    meeting: _Meeting,
-    key: TuningKey,
-    kernel_name: str,
-    candidates: list[Config],
-    members: int,
-    own: Timings,
-    start: float,
-    failed: AutotuningError | None,
-) -> Outcome:
-    decision = meeting.read("decision", 2 * meeting.timeout_s)  # the leader gathers, then re-measures
-    index = _decided(decision, len(candidates))
-    if index is not None:
-        timings = {candidates[i]: t for i, t in own.items()}
-        return Outcome(candidates[index], "tuned", timings, time.perf_counter() - start)
-    # what the members published before the decision's wait ended is there now: no further wait
-    gathered = _gather(meeting, candidates, members, -1, {}, 0.0)
-    gathered.update(own)
-    ranked = _pick(gathered)
-    warn_once(
-        DejavuTuningWarning,
-        f"{kernel_name}:ranks",
-        "%s: the leading rank gave no decision for key %s (%s); using the best of the timings "
-        "gathered from %d ranks, not stored",
-        kernel_name,
-        key.values,
-        decision.get("error") if isinstance(decision, dict) else "timed out",
-        members,
-    )
-    if not ranked:
-        message = f"{kernel_name}: no rank measured a valid candidate for key {key.values!r}"
-        raise candidates_failed(message, failed)  # as this rank's share failed
-    timings = {candidates[i]: t for i, t in gathered.items()}
-    return Outcome(candidates[ranked[0]], "tuned", timings, time.perf_counter() - start)
