@@ -9,13 +9,14 @@ kernel for the scenario's keys with a counting ``do_bench`` that returns a rando
 Phases, one after the other: ``same`` (every rank misses key 500); ``different`` (rank r misses key
 600 + r, then all miss 700); ``raise`` (all miss key 800; rank 2 raises from its benchmark, a
 BaseException, and goes on). Each phase reports the benchmarks run, the configs chosen, the entries
-recorded and whether the rank raised. Then ``fail``: every config raises ``OutOfResources`` on every
-rank (key 900); the rank reports the classes of the error it raised. Then ``hook``: the tuner's
-``pre_hook`` raises on every rank (key 1000); the rank reports the benchmarks it ran and what it raised.
-Then ``check``: ``double_or_not_kernel`` with the numerical check (key 1100), whose first config is
-right and whose configs 1, 2 and 3 (the first of each other member's share) compute a wrong result
-fastest; the rank reports the config chosen, whether its result was right, which of the configs it
-knows of were valid, the benchmarks and the launches (the tuner's ``pre_hook`` calls) it ran.
+recorded (each rank records the group's entry: their ``tuned_at``) and whether the rank raised. Then
+``fail``: every config raises ``OutOfResources`` on every rank (key 900); the rank reports the
+classes of the error it raised. Then ``hook``: the tuner's ``pre_hook`` raises on every rank (key
+1000); the rank reports the benchmarks it ran and what it raised. Then ``check``:
+``double_or_not_kernel`` with the numerical check (key 1100), whose first config is right and whose
+configs 1, 2 and 3 (the first of each other member's share) compute a wrong result fastest; the rank
+reports the config chosen, whether its result was right, which of the configs it knows of were
+valid, the benchmarks and the launches (the tuner's ``pre_hook`` calls) it ran.
 """
 
 from __future__ import annotations
@@ -104,11 +105,17 @@ class BlockBench:
 
 
 def counted_records(tuner: tdl.Autotuner) -> list[list[str]]:
-    """The entries the tuner's store records from now on, one list per record."""
+    """The entries the tuner's store records from now on, one list per record, each entry as its
+    ``tuned_at`` (the same in every rank's record of one result)."""
     recorded: list[list[str]] = []
     store = tuner._process_state().store
     original = store.record
-    store.record = lambda entries: recorded.append(list(entries)) or original(entries)  # type: ignore[method-assign]
+
+    def record(entries: dict) -> bool:
+        recorded.append([entry.to_json()["tuned_at"] for entry in entries.values()])
+        return original(entries)
+
+    store.record = record  # type: ignore[method-assign]
     return recorded
 
 
@@ -170,6 +177,7 @@ def main() -> None:
             "benchmarks": bench.calls,
             "configs": configs,
             "recorded": len(recorded),
+            "entries": recorded[:],
             "raised": raised,
         }
     configs = [triton.Config(c.kwargs, num_warps=c.num_warps, pre_hook=out_of_resources) for c in CONFIGS]

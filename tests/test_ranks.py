@@ -13,6 +13,8 @@ import math
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,10 @@ import triton
 from kernels import RIGHT, SKIP, WRONG, FakeBench, double_or_not_kernel, grid
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like.store import StoredEntry
 from triton_dejavu_like.tuner import ranks
+from triton_dejavu_like.tuner.key import TuningKey
+from triton_dejavu_like.tuner.tuning import Outcome
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes")
 dist = pytest.importorskip("torch.distributed")
@@ -77,9 +82,9 @@ def test_four_ranks_split_one_key_and_agree(phases):
     counts = sorted(r["benchmarks"] for r in results)
     # a quarter each (8 configs / 4 ranks); the leader re-measures up to 3 finalists
     assert counts[:3] == [2, 2, 2] and 2 < counts[3] <= 2 + 3, counts
-    assert sum(r["recorded"] for r in results) == 1  # stored once, by the leader
-    [leader] = [r for r in results if r["recorded"]]
-    assert leader["benchmarks"] == counts[3]
+    # every rank records the leader's entry (node-local storage); here all share one file
+    assert [len(r["entries"]) for r in results] == [1] * WORLD
+    assert len({json.dumps(r["entries"]) for r in results}) == 1
 
 
 def test_ranks_missing_different_keys_do_not_deadlock(phases):
@@ -89,7 +94,8 @@ def test_ranks_missing_different_keys_do_not_deadlock(phases):
     # key 600 + r: each rank alone (8 configs); key 700: measured once in all, split among the
     # ranks that missed it within the join window, plus the leader's finalists
     assert sum(r["benchmarks"] for r in results) - WORLD * N_CONFIGS <= N_CONFIGS + 3
-    assert sum(r["recorded"] for r in results) == WORLD + 1
+    assert sum(r["recorded"] for r in results) == 2 * WORLD  # the ranks that adopt key 700 record it too
+    assert len({json.dumps(r["entries"][1]) for r in results}) == 1
 
 
 def test_every_candidate_failing_on_every_rank_raises_the_candidates_error_class(phases):
@@ -123,7 +129,8 @@ def test_every_rank_checks_its_share_against_the_first_config_of_the_whole_list(
     assert all(r["correct"] for r in results)
     for result in results:
         assert result["valid"] == {b: int(b) not in WRONG_BLOCKS for b in result["valid"]}, result
-    followers = [r for r in results if not r["recorded"]]
+    assert [r["recorded"] for r in results] == [1] * WORLD
+    followers = [r for r in results if r["benchmarks"] == 1]  # the leader re-measures its finalists
     assert len(followers) == WORLD - 1
     # each measured one wrong config (checked, not timed) and one right one (checked and timed)
     assert [(r["benchmarks"], r["launches"]) for r in followers] == [(1, 1 + 2 + 1)] * (WORLD - 1)
@@ -338,6 +345,34 @@ def test_the_leading_rank_holds_the_key_s_lease_while_it_tunes(monkeypatch, tmp_
     assert not list(tmp_path.rglob(f"*{lease_mod.LEASE_SUFFIX}*"))  # released once recorded
 
 
+def test_a_late_rank_stores_the_decision_in_its_own_store(monkeypatch, tmp_path):
+    """Node-local storage: a rank that missed the key after the group decided launches the decision
+    without measuring, and records it in its own store, so that its next job restores the same
+    winner as the leader's (it tuned the key again, and could launch another config)."""
+    from kernels import FakeBench, observe_block
+    from storage_helpers import launch, make_tuner
+
+    def tuner(bench: FakeBench, rank: int) -> tdl.Autotuner:
+        return make_tuner(
+            bench=bench, pre_hook=observe_block(bench), custom_data_storage=tmp_path / f"rank{rank}"
+        )
+
+    store = dist.HashStore()
+    monkeypatch.setattr(ranks, "active_store", lambda: (store, 2))
+    monkeypatch.setattr(ranks, "JOIN_WINDOW_S", 0.05)  # the other rank misses the key later
+    leader = tuner(FakeBench(), 0)  # the largest block (64) is the fastest on the leader's GPU
+    launch(leader, 40)
+    late_bench = FakeBench({16: 1.0, 32: 2.0, 64: 3.0})  # alone, this rank would choose 16
+    late = tuner(late_bench, 1)
+    launch(late, 40)
+    assert leader.best_config.kwargs == late.best_config.kwargs == {"BLOCK": 64} and late_bench.calls == 0
+    monkeypatch.setattr(ranks, "active_store", lambda: None)
+    next_job = tuner(late_bench, 1)
+    launch(next_job, 40)
+    assert next_job.last_decision == "restored" and next_job.best_config.kwargs == {"BLOCK": 64}
+    assert late_bench.calls == 0
+
+
 def test_timings_are_gathered_within_one_wait_however_many_members_are_gone():
     """A member killed outright is waited for once: the leader gives all members one wait in all (it
     gave each missing member a full wait, and a surviving member waited 3T for a killed leader)."""
@@ -353,3 +388,98 @@ def test_timings_are_gathered_within_one_wait_however_many_members_are_gone():
     own = {0: [1.0]}
     assert ranks._gather(meeting, candidates, 4, 0, own, 0.3) == own  # nobody else published
     assert len(waits) == 3 and sum(waits) <= 0.3 + 0.01
+
+
+# --- ranks as threads of this process, meeting in one HashStore ---------------------------------------
+
+KEY = TuningKey.of((64,))
+
+
+def blocks(*sizes: int) -> list[triton.Config]:
+    return [triton.Config({"BLOCK": b}) for b in sizes]
+
+
+class Rank:
+    """One rank's ``measure``: the times of its GPU per BLOCK (None: the config fails there); it
+    records the BLOCKs it measured and whether each measurement was careful (the finalists)."""
+
+    def __init__(self, times: dict[int, float | None], candidates: list[triton.Config]) -> None:
+        self.times, self.candidates = times, candidates
+        self.measured: list[list[int]] = []
+        self.recorded: list[Outcome] = []
+        self.outcome: Outcome | None = None
+        self.raised: BaseException | None = None
+
+    def measure(self, subset, reference=None, *, careful=False) -> Outcome:
+        self.measured.append([c.kwargs["BLOCK"] for c in subset])
+        timings = {c: [self.times[c.kwargs["BLOCK"]] or math.inf] * 3 for c in subset}
+        failures = {c: "it fails here" for c in subset if self.times[c.kwargs["BLOCK"]] is None}
+        valid = sorted((t[0], i) for i, t in enumerate(timings.values()) if math.isfinite(t[0]))
+        if not valid:
+            raise tdl.AutotuningError("every config of the share failed")
+        best = subset[valid[0][1]]
+        ranking = sorted(((c, t) for c, t in timings.items() if math.isfinite(t[0])), key=lambda ct: ct[1])
+        entry = StoredEntry.new(
+            KEY.values,
+            best,
+            timings[best],
+            evaluated=len(subset),
+            space_size=len(subset),
+            strategy="exhaustive",
+            tuning_time_s=0.0,
+            top=ranking[:5],
+            ruled_out=list(failures.items()),
+        )
+        return Outcome(best, "tuned", timings, 0.0, entry)
+
+    def tune(self, store, size: int, timeout_s: float) -> None:
+        try:
+            self.outcome = ranks.tune_together(
+                (store, size),
+                SCOPE,
+                KEY,
+                "kernel",
+                self.candidates,
+                self.measure,
+                self.recorded.append,
+                timeout_s,
+            )
+        except BaseException as exc:  # reported to the test
+            self.raised = exc
+
+
+SCOPE = ["kernel", "key", "candidates"]
+
+
+def tune_in_threads(group: list[Rank | None], timeout_s: float = 5.0, size: int | None = None) -> None:
+    """The ranks of ``group`` miss the key in its order (None: a member that joins, then dies)."""
+    store = dist.HashStore()
+    joined = f"{ranks._PREFIX}{ranks.stable_hash(SCOPE)}/joined"
+    threads = []
+    for order, rank in enumerate(group):
+        while int(store.add(joined, 0)) < order:  # the previous rank joined: the join order is fixed
+            time.sleep(0.001)
+        if rank is None:
+            store.add(joined, 1)
+            continue
+        thread = threading.Thread(target=rank.tune, args=(store, size or len(group), timeout_s))
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join(60)
+
+
+def launched(group: list[Rank | None]) -> list[int]:
+    return [rank.outcome.config.kwargs["BLOCK"] for rank in group if rank is not None and rank.outcome]
+
+
+def test_every_member_records_the_leader_s_entry():
+    """Each rank keeps the decision in its own store (node-local storage): the members record the
+    entry the leader recorded, so that every rank restores the same winner in the next job."""
+    candidates = blocks(16, 32, 64, 128)
+    group = [Rank({16: 3.0, 32: 1.0, 64: 2.0, 128: 4.0}, candidates) for _ in range(3)]
+    tune_in_threads(group)
+    assert launched(group) == [32] * 3
+    entries = [[o.entry.to_json() for o in rank.recorded if o.entry] for rank in group]
+    assert entries[0] and entries[0][0]["ranks"] == 3
+    assert entries == [entries[0]] * 3

@@ -21,9 +21,11 @@ Per key (see docs/consensus.md):
    compare their shares with one reference, not each with the first of its own share.
 3. *Decide.* The leader gathers the timings (a member that does not publish within the wait is left
    out), ranks the valid candidates by median, ties by candidate index, re-measures the best
-   :data:`FINALISTS` carefully, publishes the winner and records it in the store (once).
-4. Members wait for the decision. If the leader fails (it publishes an error) or does not answer in
-   time, each member picks by the same rule among the timings it can read, and records nothing.
+   :data:`FINALISTS` carefully, publishes the winner with its stored entry, and records the entry.
+4. Members wait for the decision and record the leader's entry too (a rank that joined late does the
+   same), so that each rank's own storage (node-local by default) holds the group's winner. If the
+   leader fails (it publishes an error) or does not answer in time, each member picks by the same
+   rule among the timings it can read, and records nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any, Protocol
 from .. import _env
 from .._compat import Config
 from .._log import DejavuTuningWarning, log, warn_once
-from ..store import StoredEntry
+from ..store import InvalidEntry, StoredEntry
 from ..store.identity import stable_hash
 from .errors import AutotuningError, candidates_failed
 from .key import TuningKey
@@ -195,7 +197,8 @@ def tune_together(
     """Tune ``key`` with the other ranks that miss it (see the module's description).
 
     ``scope`` is hashed into the meeting's prefix (the kernel's identity, the key, the candidate set);
-    ``measure(subset)`` runs the search over a subset; ``record(outcome)`` stores the leader's result;
+    ``measure(subset)`` runs the search over a subset; ``record(outcome)`` stores the group's result
+    (the leader's entry, on every rank that uses the decision);
     the leader runs under ``lead()`` (the key's single-flight lease, for processes outside the group).
     """
     store, size = meeting_place
@@ -250,10 +253,37 @@ class _KeyTuning:
         return outcome
 
     def late(self) -> Outcome:
-        index = _decided(self.meeting.read("decision"), len(self.candidates))
+        adopted = self.adopt(self.meeting.read("decision"), {})
+        return adopted if adopted is not None else self.alone("no decision of the ranks that tuned it")
+
+    def decide(self, winner: Config, entry: StoredEntry | None, timings: list[float] | None = None) -> None:
+        """Publish the decision: the winner, its timings, and the entry to store (every rank that
+        uses the decision records it, so each rank's own storage holds it)."""
+        decision = {"index": self.candidates.index(winner), "entry": entry.to_json() if entry else None}
+        self.meeting.publish("decision", decision if timings is None else {**decision, "timings": timings})
+
+    def adopt(self, decision: Any, own: Timings) -> Outcome | None:
+        """The outcome of a published decision, recorded with the leader's entry; None without one."""
+        index = _decided(decision, len(self.candidates))
         if index is None:
-            return self.alone("no decision of the ranks that tuned it")
-        return Outcome(self.candidates[index], "tuned", duration_s=self.elapsed())
+            return None
+        timings = {self.candidates[i]: t for i, t in own.items()}
+        outcome = Outcome(self.candidates[index], "tuned", timings, self.elapsed(), self.entry(decision))
+        self.record(outcome)
+        return outcome
+
+    def entry(self, decision: dict[str, Any]) -> StoredEntry | None:
+        """The entry published with a decision (data only, checked), or None."""
+        data = decision.get("entry")
+        if self.key.id is None or not isinstance(data, dict):
+            return None
+        try:
+            return StoredEntry.from_json(self.key.id, data)
+        except InvalidEntry as exc:
+            log.debug(
+                "%s: the decision's entry for key %s is not valid: %s", self.kernel_name, self.key.id, exc
+            )
+            return None
 
     def close(self, size: int) -> int:
         """As the leader: wait for the others to miss the key (until all ranks joined, or the window
@@ -270,7 +300,7 @@ class _KeyTuning:
         """No other rank missed the key in time: an ordinary tuning, then the decision."""
         with _failure_published(self.meeting, "decision"):
             outcome = self.measure(self.candidates)
-        self.meeting.publish("decision", {"index": self.candidates.index(outcome.config)})
+        self.decide(outcome.config, outcome.entry)
         self.record(outcome)
         return outcome
 
@@ -310,7 +340,6 @@ class _KeyTuning:
             finalists = [candidates[i] for i in ranked[:FINALISTS]]
             careful = self.measure(finalists)  # the leader's careful verdict
             winner = candidates.index(careful.config)
-        self.meeting.publish("decision", {"index": winner, "timings": gathered[winner]})
         timings = {candidates[i]: t for i, t in gathered.items()}
         timings.update(careful.configs_timings)
         duration = self.elapsed()
@@ -324,6 +353,7 @@ class _KeyTuning:
                 "ranks": members,
             }
             entry = StoredEntry.from_json(entry.key_id, data)
+        self.decide(careful.config, entry, gathered[winner])
         outcome = Outcome(careful.config, "tuned", timings, duration, entry)
         self.record(outcome)
         return outcome
@@ -333,10 +363,9 @@ class _KeyTuning:
         candidates = self.candidates
         # the leader gathers, then re-measures
         decision = self.meeting.read("decision", 2 * self.meeting.timeout_s)
-        index = _decided(decision, len(candidates))
-        if index is not None:
-            timings = {candidates[i]: t for i, t in own.items()}
-            return Outcome(candidates[index], "tuned", timings, self.elapsed())
+        adopted = self.adopt(decision, own)
+        if adopted is not None:
+            return adopted
         # what the members published before the decision's wait ended is there now: no further wait
         gathered = _gather(self.meeting, candidates, members, -1, {}, 0.0)
         gathered.update(own)
