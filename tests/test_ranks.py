@@ -23,6 +23,7 @@ import triton
 from kernels import RIGHT, SKIP, WRONG, FakeBench, double_or_not_kernel, grid
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like.codec import config_id
 from triton_dejavu_like.store import StoredEntry
 from triton_dejavu_like.tuner import ranks
 from triton_dejavu_like.tuner.key import TuningKey
@@ -168,13 +169,20 @@ def test_a_rank_that_joins_after_the_group_decided_nothing_tunes_alone_and_says_
 # --- one member of a group, in this process ----------------------------------------------------------
 
 
+def leader_order(configs: list[triton.Config]) -> list[int]:
+    """The order the leader publishes for ``configs``: their positions among them sorted by id."""
+    canonical = sorted(configs, key=config_id)
+    return [next(p for p, c in enumerate(canonical) if c is config) for config in configs]
+
+
 class LastMember:
     """The c10d store as the last member of a group of ``members`` finds it: the others joined before
-    it, and the leader published the number of members and its decision (candidate ``decision``)."""
+    it, and the leader (whose list is ``configs``) published the number of members, its order of
+    the candidates and its decision (candidate ``decision``)."""
 
-    def __init__(self, members: int, decision: int) -> None:
+    def __init__(self, members: int, decision: int, configs: list[triton.Config]) -> None:
         self.store = dist.HashStore()
-        self.members, self.decision = members, decision
+        self.members, self.decision, self.order = members, decision, leader_order(configs)
         self.joined: set[str] = set()
 
     def add(self, key: str, amount: int) -> int:
@@ -182,7 +190,7 @@ class LastMember:
             self.joined.add(key)
             prefix = key.removesuffix("joined")
             self.store.add(key, self.members - 1)
-            self.store.set(f"{prefix}members", json.dumps(self.members))
+            self.store.set(f"{prefix}members", json.dumps({"members": self.members, "order": self.order}))
             self.store.set(f"{prefix}decision", json.dumps({"index": self.decision}))
         return self.store.add(key, amount)
 
@@ -225,7 +233,7 @@ def checked_as_member_2_of_3(monkeypatch, modes, isolated, **options):
         use_isolated_process=isolated,
         **options,
     )(double_or_not_kernel)
-    monkeypatch.setattr(ranks, "active_store", lambda: (LastMember(3, decision=3), 3))
+    monkeypatch.setattr(ranks, "active_store", lambda: (LastMember(3, decision=3, configs=configs), 3))
     n = 100
     x, out = torch.arange(n, dtype=torch.float32), torch.zeros(n)
     tuner[grid(n)](x, out, n)
@@ -483,3 +491,18 @@ def test_every_member_records_the_leader_s_entry():
     entries = [[o.entry.to_json() for o in rank.recorded if o.entry] for rank in group]
     assert entries[0] and entries[0][0]["ranks"] == 3
     assert entries == [entries[0]] * 3
+
+
+def test_ranks_holding_the_candidates_in_other_orders_split_them_and_agree():
+    """The ranks' prunes return the same configs in different orders (``list(set(...))``): the
+    members still measure disjoint shares, every timing is credited to the config measured, and
+    all launch the fastest (positions in each rank's own list named different configs)."""
+    listed = blocks(16, 32, 64, 128, 256, 512)
+    times = {b: 1000 / b for b in (16, 32, 64, 128, 256, 512)}  # the same GPUs: 512 is the fastest
+    group = [Rank(times, listed), Rank(times, listed[::-1]), Rank(times, listed[2:] + listed[:2])]
+    tune_in_threads(group)
+    assert launched(group) == [512] * 3
+    shares = sorted(b for rank in group for b in rank.measured[0])
+    assert shares == [16, 32, 64, 128, 256, 512]
+    leader = group[0].outcome
+    assert {c.kwargs["BLOCK"]: t[0] for c, t in leader.configs_timings.items()} == times

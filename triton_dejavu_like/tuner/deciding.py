@@ -96,6 +96,7 @@ class KeyDecision:
                 self._keep,
                 timeout,
                 lead=lambda: lease_held(self.state.store, self.key),
+                config_id=self.config_id,
             )
         return tune_once(
             self.state.store, self.key, self.name, len(answer), self.state.restored, self._tune, self._adopt

@@ -11,7 +11,10 @@ Per key (see docs/consensus.md):
 
 1. *Join.* ``add(joined, 1)`` gives each rank its join order; the first (the leader) waits until
    every rank of the group joined or :data:`JOIN_WINDOW_S` passed, then closes the group with
-   ``add(joined, CLOSED)`` and publishes the number of members. A rank that joins after the close
+   ``add(joined, CLOSED)`` and publishes the number of members and its order of the candidates
+   (their positions sorted by config id): every rank puts its candidates in the leader's order, so
+   that positions name the same configs on every rank whatever order its list (its prune) has, and
+   the numerical check's reference is the leader's first config. A rank that joins after the close
    is not a member: it waits for the decision. A rank left without a decision or without the
    number of members tunes alone, with a warning (its config may differ from the others').
 2. *Split.* Member ``j`` of ``m`` measures the candidates ``i`` with ``i % m == j`` (the search
@@ -42,6 +45,7 @@ from typing import Any, Protocol
 from .. import _env
 from .._compat import Config
 from .._log import DejavuTuningWarning, log, warn_once
+from ..codec import config_id as codec_config_id
 from ..store import InvalidEntry, StoredEntry
 from ..store.identity import stable_hash
 from .errors import AutotuningError, candidates_failed
@@ -193,17 +197,21 @@ def tune_together(
     record: Callable[[Outcome], None],
     timeout_s: float,
     lead: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    config_id: Callable[[Config], str] = codec_config_id,
 ) -> Outcome:
     """Tune ``key`` with the other ranks that miss it (see the module's description).
 
     ``scope`` is hashed into the meeting's prefix (the kernel's identity, the key, the candidate set);
     ``measure(subset)`` runs the search over a subset; ``record(outcome)`` stores the group's result
     (the leader's entry, on every rank that uses the decision);
-    the leader runs under ``lead()`` (the key's single-flight lease, for processes outside the group).
+    the leader runs under ``lead()`` (the key's single-flight lease, for processes outside the group);
+    ``config_id`` names a config (the ranks' lists hold the same configs, perhaps in other orders).
     """
     store, size = meeting_place
     meeting = _Meeting(store, f"{_PREFIX}{stable_hash(scope)}/", timeout_s)
-    tuning = _KeyTuning(meeting, key, kernel_name, candidates, measure, record, time.perf_counter())
+    tuning = _KeyTuning(
+        meeting, key, kernel_name, candidates, measure, record, config_id, time.perf_counter()
+    )
     order = int(store.add(meeting.key("joined"), 1)) - 1
     with lead() if order == 0 else contextlib.nullcontext():
         return tuning.run(order, size)
@@ -219,6 +227,7 @@ class _KeyTuning:
     candidates: list[Config]
     measure: Measure
     record: Callable[[Outcome], None]
+    config_id: Callable[[Config], str]
     start: float
 
     def elapsed(self) -> float:
@@ -231,13 +240,31 @@ class _KeyTuning:
         if order == 0:
             members = self.close(size)
         else:
-            value = self.meeting.read("members", JOIN_WINDOW_S + MEMBERS_TIMEOUT_S)
-            if not isinstance(value, int) or not 0 < order < value:
+            members = self.join(self.meeting.read("members", JOIN_WINDOW_S + MEMBERS_TIMEOUT_S))
+            if members is None or not 0 < order < members:
                 return self.alone("the group of ranks did not form")
-            members = value
         if members == 1:
             return self.solo()
         return self.share(order, members)
+
+    def join(self, group: Any) -> int | None:
+        """The number of members the leader published (None if not valid), and this rank's candidates
+        put in the leader's order: ranks whose lists hold the same configs in different orders (a
+        prune that returns a set) exchange positions in one list."""
+        members = group.get("members") if isinstance(group, dict) else None
+        order = group.get("order") if isinstance(group, dict) else None
+        n = len(self.candidates)
+        if not isinstance(members, int) or isinstance(members, bool) or members < 1:
+            return None
+        if not isinstance(order, list) or sorted(p for p in order if isinstance(p, int)) != list(range(n)):
+            return None
+        canonical = self.canonical()
+        self.candidates = [canonical[p] for p in order]
+        return members
+
+    def canonical(self) -> list[Config]:
+        """The candidates in one order on every rank: by config id (the candidate sets are equal)."""
+        return sorted(self.candidates, key=self.config_id)
 
     def alone(self, why: str) -> Outcome:
         warn_once(
@@ -253,8 +280,13 @@ class _KeyTuning:
         return outcome
 
     def late(self) -> Outcome:
-        adopted = self.adopt(self.meeting.read("decision"), {})
-        return adopted if adopted is not None else self.alone("no decision of the ranks that tuned it")
+        listed = self.candidates
+        joined = self.join(self.meeting.read("members"))
+        adopted = self.adopt(self.meeting.read("decision"), {}) if joined is not None else None
+        if adopted is not None:
+            return adopted
+        self.candidates = listed
+        return self.alone("no decision of the ranks that tuned it")
 
     def decide(self, winner: Config, entry: StoredEntry | None, timings: list[float] | None = None) -> None:
         """Publish the decision: the winner, its timings, and the entry to store (every rank that
@@ -293,7 +325,10 @@ class _KeyTuning:
         while int(store.add(joined, 0)) < size and time.monotonic() < window_end:
             time.sleep(0.01)
         members = int(store.add(joined, CLOSED)) - CLOSED
-        self.meeting.publish("members", members)
+        position = {id(c): p for p, c in enumerate(self.canonical())}
+        self.meeting.publish(
+            "members", {"members": members, "order": [position[id(c)] for c in self.candidates]}
+        )
         return members
 
     def solo(self) -> Outcome:
