@@ -242,6 +242,55 @@ def checked_as_member_2_of_3(monkeypatch, modes, isolated, **options):
     return valid, launches
 
 
+class FirstOfTwo:
+    """The c10d store as the leader of a group of two finds it: the other rank joins right after it
+    and publishes the timings of its share (the odd positions of ``configs``) from ``times``."""
+
+    def __init__(self, configs: list[triton.Config], times: dict[int, float]) -> None:
+        self.store = dist.HashStore()
+        self.configs, self.times = configs, times
+
+    def add(self, key: str, amount: int) -> int:
+        value = self.store.add(key, amount)
+        if key.endswith("/joined") and value == 1:
+            self.store.add(key, 1)  # the member joins
+            share = {str(i): [self.times[c.kwargs["BLOCK"]]] * 3 for i, c in enumerate(self.configs) if i % 2}
+            self.store.set(f"{key.removesuffix('joined')}timings/1", json.dumps({"timings": share}))
+        return value
+
+    def __getattr__(self, name: str):  # set, get, wait
+        return getattr(self.store, name)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_leader_measures_every_finalist_whatever_the_search_budget(monkeypatch, tmp_path, seed):
+    """With a search budget (a random search over a third of the candidates), the leader still
+    re-measures each of the 3 best gathered candidates and keeps the fastest of them (the budget
+    applied to the finalists: it measured some only, and could store a slower one)."""
+    from kernels import FakeBench, observe_block
+    from storage_helpers import launch, make_tuner
+
+    configs = blocks(16, 32, 64, 128, 256, 512, 1024, 2048)
+    # on the member's GPU, 32, 128 and 512 are the fastest: the finalists; here 512 is (1000 / BLOCK)
+    member_times = {32: 0.3, 128: 0.2, 512: 0.1, 2048: 9.0}
+    monkeypatch.setattr(ranks, "active_store", lambda: (FirstOfTwo(configs, member_times), 2))
+    bench = FakeBench()
+    tuner = make_tuner(
+        bench=bench,
+        configs=configs,
+        pre_hook=observe_block(bench),
+        custom_data_storage=tmp_path,
+        use_random_search=True,
+        search_max_share=0.34,
+        search_seed=seed,
+    )
+    launch(tuner, 3000)
+    assert sorted(b for b in bench.blocks if b in (32, 128, 512)) == [32, 128, 512]
+    assert tuner.best_config.kwargs == {"BLOCK": 512}
+    [entry] = tuner._process_state().store.load().values()
+    assert entry.config.kwargs == {"BLOCK": 512} and entry.strategy == tuner.settings.strategy != "exhaustive"
+
+
 SHARE = (2**6, 2**9, 2**12)  # the BLOCKs of configs 2, 5 and 8
 
 

@@ -10,12 +10,13 @@ and never reaches back into the tuner, except through ``expose_nargs``: upstream
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import _compat
 from .._compat import Config
 from ..measure import Benchmarker, KernelRecipe
+from ..search import Budget
 from ..store import Platform, Store, StoredEntry
 from ..store.warm_start import MAX_FOREIGN_SEEDS
 from . import ranks
@@ -102,11 +103,14 @@ class KeyDecision:
             self.state.store, self.key, self.name, len(answer), self.state.restored, self._tune, self._adopt
         )
 
-    def _measure(self, subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome:
-        assert self._run is not None
+    def _measure(
+        self, subset: list[Config], reference: Sequence[Config] | None = None, run: TuningRun | None = None
+    ) -> Outcome:
+        run = run or self._run
+        assert run is not None
         self.expose_nargs(self.nargs)
         try:
-            return self._run.run(
+            return run.run(
                 self.key,
                 self.args,
                 self.kwargs,
@@ -118,10 +122,23 @@ class KeyDecision:
         finally:
             self.expose_nargs(None)
 
-    def _measure_share(self, subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome:
+    def _measure_share(
+        self, subset: list[Config], reference: Sequence[Config] | None = None, *, careful: bool = False
+    ) -> Outcome:
         """A rank's measurement: an error of the ``pre_hook``'s reset after it ends this rank's share
-        (the ranks' decision is made from the others' timings)."""
-        outcome = self._measure(subset, reference)
+        (the ranks' decision is made from the others' timings). ``careful``: the leader's finalists,
+        each measured (exhaustively, without the kernel's budget); the entry still names the kernel's
+        search, which chose them."""
+        assert self._run is not None
+        if careful:
+            outcome = self._measure(
+                subset, reference, replace(self._run, strategy="exhaustive", budget=Budget())
+            )
+            if outcome.entry is not None:
+                data = {**outcome.entry.to_json(), **self._run.search_fields()}
+                outcome.entry = StoredEntry.from_json(outcome.entry.key_id, data)
+        else:
+            outcome = self._measure(subset, reference)
         if outcome.after_error is not None:
             raise outcome.after_error
         return outcome

@@ -24,7 +24,8 @@ Per key (see docs/consensus.md):
    compare their shares with one reference, not each with the first of its own share.
 3. *Decide.* The leader gathers the timings (a member that does not publish within the wait is left
    out), ranks the valid candidates by median, ties by candidate index, re-measures the best
-   :data:`FINALISTS` carefully, publishes the winner with its stored entry, and records the entry.
+   :data:`FINALISTS` carefully (each of them: no search strategy, no budget), publishes the winner
+   with its stored entry, and records the entry.
 4. Members wait for the decision and record the leader's entry too (a rank that joined late does the
    same), so that each rank's own storage (node-local by default) holds the group's winner. If the
    leader fails (it publishes an error) or does not answer in time, each member picks by the same
@@ -67,9 +68,12 @@ Timings = dict[int, list[float]]
 
 class Measure(Protocol):
     """Measures the given candidates (a subset of the key's) and returns the outcome of that run;
-    ``reference``: the configs the numerical check tries first as its reference (untimed)."""
+    ``reference``: the configs the numerical check tries first as its reference (untimed);
+    ``careful``: the leader's finalists, every one measured (no search strategy, no budget)."""
 
-    def __call__(self, subset: list[Config], reference: Sequence[Config] | None = None) -> Outcome: ...
+    def __call__(
+        self, subset: list[Config], reference: Sequence[Config] | None = None, *, careful: bool = False
+    ) -> Outcome: ...
 
 
 @dataclass
@@ -373,7 +377,7 @@ class _KeyTuning:
                     failed,
                 )
             finalists = [candidates[i] for i in ranked[:FINALISTS]]
-            careful = self.measure(finalists)  # the leader's careful verdict
+            careful = self.measure(finalists, careful=True)  # the leader's careful verdict, on every finalist
             winner = candidates.index(careful.config)
         timings = {candidates[i]: t for i, t in gathered.items()}
         timings.update(careful.configs_timings)

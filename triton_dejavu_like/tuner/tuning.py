@@ -276,6 +276,13 @@ class TuningRun:
             outcome.after_error = _reset_failed(name, self.recipe.called("pre_hook"), key, exc)
         return outcome
 
+    def search_fields(self) -> dict[str, Any]:
+        """The entry's fields that say how the candidates were searched: the strategy, its budget."""
+        return {
+            "strategy": self.strategy,
+            "budget": self.budget.as_dict() if self.strategy != "exhaustive" else None,
+        }
+
     def _adopt_reference(
         self, evaluator: Evaluator, trial: Trial, configs: Sequence[Config], streamed: Streamed | None
     ) -> tuple[bool, Streamed | None]:
@@ -384,9 +391,8 @@ class TuningRun:
                 trial.timings[best],
                 evaluated=len(search.results),
                 space_size=len(search.space),
-                strategy=self.strategy,
                 tuning_time_s=duration,
-                budget=self.budget.as_dict() if self.strategy != "exhaustive" else None,
+                **self.search_fields(),
                 refined=len(trial.refined),
                 phases_s=trial.phases,
                 strategy_s=round(search.strategy_time_s, 6),
