@@ -442,8 +442,7 @@ def test_timings_are_gathered_within_one_wait_however_many_members_are_gone():
 
     meeting = Meeting(dist.HashStore(), "p/", 0.3)
     candidates = [triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128)]
-    own = {0: [1.0]}
-    assert ranks._gather(meeting, candidates, 4, 0, own, 0.3) == own  # nobody else published
+    assert ranks._gather(meeting, len(candidates), 4, 0, 0.3) == {}  # nobody else published
     assert len(waits) == 3 and sum(waits) <= 0.3 + 0.01
 
 
@@ -466,6 +465,7 @@ class Rank:
         self.recorded: list[Outcome] = []
         self.outcome: Outcome | None = None
         self.raised: BaseException | None = None
+        self.done = threading.Event()
 
     def measure(self, subset, reference=None, *, careful=False) -> Outcome:
         self.measured.append([c.kwargs["BLOCK"] for c in subset])
@@ -489,13 +489,13 @@ class Rank:
         )
         return Outcome(best, "tuned", timings, 0.0, entry)
 
-    def tune(self, store, size: int, timeout_s: float) -> None:
+    def tune(self, store, size: int, timeout_s: float, name: str) -> None:
         try:
             self.outcome = ranks.tune_together(
                 (store, size),
                 SCOPE,
                 KEY,
-                "kernel",
+                name,
                 self.candidates,
                 self.measure,
                 self.recorded.append,
@@ -503,13 +503,18 @@ class Rank:
             )
         except BaseException as exc:  # reported to the test
             self.raised = exc
+        finally:
+            self.done.set()
 
 
 SCOPE = ["kernel", "key", "candidates"]
 
 
-def tune_in_threads(group: list[Rank | None], timeout_s: float = 5.0, size: int | None = None) -> None:
-    """The ranks of ``group`` miss the key in its order (None: a member that joins, then dies)."""
+def tune_in_threads(
+    group: list[Rank | None], timeout_s: float = 5.0, size: int | None = None, name: str = "kernel"
+) -> None:
+    """The ranks of ``group`` miss the key in its order (None: a member that joins, then dies), for
+    the kernel ``name`` (each test its own: a warning is given once per kernel)."""
     store = dist.HashStore()
     joined = f"{ranks._PREFIX}{ranks.stable_hash(SCOPE)}/joined"
     threads = []
@@ -519,7 +524,7 @@ def tune_in_threads(group: list[Rank | None], timeout_s: float = 5.0, size: int 
         if rank is None:
             store.add(joined, 1)
             continue
-        thread = threading.Thread(target=rank.tune, args=(store, size or len(group), timeout_s))
+        thread = threading.Thread(target=rank.tune, args=(store, size or len(group), timeout_s, name))
         thread.start()
         threads.append(thread)
     for thread in threads:
@@ -555,3 +560,35 @@ def test_ranks_holding_the_candidates_in_other_orders_split_them_and_agree():
     assert shares == [16, 32, 64, 128, 256, 512]
     leader = group[0].outcome
     assert {c.kwargs["BLOCK"]: t[0] for c, t in leader.configs_timings.items()} == times
+
+
+class FailingLeader(Rank):
+    def measure(self, subset, reference=None, *, careful=False) -> Outcome:
+        raise RuntimeError("CUDA error: unspecified launch failure")
+
+
+class SlowMember(Rank):
+    """A member that publishes its share after ``other`` finished (or a second passed)."""
+
+    def __init__(self, times, candidates, other: Rank) -> None:
+        super().__init__(times, candidates)
+        self.other = other
+
+    def measure(self, subset, reference=None, *, careful=False) -> Outcome:
+        self.other.done.wait(1.0)
+        return super().measure(subset, reference, careful=careful)
+
+
+def test_without_the_leader_s_decision_the_members_agree_on_one_config(caplog):
+    """The leader fails in its share; member 2 publishes its share at once, member 1 (which holds the
+    fastest config) later: all members still launch one config, chosen by member 1 from both shares,
+    and the warning counts the shares used (member 2 chose at once from what had arrived: its own)."""
+    candidates = blocks(16, 32, 64, 128, 256, 512)
+    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 3.0, 256: 1.0, 512: 2.0}
+    fast = Rank(times, candidates)  # its share: positions 2 and 5 (64, 512)
+    group = [FailingLeader(times, candidates), SlowMember(times, candidates, fast), fast]
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        tune_in_threads(group, name="leaderless")
+    assert isinstance(group[0].raised, RuntimeError)
+    assert launched(group) == [256, 256]  # the best of member 1's share (32, 256) and member 2's
+    assert "member 1 of the group chose the best of the timings of 2 of its 3 members' shares" in caplog.text

@@ -28,8 +28,9 @@ Per key (see docs/consensus.md):
    with its stored entry, and records the entry.
 4. Members wait for the decision and record the leader's entry too (a rank that joined late does the
    same), so that each rank's own storage (node-local by default) holds the group's winner. If the
-   leader fails (it publishes an error) or does not answer in time, each member picks by the same
-   rule among the timings it can read, and records nothing.
+   leader fails (it publishes an error) or does not answer in time, the first member that delivered
+   its share gathers every share published within the wait, picks by the same rule and publishes
+   its choice (``backup/j``), which the later members use: they still agree. Nothing is recorded.
 """
 
 from __future__ import annotations
@@ -363,13 +364,14 @@ class _KeyTuning:
         self.meeting.publish(f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}})
         if order == 0:
             return self.lead(members, own, failed)
-        return self.follow(members, own, failed)
+        return self.follow(order, members, own, failed)
 
     def lead(self, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
         """Gather the shares, re-measure the finalists, publish and record the winner."""
         candidates = self.candidates
         with _failure_published(self.meeting, "decision"):
-            gathered = _gather(self.meeting, candidates, members, 0, own, self.meeting.timeout_s)
+            shares = _gather(self.meeting, len(candidates), members, 0, self.meeting.timeout_s)
+            gathered = _merged(own, shares)
             ranked = _pick(gathered)
             if not ranked:  # raised as this rank's share failed (the first candidate is in it)
                 raise candidates_failed(
@@ -397,33 +399,73 @@ class _KeyTuning:
         self.record(outcome)
         return outcome
 
-    def follow(self, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
-        """Use the leader's decision; without one, the best of the timings the members published."""
-        candidates = self.candidates
+    def follow(self, order: int, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
+        """Use the leader's decision; without one, the decision of the first member that delivered
+        its share (made from every share it gathers), so that the members still agree."""
         # the leader gathers, then re-measures
         decision = self.meeting.read("decision", 2 * self.meeting.timeout_s)
         adopted = self.adopt(decision, own)
         if adopted is not None:
             return adopted
-        # what the members published before the decision's wait ended is there now: no further wait
-        gathered = _gather(self.meeting, candidates, members, -1, {}, 0.0)
-        gathered.update(own)
-        ranked = _pick(gathered)
+        why = str(decision.get("error")) if isinstance(decision, dict) else "timed out"
+        timeout = self.meeting.timeout_s
+        for member in range(1, order):  # a member before this one decides, unless it failed or is gone
+            if not _delivered(self.meeting.read(f"timings/{member}", timeout)):
+                continue
+            backup = self.meeting.read(f"backup/{member}", 2 * timeout)  # it gathers, then decides
+            index = _decided(backup, len(self.candidates))
+            if index is not None:
+                self.warn_without_leader(why, member, backup.get("shares"), members)
+                timings = {self.candidates[i]: t for i, t in own.items()}
+                return Outcome(self.candidates[index], "tuned", timings, self.elapsed())
+        return self.decide_without_leader(order, members, own, failed, why)
+
+    def decide_without_leader(
+        self, order: int, members: int, own: Timings, failed: AutotuningError | None, why: str
+    ) -> Outcome:
+        """As the first live member after a failed leader: choose by the leader's rule among every share
+        published within the wait, and publish the choice for the members after this one."""
+        candidates = self.candidates
+        with _failure_published(self.meeting, f"backup/{order}"):
+            shares = _gather(self.meeting, len(candidates), members, order, self.meeting.timeout_s)
+            gathered = _merged(own, shares)
+            ranked = _pick(gathered)
+            if not ranked:
+                message = (
+                    f"{self.kernel_name}: no rank measured a valid candidate for key {self.key.values!r}"
+                )
+                raise candidates_failed(message, failed)  # as this rank's share failed
+        used = len(shares) + 1
+        self.meeting.publish(f"backup/{order}", {"index": ranked[0], "shares": used})
+        self.warn_without_leader(why, order, used, members)
+        timings = {candidates[i]: t for i, t in gathered.items()}
+        return Outcome(candidates[ranked[0]], "tuned", timings, self.elapsed())
+
+    def warn_without_leader(self, why: str, chooser: int, shares: Any, members: int) -> None:
         warn_once(
             DejavuTuningWarning,
             f"{self.kernel_name}:ranks",
-            "%s: the leading rank gave no decision for key %s (%s); using the best of the timings "
-            "gathered from %d ranks, not stored",
+            "%s: the leading rank gave no decision for key %s (%s); member %d of the group chose the "
+            "best of the timings of %s of its %d members' shares for all members; not stored",
             self.kernel_name,
             self.key.values,
-            decision.get("error") if isinstance(decision, dict) else "timed out",
+            why,
+            chooser,
+            shares,
             members,
         )
-        if not ranked:
-            message = f"{self.kernel_name}: no rank measured a valid candidate for key {self.key.values!r}"
-            raise candidates_failed(message, failed)  # as this rank's share failed
-        timings = {candidates[i]: t for i, t in gathered.items()}
-        return Outcome(candidates[ranked[0]], "tuned", timings, self.elapsed())
+
+
+def _delivered(value: Any) -> bool:
+    """Whether a published share holds timings (not a rank's error)."""
+    return isinstance(value, dict) and isinstance(value.get("timings"), dict)
+
+
+def _merged(own: Timings, shares: dict[int, Timings]) -> Timings:
+    gathered = dict(own)
+    for timings in shares.values():
+        gathered.update(timings)
+    return gathered
 
 
 def _decided(decision: Any, n: int) -> int | None:
@@ -435,15 +477,15 @@ def _decided(decision: Any, n: int) -> int | None:
     return None
 
 
-def _gather(
-    meeting: _Meeting, candidates: list[Config], members: int, order: int, own: Timings, within_s: float
-) -> Timings:
-    """``own`` and the timings the other members publish within ``within_s`` in all (a member that
-    was killed is waited for once, not once per member after it)."""
-    gathered = dict(own)
+def _gather(meeting: _Meeting, n: int, members: int, order: int, within_s: float) -> dict[int, Timings]:
+    """The shares the other members (not ``order``) publish within ``within_s`` in all, by member (a
+    member that was killed is waited for once, not once per member after it); a member that failed
+    or did not publish in time is missing."""
+    shares: dict[int, Timings] = {}
     deadline = time.monotonic() + within_s
     for member in range(members):
         if member != order:
-            wait = max(0.001, deadline - time.monotonic())
-            gathered.update(_decode_timings(meeting.read(f"timings/{member}", wait), len(candidates)))
-    return gathered
+            value = meeting.read(f"timings/{member}", max(0.001, deadline - time.monotonic()))
+            if _delivered(value):
+                shares[member] = _decode_timings(value, n)
+    return shares
