@@ -592,3 +592,67 @@ def test_without_the_leader_s_decision_the_members_agree_on_one_config(caplog):
     assert isinstance(group[0].raised, RuntimeError)
     assert launched(group) == [256, 256]  # the best of member 1's share (32, 256) and member 2's
     assert "member 1 of the group chose the best of the timings of 2 of its 3 members' shares" in caplog.text
+
+
+class Clock:
+    """``ranks``' view of time: the join window's sleeps advance a fake clock, and are summed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.perf_counter = time.perf_counter
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def windows_waited(monkeypatch, keys: int, late_at: tuple[int, ...] = ()) -> list[float]:
+    """Lead ``keys`` keys that no other rank of two misses in the window (at the keys of ``late_at``
+    a rank misses it while the leader tunes): the seconds the leader waited for others, per key
+    (after a first key, not counted, that another rank missed late, as tests before may have led
+    keys alone)."""
+    clock = Clock()
+    monkeypatch.setattr(ranks, "time", clock)
+    store = dist.HashStore()
+    waited = []
+    late_at = (-1, *late_at)
+    for k in range(-1, keys):
+        scope = ["kernel", k]
+        rank = Rank({16: 1.0, 32: 2.0}, blocks(16, 32))
+
+        def measure(subset, reference=None, *, careful=False, k=k, rank=rank, scope=scope):
+            if k in late_at:
+                store.add(f"{ranks._PREFIX}{ranks.stable_hash(scope)}/joined", 1)
+            return rank.measure(subset)
+
+        before = clock.now
+        ranks.tune_together(
+            (store, 2), scope, KEY, "kernel", rank.candidates, measure, rank.recorded.append, 1.0
+        )
+        waited.append(clock.now - before)
+    return waited[1:]
+
+
+def approx(seconds: list[float]):
+    return pytest.approx(seconds, abs=0.011)  # the window is polled every 10 ms (of the fake clock)
+
+
+def test_the_join_window_shrinks_while_no_other_rank_misses_this_rank_s_keys(monkeypatch):
+    """Ranks missing different keys (rank-specific shapes): after 3 keys that nobody else missed, the
+    first rank to miss a key waits 0.05 s for the others instead of 2 s (each of 500 keys cost 2 s);
+    a rank that misses a key late (it uses the decision) restores the whole window."""
+    monkeypatch.delenv("TRITON_DEJAVU_JOIN_WINDOW", raising=False)
+    assert windows_waited(monkeypatch, 5) == approx([2.0, 2.0, 2.0, 0.05, 0.05])
+    assert windows_waited(monkeypatch, 6, late_at=(3,)) == approx([2.0, 2.0, 2.0, 0.05, 2.0, 2.0])
+
+
+def test_the_join_window_is_set_by_its_variable(monkeypatch, recwarn):
+    monkeypatch.setenv("TRITON_DEJAVU_JOIN_WINDOW", "0.5")
+    assert windows_waited(monkeypatch, 4) == approx([0.5, 0.5, 0.5, 0.05])
+    monkeypatch.setenv("TRITON_DEJAVU_JOIN_WINDOW", "0")
+    assert windows_waited(monkeypatch, 1) == approx([0.0])
+    monkeypatch.setenv("TRITON_DEJAVU_JOIN_WINDOW", "-1")
+    assert windows_waited(monkeypatch, 1) == approx([2.0])  # the default, with a warning
+    assert any("TRITON_DEJAVU_JOIN_WINDOW='-1' is not valid" in str(w.message) for w in recwarn)

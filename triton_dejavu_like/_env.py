@@ -42,6 +42,7 @@ MISSES_FILE = "TRITON_DEJAVU_MISSES_FILE"
 SINGLE_FLIGHT = "TRITON_DEJAVU_SINGLE_FLIGHT"
 SINGLE_FLIGHT_TIMEOUT = "TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT"
 DISTRIBUTED = "TRITON_DEJAVU_DISTRIBUTED"
+JOIN_WINDOW = "TRITON_DEJAVU_JOIN_WINDOW"
 CUDA_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_CUDA_VERSION"
 ROCM_VERSION_OVERRIDE = "_TRITON_DEJAVU_DETERMINED_ROCM_VERSION"
 
@@ -70,6 +71,7 @@ ALL = (
     SINGLE_FLIGHT,
     SINGLE_FLIGHT_TIMEOUT,
     DISTRIBUTED,
+    JOIN_WINDOW,
     CUDA_VERSION_OVERRIDE,
     ROCM_VERSION_OVERRIDE,
 )
@@ -184,7 +186,15 @@ def distributed() -> bool:
     return flag(DISTRIBUTED)
 
 
-def _positive_seconds(name: str, default: str) -> float | None:
+def join_window_s() -> float | None:
+    """``TRITON_DEJAVU_JOIN_WINDOW``: seconds the first rank to miss a key waits for the other ranks
+    to miss it too, before it closes the group; None (unset or invalid): the default (2 s).
+    Accepted: a number of seconds >= 0 (0: only ranks that missed the key at once tune together)."""
+    return _positive_seconds(JOIN_WINDOW, "2 s", zero=True)
+
+
+def _positive_seconds(name: str, default: str, *, zero: bool = False) -> float | None:
+    """A number of seconds > 0 (>= 0 with ``zero``), clamped; None when unset or invalid."""
     raw = _raw(name)
     if not raw:
         return None
@@ -192,8 +202,9 @@ def _positive_seconds(name: str, default: str) -> float | None:
         value = float(raw)
     except (ValueError, OverflowError):
         value = math.nan
-    if not value > 0:  # also NaN
-        _invalid(name, raw, "a number of seconds > 0; inf means no timeout", default)
+    if not (value >= 0 if zero else value > 0):  # also NaN
+        accepted = f"a number of seconds {'>=' if zero else '>'} 0; inf means no timeout"
+        _invalid(name, raw, accepted, default)
         return None
     return seconds(value)
 

@@ -5,12 +5,14 @@ manager) or ``TRITON_DEJAVU_DISTRIBUTED=1`` (the default group), once ``torch.di
 initialised. Nothing here is a collective: ranks meet per key in the process group's key-value
 store (c10d ``Store``: ``add``/``set``/``wait``/``get``, every wait with a timeout), under a prefix
 made of the kernel's storage identity (so the GPU model, the Triton version and the configs), the
-key and the candidate set. Ranks that miss different keys never wait for each other.
+key and the candidate set. Ranks that miss different keys never meet; the first to miss a key waits
+for the others up to the join window (``TRITON_DEJAVU_JOIN_WINDOW``, :data:`JOIN_WINDOW_S`), which
+shrinks to :data:`SHORT_JOIN_WINDOW_S` while no other rank takes part in this rank's keys.
 
 Per key (see docs/consensus.md):
 
 1. *Join.* ``add(joined, 1)`` gives each rank its join order; the first (the leader) waits until
-   every rank of the group joined or :data:`JOIN_WINDOW_S` passed, then closes the group with
+   every rank of the group joined or the join window passed, then closes the group with
    ``add(joined, CLOSED)`` and publishes the number of members and its order of the candidates
    (their positions sorted by config id): every rank puts its candidates in the leader's order, so
    that positions name the same configs on every rank whatever order its list (its prune) has, and
@@ -39,6 +41,7 @@ import contextlib
 import datetime as _dt
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -54,8 +57,14 @@ from .errors import AutotuningError, candidates_failed
 from .key import TuningKey
 from .tuning import REFERENCE_TRIES, Outcome
 
-#: Seconds the first rank to miss a key waits for others to miss it too.
+#: Seconds the first rank to miss a key waits for others to miss it too (default of
+#: ``TRITON_DEJAVU_JOIN_WINDOW``). A rank that misses it later is late and uses the group's decision:
+#: the window decides how the work is shared, not whether ranks agree.
 JOIN_WINDOW_S = 2.0
+#: After this many consecutive keys that nobody else missed with this process (rank-specific keys),
+#: the window is :data:`SHORT_JOIN_WINDOW_S`, until another rank takes part in a key again.
+ALONE_KEYS = 3
+SHORT_JOIN_WINDOW_S = 0.05
 #: How long a member waits for the leader to close the group (beyond the join window).
 MEMBERS_TIMEOUT_S = 60.0
 #: The leader's careful re-measurement covers this many of the best gathered candidates.
@@ -129,6 +138,33 @@ def active_store() -> tuple[Any, int] | None:
     if _env.distributed():
         return _store_for(None)
     return None
+
+
+class _Company:
+    """How many consecutive keys this process tuned with no other rank taking part (as a member, or
+    late): after :data:`ALONE_KEYS`, ranks are missing different keys, and waiting the whole join
+    window for each would cost seconds per key."""
+
+    def __init__(self) -> None:
+        self.alone = 0
+        self._lock = threading.Lock()
+
+    def note(self, others: bool) -> None:
+        with self._lock:
+            self.alone = 0 if others else self.alone + 1
+
+    def window_s(self) -> float:
+        """The join window for the next key this process leads."""
+        window = _configured_window_s()
+        return min(window, SHORT_JOIN_WINDOW_S) if self.alone >= ALONE_KEYS else window
+
+
+def _configured_window_s() -> float:
+    configured = _env.join_window_s()
+    return JOIN_WINDOW_S if configured is None else configured
+
+
+_company = _Company()
 
 
 def _pick(timings: Timings) -> list[int]:
@@ -240,12 +276,14 @@ class _KeyTuning:
 
     def run(self, order: int, size: int) -> Outcome:
         """As the rank that joined ``order``-th: leader, member, or too late (its decision)."""
+        if order != 0:  # a member or a late rank: the ranks miss the same keys
+            _company.note(others=True)
         if order >= CLOSED:  # the group closed before we missed the key: use its decision
             return self.late()
         if order == 0:
             members = self.close(size)
         else:
-            members = self.join(self.meeting.read("members", JOIN_WINDOW_S + MEMBERS_TIMEOUT_S))
+            members = self.join(self.meeting.read("members", _configured_window_s() + MEMBERS_TIMEOUT_S))
             if members is None or not 0 < order < members:
                 return self.alone("the group of ranks did not form")
         if members == 1:
@@ -326,10 +364,12 @@ class _KeyTuning:
         """As the leader: wait for the others to miss the key (until all ranks joined, or the window
         ends), close the group and publish the number of members."""
         store, joined = self.meeting.store, self.meeting.key("joined")
-        window_end = time.monotonic() + JOIN_WINDOW_S
+        window_end = time.monotonic() + _company.window_s()
         while int(store.add(joined, 0)) < size and time.monotonic() < window_end:
             time.sleep(0.01)
         members = int(store.add(joined, CLOSED)) - CLOSED
+        if members > 1:
+            _company.note(others=True)
         position = {id(c): p for p, c in enumerate(self.canonical())}
         self.meeting.publish(
             "members", {"members": members, "order": [position[id(c)] for c in self.candidates]}
@@ -342,6 +382,8 @@ class _KeyTuning:
             outcome = self.measure(self.candidates)
         self.decide(outcome.config, outcome.entry)
         self.record(outcome)
+        late = int(self.meeting.store.add(self.meeting.key("joined"), 0)) - CLOSED - 1
+        _company.note(others=late > 0)  # ranks that missed the key after the window: they miss ours
         return outcome
 
     def share(self, order: int, members: int) -> Outcome:
