@@ -656,3 +656,17 @@ def test_the_join_window_is_set_by_its_variable(monkeypatch, recwarn):
     monkeypatch.setenv("TRITON_DEJAVU_JOIN_WINDOW", "-1")
     assert windows_waited(monkeypatch, 1) == approx([2.0])  # the default, with a warning
     assert any("TRITON_DEJAVU_JOIN_WINDOW='-1' is not valid" in str(w.message) for w in recwarn)
+
+
+def test_the_leader_measures_the_share_of_a_member_that_is_gone_and_says_so(caplog):
+    """Member 1 joins, then dies before it publishes its share (which holds the fastest config): the
+    leader warns, naming it, measures that share itself, and the ranks launch and store the fastest
+    of all the candidates (it was left out silently, and the result covered 2 shares of 3)."""
+    candidates = blocks(16, 32, 64, 128, 256, 512)
+    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 3.0, 256: 1.0, 512: 2.0}  # member 1's share: 32, 256
+    group = [Rank(times, candidates), None, Rank(times, candidates)]
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        tune_in_threads(group, timeout_s=0.3, name="member_gone")
+    assert launched(group) == [256, 256]
+    assert [rank.recorded[0].entry.to_json()["evaluated"] for rank in (group[0], group[2])] == [6, 6]
+    assert "member 1 of the 3 ranks tuning key (64,) together gave no timings" in caplog.text

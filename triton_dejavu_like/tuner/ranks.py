@@ -24,10 +24,11 @@ Per key (see docs/consensus.md):
    ``reference_fn``), every member first runs the first candidates of the whole list, untimed, until
    one writes (at most :data:`~.tuning.REFERENCE_TRIES`), as a single process does: all members
    compare their shares with one reference, not each with the first of its own share.
-3. *Decide.* The leader gathers the timings (a member that does not publish within the wait is left
-   out), ranks the valid candidates by median, ties by candidate index, re-measures the best
-   :data:`FINALISTS` carefully (each of them: no search strategy, no budget), publishes the winner
-   with its stored entry, and records the entry.
+3. *Decide.* The leader gathers the timings (the share of a member that does not publish within
+   the wait, or fails, is measured by the leader, with a warning naming the member), ranks the
+   valid candidates by median, ties by candidate index, re-measures the best :data:`FINALISTS`
+   carefully (each of them: no search strategy, no budget), publishes the winner with its stored
+   entry, and records the entry.
 4. Members wait for the decision and record the leader's entry too (a rank that joined late does the
    same), so that each rank's own storage (node-local by default) holds the group's winner. If the
    leader fails (it publishes an error) or does not answer in time, the first member that delivered
@@ -129,6 +130,16 @@ def _store_for(group: Any) -> tuple[Any, int] | None:
         ranks = ",".join(map(str, dist.get_process_group_ranks(group)))
         store = dist.PrefixStore(f"{_PREFIX}group[{ranks}]/", store)
     return store, size
+
+
+def _global_rank() -> int | None:
+    """This process's rank in the default group (None without torch.distributed)."""
+    try:
+        import torch.distributed as dist
+
+        return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else None
+    except (ImportError, RuntimeError, ValueError):
+        return None
 
 
 def active_store() -> tuple[Any, int] | None:
@@ -254,6 +265,8 @@ def tune_together(
         meeting, key, kernel_name, candidates, measure, record, config_id, time.perf_counter()
     )
     order = int(store.add(meeting.key("joined"), 1)) - 1
+    if 0 < order < CLOSED:  # named in the leader's warning if this rank's share does not arrive
+        meeting.publish(f"rank/{order}", _global_rank())
     with lead() if order == 0 else contextlib.nullcontext():
         return tuning.run(order, size)
 
@@ -388,31 +401,39 @@ class _KeyTuning:
 
     def share(self, order: int, members: int) -> Outcome:
         """Measure this member's share and publish it; then lead, or follow the leader."""
-        candidates = self.candidates
         name = self.kernel_name
         log.debug("%s: key %s: rank %d of %d tuning together", name, self.key.values, order, members)
-        share = [c for i, c in enumerate(candidates) if i % members == order]
-        own: Timings = {}
-        failed: AutotuningError | None = None  # raised as its class if no rank has a valid candidate
         with _failure_published(self.meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
-            if share:
-                try:
-                    own = _indexed(candidates, self.measure(share, candidates[:REFERENCE_TRIES]))
-                except AutotuningError as error:  # every candidate of the share failed
-                    if error.stopped_by is not None:  # an error no candidate escapes ends tuning here
-                        raise
-                    own = {candidates.index(c): [math.inf] for c in share}
-                    failed = error
+            own, failed = self.measure_shares(members, {order})
         self.meeting.publish(f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}})
         if order == 0:
             return self.lead(members, own, failed)
         return self.follow(order, members, own, failed)
+
+    def measure_shares(self, members: int, which: set[int]) -> tuple[Timings, AutotuningError | None]:
+        """Measure the shares of the members in ``which``: the timings by position, and the error if
+        every candidate failed (raised as its class if no rank has a valid candidate)."""
+        candidates = self.candidates
+        share = [c for i, c in enumerate(candidates) if i % members in which]
+        if not share:
+            return {}, None
+        try:
+            return _indexed(candidates, self.measure(share, candidates[:REFERENCE_TRIES])), None
+        except AutotuningError as error:  # every candidate of the share failed
+            if error.stopped_by is not None:  # an error no candidate escapes ends tuning here
+                raise
+            return {i: [math.inf] for i in range(len(candidates)) if i % members in which}, error
 
     def lead(self, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
         """Gather the shares, re-measure the finalists, publish and record the winner."""
         candidates = self.candidates
         with _failure_published(self.meeting, "decision"):
             shares = _gather(self.meeting, len(candidates), members, 0, self.meeting.timeout_s)
+            missing = set(range(1, members)) - set(shares)
+            if missing:  # a member failed or is gone: its share is measured here, so every candidate is
+                self.warn_missing(sorted(missing), members)
+                taken, _ = self.measure_shares(members, missing)
+                shares[-1] = taken
             gathered = _merged(own, shares)
             ranked = _pick(gathered)
             if not ranked:  # raised as this rank's share failed (the first candidate is in it)
@@ -441,6 +462,23 @@ class _KeyTuning:
         self.record(outcome)
         return outcome
 
+    def warn_missing(self, missing: list[int], members: int) -> None:
+        named = []
+        for member in missing:
+            rank = self.meeting.read(f"rank/{member}", 0.001)
+            named.append(f"member {member}" + (f" (rank {rank})" if isinstance(rank, int) else ""))
+        warn_once(
+            DejavuTuningWarning,
+            f"{self.kernel_name}:ranks",
+            "%s: %s of the %d ranks tuning key %s together gave no timings within %g s (it failed or "
+            "is gone); the leading rank measures its candidates itself",
+            self.kernel_name,
+            ", ".join(named),
+            members,
+            self.key.values,
+            self.meeting.timeout_s,
+        )
+
     def follow(self, order: int, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
         """Use the leader's decision; without one, the decision of the first member that delivered
         its share (made from every share it gathers), so that the members still agree."""
@@ -451,25 +489,27 @@ class _KeyTuning:
             return adopted
         why = str(decision.get("error")) if isinstance(decision, dict) else "timed out"
         timeout = self.meeting.timeout_s
+        # a leader that failed at once leaves slower members measuring; after 2T, every share is there
+        wait = timeout if isinstance(decision, dict) else 0.0
         for member in range(1, order):  # a member before this one decides, unless it failed or is gone
-            if not _delivered(self.meeting.read(f"timings/{member}", timeout)):
+            if not _delivered(self.meeting.read(f"timings/{member}", max(wait, 0.001))):
                 continue
-            backup = self.meeting.read(f"backup/{member}", 2 * timeout)  # it gathers, then decides
+            backup = self.meeting.read(f"backup/{member}", wait + timeout)  # it gathers, then decides
             index = _decided(backup, len(self.candidates))
             if index is not None:
                 self.warn_without_leader(why, member, backup.get("shares"), members)
                 timings = {self.candidates[i]: t for i, t in own.items()}
                 return Outcome(self.candidates[index], "tuned", timings, self.elapsed())
-        return self.decide_without_leader(order, members, own, failed, why)
+        return self.decide_without_leader(order, members, own, failed, why, wait)
 
     def decide_without_leader(
-        self, order: int, members: int, own: Timings, failed: AutotuningError | None, why: str
+        self, order: int, members: int, own: Timings, failed: AutotuningError | None, why: str, wait: float
     ) -> Outcome:
         """As the first live member after a failed leader: choose by the leader's rule among every share
-        published within the wait, and publish the choice for the members after this one."""
+        published within ``wait``, and publish the choice for the members after this one."""
         candidates = self.candidates
         with _failure_published(self.meeting, f"backup/{order}"):
-            shares = _gather(self.meeting, len(candidates), members, order, self.meeting.timeout_s)
+            shares = _gather(self.meeting, len(candidates), members, order, wait)
             gathered = _merged(own, shares)
             ranked = _pick(gathered)
             if not ranked:
