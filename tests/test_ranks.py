@@ -487,7 +487,9 @@ class Rank:
             top=ranking[:5],
             ruled_out=list(failures.items()),
         )
-        return Outcome(best, "tuned", timings, 0.0, entry)
+        outcome = Outcome(best, "tuned", timings, 0.0, entry)
+        outcome.failures = failures  # what a tuning run reports of the candidates it ruled out
+        return outcome
 
     def tune(self, store, size: int, timeout_s: float, name: str) -> None:
         try:
@@ -670,3 +672,19 @@ def test_the_leader_measures_the_share_of_a_member_that_is_gone_and_says_so(capl
     assert launched(group) == [256, 256]
     assert [rank.recorded[0].entry.to_json()["evaluated"] for rank in (group[0], group[2])] == [6, 6]
     assert "member 1 of the 3 ranks tuning key (64,) together gave no timings" in caplog.text
+
+
+def test_the_stored_entry_holds_the_best_and_the_failures_of_every_share():
+    """The entry every rank records lists the best 5 candidates of all shares (the finalists first, by
+    their careful timings) and every candidate a member ruled out, with its reason (it kept the
+    leader's finalists only: at most 3 in top, and none of the members' failures)."""
+    candidates = blocks(16, 32, 64, 128, 256, 512, 1024, 2048)
+    times = {16: 8.0, 32: None, 64: 6.0, 128: None, 256: 4.0, 512: 3.0, 1024: 2.0, 2048: 1.0}
+    group = [Rank(times, candidates), Rank(times, candidates)]  # member 1: 32, 128, 512, 2048
+    tune_in_threads(group, name="entry_lists")
+    entry = group[1].recorded[0].entry
+    assert [c.kwargs["BLOCK"] for c, _ in entry.top()] == [2048, 1024, 512, 256, 64]
+    assert [(c.kwargs["BLOCK"], reason) for c, reason in entry.ruled_out()] == [
+        (32, "it fails here"),
+        (128, "it fails here"),
+    ]

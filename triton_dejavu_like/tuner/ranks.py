@@ -20,7 +20,8 @@ Per key (see docs/consensus.md):
    is not a member: it waits for the decision. A rank left without a decision or without the
    number of members tunes alone, with a warning (its config may differ from the others').
 2. *Split.* Member ``j`` of ``m`` measures the candidates ``i`` with ``i % m == j`` (the search
-   strategy sees only that share) and publishes their timings. With the numerical check (and no
+   strategy sees only that share) and publishes their timings, with the reasons of those it ruled
+   out (the leader's entry lists every share's best and failures). With the numerical check (and no
    ``reference_fn``), every member first runs the first candidates of the whole list, untimed, until
    one writes (at most :data:`~.tuning.REFERENCE_TRIES`), as a single process does: all members
    compare their shares with one reference, not each with the first of its own share.
@@ -45,18 +46,20 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import _env
 from .._compat import Config
 from .._log import DejavuTuningWarning, log, warn_once
 from ..codec import config_id as codec_config_id
+from ..codec import encode_config
+from ..measure import one_line_reason
 from ..store import InvalidEntry, StoredEntry
 from ..store.identity import stable_hash
 from .errors import AutotuningError, candidates_failed
 from .key import TuningKey
-from .tuning import REFERENCE_TRIES, Outcome
+from .tuning import MAX_RULED_OUT, REFERENCE_TRIES, TOP_K, Outcome
 
 #: Seconds the first rank to miss a key waits for others to miss it too (default of
 #: ``TRITON_DEJAVU_JOIN_WINDOW``). A rank that misses it later is late and uses the group's decision:
@@ -234,11 +237,6 @@ def _decode_timings(value: Any, n: int) -> Timings:
     return out
 
 
-def _indexed(candidates: Sequence[Config], outcome: Outcome) -> Timings:
-    position = {id(c): i for i, c in enumerate(candidates)}
-    return {position[id(c)]: list(t) for c, t in outcome.configs_timings.items() if id(c) in position}
-
-
 def tune_together(
     meeting_place: tuple[Any, int],
     scope: Any,
@@ -283,6 +281,8 @@ class _KeyTuning:
     record: Callable[[Outcome], None]
     config_id: Callable[[Config], str]
     start: float
+    #: The reasons of the candidates ruled out, by position: this rank's, then (leader) the members'
+    failures: dict[int, str] = field(default_factory=dict)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -405,7 +405,10 @@ class _KeyTuning:
         log.debug("%s: key %s: rank %d of %d tuning together", name, self.key.values, order, members)
         with _failure_published(self.meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
             own, failed = self.measure_shares(members, {order})
-        self.meeting.publish(f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}})
+        failures = {str(i): r for i, r in self.failures.items()}  # its own only, so far
+        self.meeting.publish(
+            f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}, "failures": failures}
+        )
         if order == 0:
             return self.lead(members, own, failed)
         return self.follow(order, members, own, failed)
@@ -417,18 +420,25 @@ class _KeyTuning:
         share = [c for i, c in enumerate(candidates) if i % members in which]
         if not share:
             return {}, None
+        position = {id(c): i for i, c in enumerate(candidates)}
         try:
-            return _indexed(candidates, self.measure(share, candidates[:REFERENCE_TRIES])), None
+            outcome = self.measure(share, candidates[:REFERENCE_TRIES])
         except AutotuningError as error:  # every candidate of the share failed
             if error.stopped_by is not None:  # an error no candidate escapes ends tuning here
                 raise
-            return {i: [math.inf] for i in range(len(candidates)) if i % members in which}, error
+            failed = {position[id(c)]: [math.inf] for c in share}
+            self.failures.update({i: self.failures.get(i, one_line_reason(error)) for i in failed})
+            return failed, error
+        self.failures.update({position[id(c)]: r for c, r in outcome.failures.items() if id(c) in position})
+        return {
+            position[id(c)]: list(t) for c, t in outcome.configs_timings.items() if id(c) in position
+        }, None
 
     def lead(self, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
         """Gather the shares, re-measure the finalists, publish and record the winner."""
         candidates = self.candidates
         with _failure_published(self.meeting, "decision"):
-            shares = _gather(self.meeting, len(candidates), members, 0, self.meeting.timeout_s)
+            shares = _gather(self.meeting, len(candidates), members, 0, self.meeting.timeout_s, self.failures)
             missing = set(range(1, members)) - set(shares)
             if missing:  # a member failed or is gone: its share is measured here, so every candidate is
                 self.warn_missing(sorted(missing), members)
@@ -455,12 +465,28 @@ class _KeyTuning:
                 "space_size": len(candidates),
                 "tuning_time_s": round(duration, 6),
                 "ranks": members,
+                **self.merged_lists(gathered, careful),
             }
             entry = StoredEntry.from_json(entry.key_id, data)
         self.decide(careful.config, entry, gathered[winner])
         outcome = Outcome(careful.config, "tuned", timings, duration, entry)
         self.record(outcome)
         return outcome
+
+    def merged_lists(self, gathered: Timings, careful: Outcome) -> dict[str, Any]:
+        """The entry's ``top`` and ``ruled_out`` from every rank's share: the finalists by their careful
+        timings first, then the other valid candidates by their medians; the failures every member
+        published, with their reasons."""
+        refined = sorted(careful.configs_timings.items(), key=lambda item: tuple(item[1]))
+        finalists = {id(c) for c, _ in refined}
+        screened = [(self.candidates[i], gathered[i]) for i in _pick(gathered)]
+        best = [(c, t) for c, t in refined if math.isfinite(t[0])]
+        best += [(c, t) for c, t in screened if id(c) not in finalists]
+        failures = sorted(self.failures.items())[:MAX_RULED_OUT]
+        return {
+            "top": [{"config": encode_config(c), "timings_ms": list(t)} for c, t in best[:TOP_K]],
+            "ruled_out": [{"config": encode_config(self.candidates[i]), "reason": r} for i, r in failures],
+        }
 
     def warn_missing(self, missing: list[int], members: int) -> None:
         named = []
@@ -559,10 +585,17 @@ def _decided(decision: Any, n: int) -> int | None:
     return None
 
 
-def _gather(meeting: _Meeting, n: int, members: int, order: int, within_s: float) -> dict[int, Timings]:
+def _gather(
+    meeting: _Meeting,
+    n: int,
+    members: int,
+    order: int,
+    within_s: float,
+    failures: dict[int, str] | None = None,
+) -> dict[int, Timings]:
     """The shares the other members (not ``order``) publish within ``within_s`` in all, by member (a
     member that was killed is waited for once, not once per member after it); a member that failed
-    or did not publish in time is missing."""
+    or did not publish in time is missing. The reasons of their failures are added to ``failures``."""
     shares: dict[int, Timings] = {}
     deadline = time.monotonic() + within_s
     for member in range(members):
@@ -570,4 +603,16 @@ def _gather(meeting: _Meeting, n: int, members: int, order: int, within_s: float
             value = meeting.read(f"timings/{member}", max(0.001, deadline - time.monotonic()))
             if _delivered(value):
                 shares[member] = _decode_timings(value, n)
+                if failures is not None:
+                    failures.update(_decode_failures(value, n))
     return shares
+
+
+def _decode_failures(value: dict[str, Any], n: int) -> dict[int, str]:
+    """The reasons a member published for the candidates of its share that failed (data only)."""
+    published = value.get("failures")
+    out: dict[int, str] = {}
+    for index, reason in published.items() if isinstance(published, dict) else ():
+        if isinstance(index, str) and index.isdigit() and int(index) < n and isinstance(reason, str):
+            out[int(index)] = reason[:1000]
+    return out

@@ -64,6 +64,8 @@ class Outcome:
     #: An error of the ``pre_hook`` called with ``reset_only=True`` after tuning: raised once the
     #: winner is stored and cached, as upstream's autotuner caches its winner before that call
     after_error: AutotuningError | None = None
+    #: The candidates of a tuning that were ruled out, with their reasons
+    failures: dict[Config, str] = field(default_factory=dict)
 
 
 class Trial:
@@ -269,7 +271,7 @@ class TuningRun:
         finally:
             trial.drop_error()
         entry = self._entry(key, best, trial, search, duration, candidates_hash)
-        outcome = Outcome(best, "tuned", trial.timings, duration, entry)
+        outcome = Outcome(best, "tuned", trial.timings, duration, entry, failures=dict(trial.failures))
         try:  # resets what the benchmark launches changed, before the launch that follows
             self.recipe.pre_hook(ctx.hook_args(best.all_kwargs()), reset_only=True)
         except Exception as exc:
