@@ -581,6 +581,7 @@ class SlowMember(Rank):
         return super().measure(subset, reference, careful=careful)
 
 
+@pytest.mark.filterwarnings("ignore::triton_dejavu_like.DejavuTuningWarning")  # read in the log
 def test_without_the_leader_s_decision_the_members_agree_on_one_config(caplog):
     """The leader fails in its share; member 2 publishes its share at once, member 1 (which holds the
     fastest config) later: all members still launch one config, chosen by member 1 from both shares,
@@ -660,6 +661,7 @@ def test_the_join_window_is_set_by_its_variable(monkeypatch, recwarn):
     assert any("TRITON_DEJAVU_JOIN_WINDOW='-1' is not valid" in str(w.message) for w in recwarn)
 
 
+@pytest.mark.filterwarnings("ignore::triton_dejavu_like.DejavuTuningWarning")  # read in the log
 def test_the_leader_measures_the_share_of_a_member_that_is_gone_and_says_so(caplog):
     """Member 1 joins, then dies before it publishes its share (which holds the fastest config): the
     leader warns, naming it, measures that share itself, and the ranks launch and store the fastest
