@@ -25,7 +25,8 @@ from kernels import RIGHT, SKIP, WRONG, FakeBench, double_or_not_kernel, grid
 import triton_dejavu_like as tdl
 from triton_dejavu_like.codec import config_id
 from triton_dejavu_like.store import StoredEntry
-from triton_dejavu_like.tuner import ranks
+from triton_dejavu_like.store.identity import stable_hash
+from triton_dejavu_like.tuner import ranks, ranks_key, ranks_meeting
 from triton_dejavu_like.tuner.key import TuningKey
 from triton_dejavu_like.tuner.tuning import Outcome
 
@@ -143,14 +144,14 @@ def test_a_rank_that_joins_after_the_group_decided_nothing_tunes_alone_and_says_
     import triton
 
     from triton_dejavu_like import DejavuTuningWarning
-    from triton_dejavu_like.tuner import ranks
     from triton_dejavu_like.tuner.key import TuningKey
     from triton_dejavu_like.tuner.tuning import Outcome
 
     store = dist.HashStore()
     candidates = [triton.Config({"BLOCK": b}) for b in (16, 32)]
     scope = ["kernel", "key"]
-    store.add(f"{ranks._PREFIX}{ranks.stable_hash(scope)}/joined", ranks.CLOSED)  # closed, no decision
+    closed = ranks_meeting.CLOSED  # closed, no decision
+    store.add(f"{ranks_meeting.PREFIX}{stable_hash(scope)}/joined", closed)
     recorded = []
     with pytest.warns(DejavuTuningWarning, match="on this rank alone"):
         outcome = ranks.tune_together(
@@ -370,7 +371,7 @@ def test_a_rank_restores_what_another_process_stored_since_it_loaded_the_store(m
     from storage_helpers import InstantBench, launch, make_tuner
 
     monkeypatch.setattr(ranks, "active_store", lambda: (dist.HashStore(), 2))
-    monkeypatch.setattr(ranks, "JOIN_WINDOW_S", 0.05)  # were it to meet: alone, after a short wait
+    monkeypatch.setattr(ranks_meeting, "JOIN_WINDOW_S", 0.05)  # were it to meet: alone, after a short wait
     bench = InstantBench()
     tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
     tuner._process_state()  # this rank loaded the store: nothing for key 40 then
@@ -389,7 +390,7 @@ def test_the_leading_rank_holds_the_key_s_lease_while_it_tunes(monkeypatch, tmp_
     from triton_dejavu_like.store import lease as lease_mod
 
     monkeypatch.setattr(ranks, "active_store", lambda: (dist.HashStore(), 2))
-    monkeypatch.setattr(ranks, "JOIN_WINDOW_S", 0.05)  # the other rank never misses the key
+    monkeypatch.setattr(ranks_meeting, "JOIN_WINDOW_S", 0.05)  # the other rank never misses the key
     held = []
 
     def bench(kernel_call, quantiles=(0.5, 0.2, 0.8)):
@@ -416,7 +417,7 @@ def test_a_late_rank_stores_the_decision_in_its_own_store(monkeypatch, tmp_path)
 
     store = dist.HashStore()
     monkeypatch.setattr(ranks, "active_store", lambda: (store, 2))
-    monkeypatch.setattr(ranks, "JOIN_WINDOW_S", 0.05)  # the other rank misses the key later
+    monkeypatch.setattr(ranks_meeting, "JOIN_WINDOW_S", 0.05)  # the other rank misses the key later
     leader = tuner(FakeBench(), 0)  # the largest block (64) is the fastest on the leader's GPU
     launch(leader, 40)
     late_bench = FakeBench({16: 1.0, 32: 2.0, 64: 3.0})  # alone, this rank would choose 16
@@ -435,14 +436,14 @@ def test_timings_are_gathered_within_one_wait_however_many_members_are_gone():
     gave each missing member a full wait, and a surviving member waited 3T for a killed leader)."""
     waits = []
 
-    class Meeting(ranks._Meeting):
+    class Meeting(ranks_meeting.Meeting):
         def read(self, name, timeout_s=None):
             waits.append(timeout_s)
             return super().read(name, timeout_s)
 
     meeting = Meeting(dist.HashStore(), "p/", 0.3)
     candidates = [triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128)]
-    assert ranks._gather(meeting, len(candidates), 4, 0, 0.3) == {}  # nobody else published
+    assert ranks_meeting.gather(meeting, len(candidates), 4, 0, 0.3) == {}  # nobody else published
     assert len(waits) == 3 and sum(waits) <= 0.3 + 0.01
 
 
@@ -518,7 +519,7 @@ def tune_in_threads(
     """The ranks of ``group`` miss the key in its order (None: a member that joins, then dies), for
     the kernel ``name`` (each test its own: a warning is given once per kernel)."""
     store = dist.HashStore()
-    joined = f"{ranks._PREFIX}{ranks.stable_hash(SCOPE)}/joined"
+    joined = f"{ranks_meeting.PREFIX}{stable_hash(SCOPE)}/joined"
     threads = []
     for order, rank in enumerate(group):
         while int(store.add(joined, 0)) < order:  # the previous rank joined: the join order is fixed
@@ -617,7 +618,8 @@ def windows_waited(monkeypatch, keys: int, late_at: tuple[int, ...] = ()) -> lis
     (after a first key, not counted, that another rank missed late, as tests before may have led
     keys alone)."""
     clock = Clock()
-    monkeypatch.setattr(ranks, "time", clock)
+    monkeypatch.setattr(ranks_meeting, "time", clock)
+    monkeypatch.setattr(ranks_key, "time", clock)
     store = dist.HashStore()
     waited = []
     late_at = (-1, *late_at)
@@ -627,7 +629,7 @@ def windows_waited(monkeypatch, keys: int, late_at: tuple[int, ...] = ()) -> lis
 
         def measure(subset, reference=None, *, careful=False, k=k, rank=rank, scope=scope):
             if k in late_at:
-                store.add(f"{ranks._PREFIX}{ranks.stable_hash(scope)}/joined", 1)
+                store.add(f"{ranks_meeting.PREFIX}{stable_hash(scope)}/joined", 1)
             return rank.measure(subset)
 
         before = clock.now

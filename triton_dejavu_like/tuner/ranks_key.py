@@ -1,0 +1,340 @@
+"""One key that this rank tunes with the others: join, split, decide, follow (see :mod:`.ranks`)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .._compat import Config
+from .._log import DejavuTuningWarning, log, warn_once
+from ..codec import encode_config
+from ..measure import one_line_reason
+from ..store import InvalidEntry, StoredEntry
+from .errors import AutotuningError, candidates_failed
+from .key import TuningKey
+from .ranks_meeting import (
+    CLOSED,
+    MEMBERS_TIMEOUT_S,
+    Meeting,
+    Timings,
+    company,
+    configured_window_s,
+    decided,
+    delivered,
+    failure_published,
+    gather,
+    merged,
+    pick,
+)
+from .tuning import MAX_RULED_OUT, REFERENCE_TRIES, TOP_K, Outcome
+
+#: The leader's careful re-measurement covers this many of the best gathered candidates.
+FINALISTS = 3
+
+
+class Measure(Protocol):
+    """Measures the given candidates (a subset of the key's) and returns the outcome of that run;
+    ``reference``: the configs the numerical check tries first as its reference (untimed);
+    ``careful``: the leader's finalists, every one measured (no search strategy, no budget)."""
+
+    def __call__(
+        self, subset: list[Config], reference: Sequence[Config] | None = None, *, careful: bool = False
+    ) -> Outcome: ...
+
+
+@dataclass
+class KeyTuning:
+    """One key this rank tunes with the others: what it needs at every step."""
+
+    meeting: Meeting
+    key: TuningKey
+    kernel_name: str
+    candidates: list[Config]
+    measure: Measure
+    record: Callable[[Outcome], None]
+    config_id: Callable[[Config], str]
+    start: float
+    #: The reasons of the candidates ruled out, by position: this rank's, then (leader) the members'
+    failures: dict[int, str] = field(default_factory=dict)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def run(self, order: int, size: int) -> Outcome:
+        """As the rank that joined ``order``-th: leader, member, or too late (its decision)."""
+        if order != 0:  # a member or a late rank: the ranks miss the same keys
+            company.note(others=True)
+        if order >= CLOSED:  # the group closed before we missed the key: use its decision
+            return self.late()
+        if order == 0:
+            members = self.close(size)
+        else:
+            members = self.join(self.meeting.read("members", configured_window_s() + MEMBERS_TIMEOUT_S))
+            if members is None or not 0 < order < members:
+                return self.alone("the group of ranks did not form")
+        if members == 1:
+            return self.solo()
+        return self.share(order, members)
+
+    def join(self, group: Any) -> int | None:
+        """The number of members the leader published (None if not valid), and this rank's candidates
+        put in the leader's order: ranks whose lists hold the same configs in different orders (a
+        prune that returns a set) exchange positions in one list."""
+        members = group.get("members") if isinstance(group, dict) else None
+        order = group.get("order") if isinstance(group, dict) else None
+        n = len(self.candidates)
+        if not isinstance(members, int) or isinstance(members, bool) or members < 1:
+            return None
+        if not isinstance(order, list) or sorted(p for p in order if isinstance(p, int)) != list(range(n)):
+            return None
+        canonical = self.canonical()
+        self.candidates = [canonical[p] for p in order]
+        return members
+
+    def canonical(self) -> list[Config]:
+        """The candidates in one order on every rank: by config id (the candidate sets are equal)."""
+        return sorted(self.candidates, key=self.config_id)
+
+    def alone(self, why: str) -> Outcome:
+        warn_once(
+            DejavuTuningWarning,
+            f"{self.kernel_name}:ranks",
+            "%s: %s for key %s; tuning it on this rank alone (ranks may use different configs for it)",
+            self.kernel_name,
+            why,
+            self.key.values,
+        )
+        outcome = self.measure(self.candidates)
+        self.record(outcome)
+        return outcome
+
+    def late(self) -> Outcome:
+        listed = self.candidates
+        joined = self.join(self.meeting.read("members"))
+        adopted = self.adopt(self.meeting.read("decision"), {}) if joined is not None else None
+        if adopted is not None:
+            return adopted
+        self.candidates = listed
+        return self.alone("no decision of the ranks that tuned it")
+
+    def decide(self, winner: Config, entry: StoredEntry | None, timings: list[float] | None = None) -> None:
+        """Publish the decision: the winner, its timings, and the entry to store (every rank that
+        uses the decision records it, so each rank's own storage holds it)."""
+        decision = {"index": self.candidates.index(winner), "entry": entry.to_json() if entry else None}
+        self.meeting.publish("decision", decision if timings is None else {**decision, "timings": timings})
+
+    def adopt(self, decision: Any, own: Timings) -> Outcome | None:
+        """The outcome of a published decision, recorded with the leader's entry; None without one."""
+        index = decided(decision, len(self.candidates))
+        if index is None:
+            return None
+        timings = {self.candidates[i]: t for i, t in own.items()}
+        outcome = Outcome(self.candidates[index], "tuned", timings, self.elapsed(), self.entry(decision))
+        self.record(outcome)
+        return outcome
+
+    def entry(self, decision: dict[str, Any]) -> StoredEntry | None:
+        """The entry published with a decision (data only, checked), or None."""
+        data = decision.get("entry")
+        if self.key.id is None or not isinstance(data, dict):
+            return None
+        try:
+            return StoredEntry.from_json(self.key.id, data)
+        except InvalidEntry as exc:
+            log.debug(
+                "%s: the decision's entry for key %s is not valid: %s", self.kernel_name, self.key.id, exc
+            )
+            return None
+
+    def close(self, size: int) -> int:
+        """As the leader: wait for the others to miss the key (until all ranks joined, or the window
+        ends), close the group and publish the number of members."""
+        store, joined = self.meeting.store, self.meeting.key("joined")
+        window_end = time.monotonic() + company.window_s()
+        while int(store.add(joined, 0)) < size and time.monotonic() < window_end:
+            time.sleep(0.01)
+        members = int(store.add(joined, CLOSED)) - CLOSED
+        if members > 1:
+            company.note(others=True)
+        position = {id(c): p for p, c in enumerate(self.canonical())}
+        self.meeting.publish(
+            "members", {"members": members, "order": [position[id(c)] for c in self.candidates]}
+        )
+        return members
+
+    def solo(self) -> Outcome:
+        """No other rank missed the key in time: an ordinary tuning, then the decision."""
+        with failure_published(self.meeting, "decision"):
+            outcome = self.measure(self.candidates)
+        self.decide(outcome.config, outcome.entry)
+        self.record(outcome)
+        late = int(self.meeting.store.add(self.meeting.key("joined"), 0)) - CLOSED - 1
+        company.note(others=late > 0)  # ranks that missed the key after the window: they miss ours
+        return outcome
+
+    def share(self, order: int, members: int) -> Outcome:
+        """Measure this member's share and publish it; then lead, or follow the leader."""
+        name = self.kernel_name
+        log.debug("%s: key %s: rank %d of %d tuning together", name, self.key.values, order, members)
+        with failure_published(self.meeting, f"timings/{order}", *(["decision"] if order == 0 else [])):
+            own, failed = self.measure_shares(members, {order})
+        failures = {str(i): r for i, r in self.failures.items()}  # its own only, so far
+        self.meeting.publish(
+            f"timings/{order}", {"timings": {str(i): t for i, t in own.items()}, "failures": failures}
+        )
+        if order == 0:
+            return self.lead(members, own, failed)
+        return self.follow(order, members, own, failed)
+
+    def measure_shares(self, members: int, which: set[int]) -> tuple[Timings, AutotuningError | None]:
+        """Measure the shares of the members in ``which``: the timings by position, and the error if
+        every candidate failed (raised as its class if no rank has a valid candidate)."""
+        candidates = self.candidates
+        share = [c for i, c in enumerate(candidates) if i % members in which]
+        if not share:
+            return {}, None
+        position = {id(c): i for i, c in enumerate(candidates)}
+        try:
+            outcome = self.measure(share, candidates[:REFERENCE_TRIES])
+        except AutotuningError as error:  # every candidate of the share failed
+            if error.stopped_by is not None:  # an error no candidate escapes ends tuning here
+                raise
+            failed = {position[id(c)]: [math.inf] for c in share}
+            self.failures.update({i: self.failures.get(i, one_line_reason(error)) for i in failed})
+            return failed, error
+        self.failures.update({position[id(c)]: r for c, r in outcome.failures.items() if id(c) in position})
+        return {
+            position[id(c)]: list(t) for c, t in outcome.configs_timings.items() if id(c) in position
+        }, None
+
+    def lead(self, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
+        """Gather the shares, re-measure the finalists, publish and record the winner."""
+        candidates = self.candidates
+        with failure_published(self.meeting, "decision"):
+            shares = gather(self.meeting, len(candidates), members, 0, self.meeting.timeout_s, self.failures)
+            missing = set(range(1, members)) - set(shares)
+            if missing:  # a member failed or is gone: its share is measured here, so every candidate is
+                self.warn_missing(sorted(missing), members)
+                taken, _ = self.measure_shares(members, missing)
+                shares[-1] = taken
+            gathered = merged(own, shares)
+            ranked = pick(gathered)
+            if not ranked:  # raised as this rank's share failed (the first candidate is in it)
+                raise candidates_failed(
+                    f"{self.kernel_name}: every candidate failed on every rank for key {self.key.values!r}",
+                    failed,
+                )
+            finalists = [candidates[i] for i in ranked[:FINALISTS]]
+            careful = self.measure(finalists, careful=True)  # the leader's careful verdict, on every finalist
+            winner = candidates.index(careful.config)
+        timings = {candidates[i]: t for i, t in gathered.items()}
+        timings.update(careful.configs_timings)
+        duration = self.elapsed()
+        entry = careful.entry
+        if entry is not None:
+            data = {
+                **entry.to_json(),
+                "evaluated": len(gathered),
+                "space_size": len(candidates),
+                "tuning_time_s": round(duration, 6),
+                "ranks": members,
+                **self.merged_lists(gathered, careful),
+            }
+            entry = StoredEntry.from_json(entry.key_id, data)
+        self.decide(careful.config, entry, gathered[winner])
+        outcome = Outcome(careful.config, "tuned", timings, duration, entry)
+        self.record(outcome)
+        return outcome
+
+    def merged_lists(self, gathered: Timings, careful: Outcome) -> dict[str, Any]:
+        """The entry's ``top`` and ``ruled_out`` from every rank's share: the finalists by their careful
+        timings first, then the other valid candidates by their medians; the failures every member
+        published, with their reasons."""
+        refined = sorted(careful.configs_timings.items(), key=lambda item: tuple(item[1]))
+        finalists = {id(c) for c, _ in refined}
+        screened = [(self.candidates[i], gathered[i]) for i in pick(gathered)]
+        best = [(c, t) for c, t in refined if math.isfinite(t[0])]
+        best += [(c, t) for c, t in screened if id(c) not in finalists]
+        failures = sorted(self.failures.items())[:MAX_RULED_OUT]
+        return {
+            "top": [{"config": encode_config(c), "timings_ms": list(t)} for c, t in best[:TOP_K]],
+            "ruled_out": [{"config": encode_config(self.candidates[i]), "reason": r} for i, r in failures],
+        }
+
+    def warn_missing(self, missing: list[int], members: int) -> None:
+        named = []
+        for member in missing:
+            rank = self.meeting.read(f"rank/{member}", 0.001)
+            named.append(f"member {member}" + (f" (rank {rank})" if isinstance(rank, int) else ""))
+        warn_once(
+            DejavuTuningWarning,
+            f"{self.kernel_name}:ranks",
+            "%s: %s of the %d ranks tuning key %s together gave no timings within %g s (it failed or "
+            "is gone); the leading rank measures its candidates itself",
+            self.kernel_name,
+            ", ".join(named),
+            members,
+            self.key.values,
+            self.meeting.timeout_s,
+        )
+
+    def follow(self, order: int, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
+        """Use the leader's decision; without one, the decision of the first member that delivered
+        its share (made from every share it gathers), so that the members still agree."""
+        # the leader gathers, then re-measures
+        decision = self.meeting.read("decision", 2 * self.meeting.timeout_s)
+        adopted = self.adopt(decision, own)
+        if adopted is not None:
+            return adopted
+        why = str(decision.get("error")) if isinstance(decision, dict) else "timed out"
+        timeout = self.meeting.timeout_s
+        # a leader that failed at once leaves slower members measuring; after 2T, every share is there
+        wait = timeout if isinstance(decision, dict) else 0.0
+        for member in range(1, order):  # a member before this one decides, unless it failed or is gone
+            if not delivered(self.meeting.read(f"timings/{member}", max(wait, 0.001))):
+                continue
+            backup = self.meeting.read(f"backup/{member}", wait + timeout)  # it gathers, then decides
+            index = decided(backup, len(self.candidates))
+            if index is not None:
+                self.warn_without_leader(why, member, backup.get("shares"), members)
+                timings = {self.candidates[i]: t for i, t in own.items()}
+                return Outcome(self.candidates[index], "tuned", timings, self.elapsed())
+        return self.decide_without_leader(order, members, own, failed, why, wait)
+
+    def decide_without_leader(
+        self, order: int, members: int, own: Timings, failed: AutotuningError | None, why: str, wait: float
+    ) -> Outcome:
+        """As the first live member after a failed leader: choose by the leader's rule among every share
+        published within ``wait``, and publish the choice for the members after this one."""
+        candidates = self.candidates
+        with failure_published(self.meeting, f"backup/{order}"):
+            shares = gather(self.meeting, len(candidates), members, order, wait)
+            gathered = merged(own, shares)
+            ranked = pick(gathered)
+            if not ranked:
+                message = (
+                    f"{self.kernel_name}: no rank measured a valid candidate for key {self.key.values!r}"
+                )
+                raise candidates_failed(message, failed)  # as this rank's share failed
+        used = len(shares) + 1
+        self.meeting.publish(f"backup/{order}", {"index": ranked[0], "shares": used})
+        self.warn_without_leader(why, order, used, members)
+        timings = {candidates[i]: t for i, t in gathered.items()}
+        return Outcome(candidates[ranked[0]], "tuned", timings, self.elapsed())
+
+    def warn_without_leader(self, why: str, chooser: int, shares: Any, members: int) -> None:
+        warn_once(
+            DejavuTuningWarning,
+            f"{self.kernel_name}:ranks",
+            "%s: the leading rank gave no decision for key %s (%s); member %d of the group chose the "
+            "best of the timings of %s of its %d members' shares for all members; not stored",
+            self.kernel_name,
+            self.key.values,
+            why,
+            chooser,
+            shares,
+            members,
+        )

@@ -1,0 +1,169 @@
+"""How ranks meet for one key: the key-value store they publish in (every wait with a timeout), the
+join window, and reading what other ranks published (data only, checked). See :mod:`.ranks`."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from .. import _env
+from .._log import log
+
+#: Seconds the first rank to miss a key waits for others to miss it too (default of
+#: ``TRITON_DEJAVU_JOIN_WINDOW``). A rank that misses it later is late and uses the group's decision:
+#: the window decides how the work is shared, not whether ranks agree.
+JOIN_WINDOW_S = 2.0
+#: After this many consecutive keys that nobody else missed with this process (rank-specific keys),
+#: the window is :data:`SHORT_JOIN_WINDOW_S`, until another rank takes part in a key again.
+ALONE_KEYS = 3
+SHORT_JOIN_WINDOW_S = 0.05
+#: How long a member waits for the leader to close the group (beyond the join window).
+MEMBERS_TIMEOUT_S = 60.0
+#: Added to the join counter to close a group (no group has this many ranks).
+CLOSED = 1 << 40
+PREFIX = "triton_dejavu_like/"
+
+Timings = dict[int, list[float]]
+
+
+class Company:
+    """How many consecutive keys this process tuned with no other rank taking part (as a member, or
+    late): after :data:`ALONE_KEYS`, ranks are missing different keys, and waiting the whole join
+    window for each would cost seconds per key."""
+
+    def __init__(self) -> None:
+        self.alone = 0
+        self._lock = threading.Lock()
+
+    def note(self, others: bool) -> None:
+        with self._lock:
+            self.alone = 0 if others else self.alone + 1
+
+    def window_s(self) -> float:
+        """The join window for the next key this process leads."""
+        window = configured_window_s()
+        return min(window, SHORT_JOIN_WINDOW_S) if self.alone >= ALONE_KEYS else window
+
+
+def configured_window_s() -> float:
+    configured = _env.join_window_s()
+    return JOIN_WINDOW_S if configured is None else configured
+
+
+company = Company()
+
+
+def pick(timings: Timings) -> list[int]:
+    """Valid candidates best first: lowest median, ties by candidate index."""
+    valid = [i for i, t in timings.items() if t and math.isfinite(t[0])]
+    return sorted(valid, key=lambda i: (timings[i][0], i))
+
+
+class Meeting:
+    def __init__(self, store: Any, prefix: str, timeout_s: float) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.timeout_s = timeout_s
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def publish(self, name: str, value: Any) -> None:
+        self.store.set(self.key(name), json.dumps(value))
+
+    def read(self, name: str, timeout_s: float | None = None) -> Any | None:
+        """The JSON value published under ``name``, or None after the timeout."""
+        wait = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            self.store.wait([self.key(name)], _dt.timedelta(seconds=wait))
+            return json.loads(self.store.get(self.key(name)).decode("utf-8"))
+        except (RuntimeError, ValueError) as exc:  # c10d timeouts are RuntimeErrors (DistStoreError)
+            log.debug("no %s within %.1f s (%s)", self.key(name), wait, str(exc)[:200])
+            return None
+
+
+@contextlib.contextmanager
+def failure_published(meeting: Meeting, *names: str) -> Iterator[None]:
+    """Publish an error under ``names`` if the block raises, so that no rank waits for us in vain."""
+    try:
+        yield
+    except BaseException as exc:
+        for name in names:
+            meeting.publish(name, {"error": str(exc)[:300] or type(exc).__name__})
+        raise
+
+
+def decode_timings(value: Any, n: int) -> Timings:
+    """Timings a rank published: {index: [ms, ...] or null} (data only, checked)."""
+    out: Timings = {}
+    if not isinstance(value, dict) or not isinstance(value.get("timings"), dict):
+        return out
+    for index, times in value["timings"].items():
+        try:
+            i = int(index)
+            ms = [float(t) for t in times] if times is not None else [math.inf]
+        except (TypeError, ValueError):
+            continue
+        if 0 <= i < n and ms:
+            out[i] = ms
+    return out
+
+
+def delivered(value: Any) -> bool:
+    """Whether a published share holds timings (not a rank's error)."""
+    return isinstance(value, dict) and isinstance(value.get("timings"), dict)
+
+
+def merged(own: Timings, shares: dict[int, Timings]) -> Timings:
+    gathered = dict(own)
+    for timings in shares.values():
+        gathered.update(timings)
+    return gathered
+
+
+def decided(decision: Any, n: int) -> int | None:
+    """The winner's index in a published decision (data only, checked), or None."""
+    if isinstance(decision, dict):
+        index = decision.get("index")
+        if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < n:
+            return index
+    return None
+
+
+def gather(
+    meeting: Meeting,
+    n: int,
+    members: int,
+    order: int,
+    within_s: float,
+    failures: dict[int, str] | None = None,
+) -> dict[int, Timings]:
+    """The shares the other members (not ``order``) publish within ``within_s`` in all, by member (a
+    member that was killed is waited for once, not once per member after it); a member that failed
+    or did not publish in time is missing. The reasons of their failures are added to ``failures``."""
+    shares: dict[int, Timings] = {}
+    deadline = time.monotonic() + within_s
+    for member in range(members):
+        if member != order:
+            value = meeting.read(f"timings/{member}", max(0.001, deadline - time.monotonic()))
+            if delivered(value):
+                shares[member] = decode_timings(value, n)
+                if failures is not None:
+                    failures.update(decode_failures(value, n))
+    return shares
+
+
+def decode_failures(value: dict[str, Any], n: int) -> dict[int, str]:
+    """The reasons a member published for the candidates of its share that failed (data only)."""
+    published = value.get("failures")
+    out: dict[int, str] = {}
+    for index, reason in published.items() if isinstance(published, dict) else ():
+        if isinstance(index, str) and index.isdigit() and int(index) < n and isinstance(reason, str):
+            out[int(index)] = reason[:1000]
+    return out
