@@ -613,3 +613,24 @@ def test_what_a_writer_keeps_is_what_a_reader_gets(tmp_path, warnings):
     assert not cf.record({key_id((4,)): misfiled})
     assert sorted(cf.load()) == [key_id((1,))] == sorted(stored_entries(cf.path))
     assert sum("not storing" in w for w in warnings()) == 2
+
+
+def test_a_tool_rewriting_a_file_twice_keeps_the_entries_it_cannot_read(tmp_path):
+    """``keep_unreadable`` (prune, merge): an entry this release cannot read (a config field of a newer
+    Triton) stays in the file through every rewrite by the same object, not only the first."""
+    identity = {**IDENTITY, "triton": "3.99.0"}
+    unknown = make_entry((2,))
+    unknown["config"]["future_field"] = 1
+    path = cache_file(tmp_path, identity).path
+    write_document(path, identity, {key_id((2,)): unknown})
+    cf = cache_file(tmp_path, identity, keep_unreadable=True)
+    for k in (3, 4):
+        kid = key_id((k,))
+        assert cf.update(
+            lambda current, kid=kid, k=k: {
+                **current,
+                kid: storage.StoredEntry.from_json(kid, make_entry((k,))),
+            }
+        )
+        assert json.loads(path.read_text())["entries"][key_id((2,))] == unknown
+    assert sorted(json.loads(path.read_text())["entries"]) == sorted(key_id((k,)) for k in (2, 3, 4))

@@ -13,8 +13,8 @@ Guarantees (each one is exercised by the test suite, see ``docs/storage.md``):
   is moved aside as ``cache.json.corrupt-*`` with one warning naming it. An entry that is invalid
   in an otherwise valid file (wrong types, non-finite timings, a config naming parameters the kernel
   lacks, any value that cannot be read) is moved to a ``cache.json.rejected-*`` file and the rest of
-  the file stays in use. A tool's rewrite (``prune``, ``merge``, an import) keeps such entries in the
-  file as they are instead: written for another Triton or by a newer release, they may be valid
+  the file stays in use. A tool's rewrite of files of any identity (``prune``, ``merge``) keeps such
+  entries in the file as they are instead: written for another Triton or by a newer release, they may be valid
   there. Nothing is deleted, nothing read from a file is executed.
 - A file made for another identity, or by a newer schema, is neither used nor overwritten.
 - A change that would make the file larger than :data:`MAX_FILE_BYTES` is not written (readers would
@@ -645,7 +645,9 @@ class CacheFile:
                         )
                         return False
                     atomic_write(self.path, data)
-                    self._known = (hashlib.sha256(data).digest(), dict(new))
+                    # bytes holding entries kept unread are parsed again (their digest alone would
+                    # give the valid entries, and the next rewrite would leave the others out)
+                    self._known = None if self.unreadable else (hashlib.sha256(data).digest(), dict(new))
                 else:
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()
