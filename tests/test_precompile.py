@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import signal
 import threading
 import time
@@ -163,7 +164,9 @@ class QueuedCompiles:
             time.sleep(0.3)
             return block
 
-        active_mode.get().submit(block, compile_it, lambda kernel: None, lambda future_kernel: None)
+        mode = active_mode.get()
+        hooks = [lambda kernel: None, lambda future_kernel: None]  # finalize, and cleanup (3.9+)
+        mode.submit(block, compile_it, *hooks[: len(inspect.signature(mode.submit).parameters) - 2])
 
 
 @pytest.mark.parametrize("interrupt", ["hand-over", "waiting"])
