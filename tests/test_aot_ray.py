@@ -8,6 +8,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,20 @@ def test_an_interrupted_run_whose_actor_nodes_are_gone_warns_and_ends(tmp_path, 
     assert "no answer within 0.5 s" in said[0] and "Invalid node_id" in said[1]
     assert set(fake.killed) >= set(scheduler.actors)
     assert not any(target.rglob("*.json"))
+
+
+@pytest.mark.slow
+def test_the_drivers_triton_interpret_is_not_passed_to_actors(crash_marker, monkeypatch, capsys, tmp_path):
+    # a CPU-only driver needs TRITON_INTERPRET=1 to load the SPEC; passed on to the actors, GPU nodes
+    # tuned Triton's interpreter and stored it as their results. Each node's own environment decides:
+    # here the local cluster's (started with TRITON_INTERPRET=1), whatever the driver's value
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    argv = ["tune", f"{SPEC}:cases", "--root", str(tmp_path / "root"), "--ray", "--json"]
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        status = cli.main(argv)
+    report = report_of(capsys.readouterr().out)
+    assert set(statuses(report).values()) == {"tuned"} and status == 0  # not "failed": no GPU here
+    said = [w for w in shown if "TRITON_INTERPRET" in str(w.message)]  # and the driver says why, once
+    assert len(said) == 1 and said[0].category is tdl.DejavuConfigWarning
+    assert "not passed to the Ray workers" in str(said[0].message)

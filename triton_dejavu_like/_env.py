@@ -335,8 +335,10 @@ def visible_gpus() -> list[str] | None:
 def for_workers() -> dict[str, str]:
     """The variables a tuning worker on another machine must share with this process to store
     results under the same identity and run the same way: every ``TRITON_DEJAVU_*`` variable but
-    the storage root, ``TRITON_INTERPRET`` and ``TRITON_PRINT_AUTOTUNING``."""
-    names = [name for name in ALL if name != STORAGE] + ["TRITON_INTERPRET", "TRITON_PRINT_AUTOTUNING"]
+    the storage root, and ``TRITON_PRINT_AUTOTUNING``. Not ``TRITON_INTERPRET``: whether a node runs
+    its kernels in Triton's interpreter is the node's own (a CPU-only driver needs it to load the
+    SPEC; a GPU node given it would tune the interpreter)."""
+    names = [name for name in ALL if name != STORAGE] + ["TRITON_PRINT_AUTOTUNING"]
     return {name: os.environ[name] for name in names if name in os.environ}
 
 

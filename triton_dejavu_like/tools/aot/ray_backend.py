@@ -35,6 +35,7 @@ from typing import Any
 
 from ... import _env
 from ..._log import (
+    DejavuConfigWarning,
     DejavuStorageWarning,
     DejavuWarning,
     encode_warning,
@@ -173,6 +174,15 @@ def run_on_ray(
         raise RayUnavailable(
             "the Ray cluster has no GPU, and each tuning worker needs one (did Ray detect them? "
             "`ray start --head --num-gpus N` names them)"
+        )
+    if os.environ.get("TRITON_INTERPRET", "").strip():
+        warn_once(
+            DejavuConfigWarning,
+            "TRITON_INTERPRET --ray",
+            "TRITON_INTERPRET=%r is set here and not passed to the Ray workers: each node's own "
+            "environment decides whether its kernels run in Triton's interpreter (set it where the "
+            "node starts, `TRITON_INTERPRET=1 ray start ...`, to tune the interpreter there)",
+            os.environ["TRITON_INTERPRET"][:40],
         )
     scheduler = _Scheduler(ray, spec, target, on_result, start_timeout_s)
     scheduler.todo.extend(batches(names, batch_size))
