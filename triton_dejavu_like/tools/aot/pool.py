@@ -142,24 +142,14 @@ class WorkerPool:
         try:
             for w in workers:
                 problems = merging.merge_paths(self.target, w.root)
-                self._add_problems(problems)
+                add_problems(self.problems, problems)
                 if problems:
                     unmerged.append(w.root)
         finally:
             if unmerged:
-                roots = " ".join(str(r) for r in unmerged)
-                self.errors.append(
-                    f"results not merged into {self.target} are kept in {roots}; merge them with "
-                    f"python -m triton_dejavu_like merge {roots} --root {self.target}"
-                )
+                self.errors.append(kept_for_merge(self.target, unmerged))
             else:
                 shutil.rmtree(tmp, ignore_errors=True)
-
-    def _add_problems(self, problems: Sequence[inventory.Problem]) -> None:
-        """Each problem once: every case of a target that cannot be written meets the same one."""
-        for problem in problems:
-            if problem not in self.problems:
-                self.problems.append(problem)
 
     # --- the workers ---------------------------------------------------------------------------------
 
@@ -236,10 +226,8 @@ class WorkerPool:
             worker.case, name = None, worker.case or "?"
             return self._lost(name, worker, f"unreadable result: {exc}")
         problems = merging.merge_paths(self.target, worker.root, result.files)
-        self._add_problems(problems)
-        if problems and result.status == "tuned":  # as a case run here whose results are not stored
-            reason = f"tuned but not merged into {self.target}: {problems[0].reason}"
-            result = dataclasses.replace(result, status="failed", error=reason[:2000])
+        add_problems(self.problems, problems)
+        result = not_merged(result, self.target, problems)
         worker.case = None
         self.on_result(result)
         return result
@@ -256,6 +244,32 @@ class WorkerPool:
         result = CaseResult(name, "lost", error=why, worker=worker.slot.name if worker else None)
         self.on_result(result)
         return result
+
+
+def add_problems(into: list[inventory.Problem], problems: Sequence[inventory.Problem]) -> None:
+    """Each problem once: every case of a target that cannot be written meets the same one."""
+    for problem in problems:
+        if problem not in into:
+            into.append(problem)
+
+
+def not_merged(result: CaseResult, target: Path, problems: Sequence[inventory.Problem]) -> CaseResult:
+    """A tuned case whose cache files could not be merged into ``target`` fails, as a case run in
+    this process whose results are not stored: "tuned but not merged"."""
+    if not problems or result.status != "tuned":
+        return result
+    reason = f"tuned but not merged into {target}: {problems[0].reason}"
+    return dataclasses.replace(result, status="failed", error=reason[:2000])
+
+
+def kept_for_merge(target: Path, kept: Sequence[Path]) -> str:
+    """The error naming the stores kept because they could not be merged, and the command that
+    merges them once the target can be written."""
+    roots = " ".join(str(r) for r in kept)
+    return (
+        f"results not merged into {target} are kept in {roots}; merge them with "
+        f"python -m triton_dejavu_like merge {roots} --root {target}"
+    )
 
 
 def _close(stream: IO[str] | None) -> None:

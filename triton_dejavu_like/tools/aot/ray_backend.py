@@ -46,7 +46,7 @@ from ..._log import (
 from ...store import inventory
 from . import merging
 from .case import load_cases
-from .pool import worker_pythonpath
+from .pool import add_problems, kept_for_merge, not_merged, worker_pythonpath
 from .run import CaseResult, run_case
 
 #: Seconds a Ray worker may take to start (placed on a GPU, the SPEC loaded) before it is dropped.
@@ -192,6 +192,8 @@ def run_on_ray(
         scheduler.run()
     finally:
         scheduler.shut_down()
+        if scheduler.kept is not None:
+            scheduler.errors.append(kept_for_merge(target, [scheduler.kept]))
     return scheduler.results, scheduler.problems, scheduler.errors
 
 
@@ -228,6 +230,8 @@ class _Scheduler:
         self.results: list[CaseResult] = []
         self.problems: list[inventory.Problem] = []
         self.errors: list[str] = []
+        self.kept: Path | None = None  # a local folder holding the answers that could not be merged
+        self._kept_count = 0
 
     def start_one(self) -> None:
         runner = self.actor.remote(self.spec, self.known)
@@ -290,7 +294,9 @@ class _Scheduler:
         try:
             answer = ray.get(ref)
             got = [CaseResult.from_json(r) for r in answer["results"]]
-            self._merge(answer["files"], origin)
+            files = _cache_files(answer["files"])
+            # case by case, as a worker process's: a case whose files cannot be merged fails
+            got = [self._merge_case(result, files, origin) for result in got]
             self.idle.append(runner)
         except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
             ray.kill(runner)
@@ -302,13 +308,23 @@ class _Scheduler:
         self._reissue(answer.get("warnings"), origin)
         self._report(got)
 
-    def _merge(self, files: Any, origin: str) -> None:
-        """Merge cache files a worker returned as bytes (validated, never unpickled)."""
-        if not isinstance(files, dict) or not all(
-            isinstance(k, str) and isinstance(v, bytes) for k, v in files.items()
-        ):
-            raise TypeError("the worker returned cache files that are not bytes")
-        self.problems += merging.merge_bytes(self.target, files, origin)
+    def _merge_case(self, result: CaseResult, files: dict[str, bytes], origin: str) -> CaseResult:
+        problems = self._merge({f: files[f] for f in result.files if f in files}, origin)
+        return not_merged(result, self.target, problems)
+
+    def _merge(self, files: dict[str, bytes], origin: str) -> list[inventory.Problem]:
+        """Merge cache files a worker returned as bytes (validated, never unpickled). Files that
+        cannot be merged (the target cannot be written) are kept in a local folder, the only copy
+        of the results once the actors' roots are removed; the run's errors name it and the
+        ``merge`` command."""
+        problems = merging.merge_bytes(self.target, files, origin)
+        add_problems(self.problems, problems)
+        if problems:
+            if self.kept is None:
+                self.kept = Path(tempfile.mkdtemp(prefix="tdl-tune-"))
+            self._kept_count += 1
+            merging.seed(self.kept / f"answer-{self._kept_count}", files)
+        return problems
 
     def _reissue(self, warnings: Any, origin: str) -> None:
         """Issue a worker's warnings here, where the user sees them: once for all workers."""
@@ -372,9 +388,18 @@ class _Scheduler:
             try:
                 if ref not in done:
                     raise TimeoutError(f"no answer within {STOP_TIMEOUT_S:g} s")
-                self._merge(ray.get(ref), f"ray worker {root}")
+                self._merge(_cache_files(ray.get(ref)), f"ray worker {root}")
             except (ray.exceptions.RayError, TimeoutError, TypeError) as exc:
                 _not_merged(root, exc)
+
+
+def _cache_files(files: Any) -> dict[str, bytes]:
+    """What a worker returned as its cache files, checked: relative paths and their bytes."""
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, bytes) for k, v in files.items()
+    ):
+        raise TypeError("the worker returned cache files that are not bytes")
+    return files
 
 
 def _not_merged(root: str, exc: BaseException) -> None:
