@@ -699,3 +699,20 @@ def test_a_heuristic_tests_a_bounded_number_of_held_out_keys(monkeypatch):
     assert learnt.tested == 40 and learnt.validation == "5-fold, 40 of 300 keys tested"
     assert 38 <= learnt.correct <= 40  # only keys next to the boundary may miss
     assert heuristic.learn(entries[:40], "k", method="nearest").validation == "5-fold"
+
+
+@pytest.mark.parametrize(
+    ("spec", "absolute"),
+    [
+        ("aot_cases.py", "{dir}/aot_cases.py"),
+        ("aot_cases.py:cases", "{dir}/aot_cases.py:cases"),
+        ("./aot_cases.py:cases_with_crash", "{dir}/aot_cases.py:cases_with_crash"),
+        ("aot_cases", "aot_cases"),  # a module: found on the workers' PYTHONPATH
+        ("aot_cases:cases", "aot_cases:cases"),
+    ],
+)
+def test_a_spec_sent_to_ray_workers_names_its_file_by_an_absolute_path(monkeypatch, spec, absolute):
+    from triton_dejavu_like.tools.aot.case import absolute_spec
+
+    monkeypatch.chdir(Path(SPEC).parent)
+    assert absolute_spec(spec) == absolute.format(dir=Path(SPEC).parent)

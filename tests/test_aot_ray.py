@@ -328,3 +328,16 @@ def test_cases_whose_results_cannot_be_merged_fail_and_the_results_are_kept(
     blocker.unlink()  # the target can be written now: the command the error gives merges the results
     assert cli.main(kept.split("merge them with python -m triton_dejavu_like ")[1].split()) == 0
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted(SIZES)
+
+
+@pytest.mark.slow
+def test_a_spec_file_named_relative_to_the_drivers_directory_loads_on_the_actors(
+    crash_marker, monkeypatch, capsys, tmp_path
+):
+    # the actors' working directory is not the driver's: the relative path failed on every actor
+    monkeypatch.chdir(Path(SPEC).parent)
+    argv = ["tune", f"{Path(SPEC).name}:cases", "--root", str(tmp_path / "root"), "--ray", "--json"]
+    status = cli.main(argv)
+    report = report_of(capsys.readouterr().out)
+    assert set(statuses(report).values()) == {"tuned"} and status == 0, report["errors"]
+    assert sorted(e.key[0] for e in stored(tmp_path / "root")["add_kernel"]) == list(SIZES)

@@ -89,6 +89,16 @@ def _source(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
+def absolute_spec(spec: str) -> str:
+    """``spec`` for a process whose working directory differs (a Ray actor): a file's path made
+    absolute, its ``:function`` kept; a module's name unchanged."""
+    target, attr = _source(spec)
+    if not (target.endswith(".py") or Path(target).is_file()):
+        return spec
+    path = str(Path(target).expanduser().absolute())
+    return path if attr is None else f"{path}:{attr}"
+
+
 def load_cases(spec: str) -> list[TuneCase]:
     """The cases of ``spec`` (see the module's doc), checked: TuneCase objects with unique names.
 

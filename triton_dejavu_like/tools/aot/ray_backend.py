@@ -17,7 +17,8 @@ kills the actors that are running a batch, then a task on each one's node return
 of its temporary root as bytes (merged like an answer's) and removes the root; every wait of this
 is bounded by ``STOP_TIMEOUT_S``.
 The SPEC (its file or module) must be importable where the actors run: the same path on every node,
-or shipped with Ray's ``runtime_env`` (``working_dir``, ``py_modules``).
+or shipped with Ray's ``runtime_env`` (``working_dir``, ``py_modules``); a SPEC file is sent by its
+absolute path (the actors' working directory is not the driver's).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from ..._log import (
 )
 from ...store import inventory
 from . import merging
-from .case import load_cases
+from .case import absolute_spec, load_cases
 from .pool import add_problems, kept_for_merge, not_merged, worker_pythonpath
 from .run import CaseResult, run_case
 
@@ -184,7 +185,8 @@ def run_on_ray(
             "node starts, `TRITON_INTERPRET=1 ray start ...`, to tune the interpreter there)",
             os.environ["TRITON_INTERPRET"][:40],
         )
-    scheduler = _Scheduler(ray, spec, target, on_result, start_timeout_s)
+    # the actors' working directory is not this one: a file SPEC named relative to it fails there
+    scheduler = _Scheduler(ray, absolute_spec(spec), target, on_result, start_timeout_s)
     scheduler.todo.extend(batches(names, batch_size))
     for _ in range(min(gpus, len(scheduler.todo))):
         scheduler.start_one()
