@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 import tempfile
 import time
 import warnings
@@ -341,3 +343,37 @@ def test_a_spec_file_named_relative_to_the_drivers_directory_loads_on_the_actors
     report = report_of(capsys.readouterr().out)
     assert set(statuses(report).values()) == {"tuned"} and status == 0, report["errors"]
     assert sorted(e.key[0] for e in stored(tmp_path / "root")["add_kernel"]) == list(SIZES)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_ray_run_as_ctrl_c_does(crash_marker, monkeypatch, tmp_path):
+    # ray.init replaced tune's SIGTERM handler with its own, which exits at once (status 1, or an
+    # abort): what the busy actors stored was lost and their folders left. Here the driver connects
+    # anew (the fake init installs Ray's handler, as ray.init does) and is sent SIGTERM when the
+    # first answer comes
+    connected = []
+
+    def init(**_: object) -> None:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # as ray.init does
+        connected.append(True)
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: bool(connected))
+    monkeypatch.setattr(ray, "init", init)
+    reported = []
+
+    def terminated(progress, result):
+        reported.append(result.name)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs here
+
+    monkeypatch.setattr(command.Progress, "__call__", terminated)
+    before = ray_folders()
+    root = tmp_path / "root"
+    argv = ["tune", f"{SPEC}:cases", "--root", str(root), "--ray", "--batch-size", "3"]
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:
+        status = f"exited: {exc.code}"
+    assert status == 130
+    assert {f"add-{e.key[0]}" for e in stored(root)["add_kernel"]} >= set(reported) != set()
+    assert ray_folders() <= before

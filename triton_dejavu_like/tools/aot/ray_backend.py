@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -139,6 +140,19 @@ def worker_env() -> dict[str, str]:
     return {**_env.for_workers(), "PYTHONPATH": worker_pythonpath(os.environ.get("PYTHONPATH", ""))}
 
 
+def _init_keeping_sigterm(ray: Any, address: str | None) -> None:
+    """``ray.init``, then the SIGTERM handler it replaced is put back: Ray's exits at once (status 1,
+    or an abort), where ``tune``'s stops the run as Ctrl-C does (the actors' results merged, exit
+    status 130). Only the main thread has handlers to keep."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        ray.init(address=address, log_to_driver=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def batches(names: Sequence[str], size: int) -> list[list[str]]:
     return [list(names[i : i + size]) for i in range(0, len(names), size)]
 
@@ -167,7 +181,7 @@ def run_on_ray(
         ) from exc
     if not ray.is_initialized():
         try:
-            ray.init(address=address, log_to_driver=True)
+            _init_keeping_sigterm(ray, address)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise RayUnavailable(f"cannot connect to Ray at {address or 'a local cluster'}: {exc}") from exc
     gpus = int(ray.cluster_resources().get("GPU", 0))
