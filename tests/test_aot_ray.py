@@ -377,3 +377,27 @@ def test_sigterm_stops_a_ray_run_as_ctrl_c_does(crash_marker, monkeypatch, tmp_p
     assert status == 130
     assert {f"add-{e.key[0]}" for e in stored(root)["add_kernel"]} >= set(reported) != set()
     assert ray_folders() <= before
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_driver_merges_an_answer_leaves_no_folder(crash_marker, monkeypatch, tmp_path):
+    # the answering actor was neither running nor idle while its answer was merged: interrupted then,
+    # it was killed without being closed or collected, and its folder left on its node
+    from triton_dejavu_like.tools.aot import merging
+
+    real = merging.merge_bytes
+    calls = []
+
+    def interrupted_once(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(merging, "merge_bytes", interrupted_once)
+    before = ray_folders()
+    root = tmp_path / "root"
+    argv = ["tune", f"{SPEC}:cases", "--root", str(root), "--ray", "--batch-size", "3"]
+    assert cli.main(argv) == 130
+    assert ray_folders() <= before
+    assert len(stored(root)["add_kernel"]) >= 3  # the interrupted answer's batch, collected

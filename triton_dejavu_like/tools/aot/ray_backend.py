@@ -278,7 +278,7 @@ class _Scheduler:
                     )
                 continue
             (ref,) = done
-            runner, batch = self.running.pop(ref)
+            runner, batch = self.running[ref]  # taken out by the handler: until then shut_down sees it
             if batch is None:
                 self._started(ref, runner)
             else:
@@ -286,7 +286,7 @@ class _Scheduler:
 
     def _started(self, ref: Any, runner: Any) -> None:
         """A worker finished starting, or failed to."""
-        del self.deadlines[ref]
+        del self.running[ref], self.deadlines[ref]
         try:
             answer = self.ray.get(ref)
             self.homes[runner] = (answer["node"], answer["root"])
@@ -313,10 +313,12 @@ class _Scheduler:
             files = _cache_files(answer["files"])
             # case by case, as a worker process's: a case whose files cannot be merged fails
             got = [self._merge_case(result, files, origin) for result in got]
-            self.idle.append(runner)
+            self.idle.append(runner)  # idle, then no longer running: never out of shut_down's sight
+            del self.running[ref]
         except (ray.exceptions.RayError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            ray.kill(runner)
             self.lost.append(runner)
+            del self.running[ref]
+            ray.kill(runner)
             self._lose(batch, f"Ray task lost: {type(exc).__name__}: {_line(exc, 0, '')}")
             if self.todo:  # its GPU is free again: a fresh worker takes the next batch
                 self.start_one()
