@@ -20,11 +20,12 @@ ray = pytest.importorskip("ray")
 from test_aot import SIZES, SPEC, statuses, stored  # noqa: E402
 
 import triton_dejavu_like as tdl  # noqa: E402
-from triton_dejavu_like.store import identity, layout  # noqa: E402
+from triton_dejavu_like.store import identity, inventory, layout  # noqa: E402
 from triton_dejavu_like.tools import cli  # noqa: E402
 from triton_dejavu_like.tools.aot import command  # noqa: E402
 
 TESTS = str(Path(__file__).parent)
+NODE_TAG = "the-nodes-own-tag"
 
 
 def report_of(out: str) -> dict:
@@ -35,11 +36,13 @@ def report_of(out: str) -> dict:
 @pytest.fixture(scope="module")
 def crash_marker(tmp_path_factory):
     """The crash case's marker, named in the environment before the cluster starts (Ray's workers
-    inherit the environment of ``ray.init``)."""
+    inherit the environment of ``ray.init``: ``TRITON_INTERPRET=1`` too, as the nodes' own, and a
+    tag, as a cluster image may set, that the tests' driver does not have)."""
     marker = tmp_path_factory.mktemp("ray") / "crash"
     mp = pytest.MonkeyPatch()
     mp.setenv("TDL_TEST_CRASH_MARKER", str(marker))
     mp.setenv("TDL_TEST_DRIVER_PID", str(os.getpid()))
+    mp.setenv("TRITON_DEJAVU_TAG", NODE_TAG)
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     yield marker
     ray.shutdown()
@@ -401,3 +404,14 @@ def test_ctrl_c_while_the_driver_merges_an_answer_leaves_no_folder(crash_marker,
     assert cli.main(argv) == 130
     assert ray_folders() <= before
     assert len(stored(root)["add_kernel"]) >= 3  # the interrupted answer's batch, collected
+
+
+@pytest.mark.slow
+def test_the_nodes_own_dejavu_variables_do_not_change_the_results(crash_marker, capsys, tmp_path):
+    # the cluster's nodes have TRITON_DEJAVU_TAG set (the fixture), the driver does not: the results
+    # were stored under the nodes' tag, not under the driver's identity
+    root = tmp_path / "root"
+    assert cli.main(["tune", f"{SPEC}:cases", "--root", str(root), "--ray", "--json"]) == 0
+    capsys.readouterr()
+    files, _ = inventory.read_sources([root])
+    assert {f.identity["tag"] for f in files} == {"default"}

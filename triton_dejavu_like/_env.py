@@ -332,14 +332,22 @@ def visible_gpus() -> list[str] | None:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+#: Variables of :data:`ALL` that triton-dejavu reads and this package does not.
+NOT_READ = (DISABLE_JITCACHE, INSTANCE_RUN_ID)
+
+
 def for_workers() -> dict[str, str]:
     """The variables a tuning worker on another machine must share with this process to store
-    results under the same identity and run the same way: every ``TRITON_DEJAVU_*`` variable but
-    the storage root, and ``TRITON_PRINT_AUTOTUNING``. Not ``TRITON_INTERPRET``: whether a node runs
+    results under the same identity and run the same way: every ``TRITON_DEJAVU_*`` variable the
+    package reads but the storage root, empty when unset here (every reader takes an empty value as
+    unset: a node's own value, such as a cluster image's ``TRITON_DEJAVU_TAG``, must not change the
+    results), and ``TRITON_PRINT_AUTOTUNING`` when set. Not ``TRITON_INTERPRET``: whether a node runs
     its kernels in Triton's interpreter is the node's own (a CPU-only driver needs it to load the
     SPEC; a GPU node given it would tune the interpreter)."""
-    names = [name for name in ALL if name != STORAGE] + ["TRITON_PRINT_AUTOTUNING"]
-    return {name: os.environ[name] for name in names if name in os.environ}
+    out = {name: os.environ.get(name, "") for name in ALL if name != STORAGE and name not in NOT_READ}
+    if "TRITON_PRINT_AUTOTUNING" in os.environ:
+        out["TRITON_PRINT_AUTOTUNING"] = os.environ["TRITON_PRINT_AUTOTUNING"]
+    return out
 
 
 def tag() -> str | None:
