@@ -415,3 +415,19 @@ def test_the_nodes_own_dejavu_variables_do_not_change_the_results(crash_marker, 
     capsys.readouterr()
     files, _ = inventory.read_sources([root])
     assert {f.identity["tag"] for f in files} == {"default"}
+
+
+@pytest.mark.slow
+def test_what_a_read_only_layer_holds_is_not_merged_into_the_root(
+    crash_marker, monkeypatch, capsys, tmp_path
+):
+    # the actors do not see the layers of TRITON_DEJAVU_STORAGE: they tuned the keys again and the
+    # driver merged them into the root, where they hid the layer's winners from every serving process
+    local, team = tmp_path / "local", tmp_path / "team"
+    assert cli.main(["tune", f"{SPEC}:cases", "--root", str(team), "--json"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", os.pathsep.join([str(local), str(team)]))
+    assert cli.main(["tune", f"{SPEC}:cases", "--ray", "--json"]) == 0
+    report = report_of(capsys.readouterr().out)
+    assert statuses(report) == {f"add-{n}": "stored" for n in SIZES}  # as a run in this process says
+    assert not local.exists() or stored(local) == {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ...store import cache_file as storage
@@ -19,11 +19,30 @@ def merge_paths(target: Path, root: Path, files: Iterable[str] | None = None) ->
     return problems
 
 
-def merge_bytes(target: Path, files: Mapping[str, bytes], origin: str) -> list[inventory.Problem]:
+#: Key ids by identity (:attr:`~...store.inventory.StoredFile.identity_id`).
+HeldKeys = Mapping[str, set[str]]
+
+
+def held_keys(layers: Sequence[Path]) -> dict[str, set[str]]:
+    """The keys the read-only ``layers`` hold, by identity (unreadable files hold none)."""
+    found, _ = inventory.read_sources(layer for layer in layers if layer.exists())
+    held: dict[str, set[str]] = {}
+    for stored in found:
+        held.setdefault(stored.identity_id, set()).update(stored.entries)
+    return held
+
+
+def merge_bytes(
+    target: Path, files: Mapping[str, bytes], origin: str, held: HeldKeys | None = None
+) -> tuple[list[inventory.Problem], set[str]]:
     """Merge cache files received as bytes (from a remote worker): each is parsed and validated like
-    a file on disk (never unpickled, never executed) before it is merged."""
+    a file on disk (never unpickled, never executed) before it is merged. An entry whose key a
+    read-only layer holds (``held``, from :func:`held_keys`) is left out: in the target it would hide
+    the layer's winner. Returns the problems and the keys left out, as "kernel key" (the way a case
+    reports the keys it tuned)."""
     found: list[inventory.StoredFile] = []
     problems: list[inventory.Problem] = []
+    in_layer: set[str] = set()
     for relative, data in files.items():
         label = f"{origin}:{relative}"
         try:
@@ -31,10 +50,16 @@ def merge_bytes(target: Path, files: Mapping[str, bytes], origin: str) -> list[i
         except storage.InvalidCacheFile as exc:
             problems.append(inventory.Problem(label, str(exc)))
             continue
-        found.append(inventory.StoredFile(label, doc.identity, doc.entries, doc.rejected))
+        stored = inventory.StoredFile(label, doc.identity, doc.entries, doc.rejected)
+        layer = (held or {}).get(stored.identity_id, set())
+        in_layer.update(
+            f"{doc.identity.get('kernel')} {e.key!r}" for k, e in doc.entries.items() if k in layer
+        )
+        stored.entries = {k: e for k, e in doc.entries.items() if k not in layer}
+        found.append(stored)
     if found:
         problems += inventory.merge_into(target, found).problems
-    return problems
+    return problems, in_layer
 
 
 def read_tree(root: Path) -> dict[str, bytes]:

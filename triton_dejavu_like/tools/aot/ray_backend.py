@@ -23,6 +23,7 @@ absolute path (the actors' working directory is not the driver's).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -236,6 +237,8 @@ class _Scheduler:
         )
         self.collector = ray.remote(num_cpus=0, max_retries=0)(collect_root)
         self.known = ray.put(merging.read_tree(target))
+        # the actors do not see the read-only layers: what they tune that a layer holds is not merged
+        self.held = merging.held_keys(_env.storage_roots()[1:])
         self.todo: deque[list[str]] = deque()
         self.actors: list[Any] = []
         self.idle: list[Any] = []
@@ -327,22 +330,22 @@ class _Scheduler:
         self._report(got)
 
     def _merge_case(self, result: CaseResult, files: dict[str, bytes], origin: str) -> CaseResult:
-        problems = self._merge({f: files[f] for f in result.files if f in files}, origin)
-        return not_merged(result, self.target, problems)
+        problems, in_layer = self._merge({f: files[f] for f in result.files if f in files}, origin)
+        return not_merged(_restorable(result, in_layer), self.target, problems)
 
-    def _merge(self, files: dict[str, bytes], origin: str) -> list[inventory.Problem]:
+    def _merge(self, files: dict[str, bytes], origin: str) -> tuple[list[inventory.Problem], set[str]]:
         """Merge cache files a worker returned as bytes (validated, never unpickled). Files that
         cannot be merged (the target cannot be written) are kept in a local folder, the only copy
         of the results once the actors' roots are removed; the run's errors name it and the
         ``merge`` command."""
-        problems = merging.merge_bytes(self.target, files, origin)
+        problems, in_layer = merging.merge_bytes(self.target, files, origin, self.held)
         add_problems(self.problems, problems)
         if problems:
             if self.kept is None:
                 self.kept = Path(tempfile.mkdtemp(prefix="tdl-tune-"))
             self._kept_count += 1
             merging.seed(self.kept / f"answer-{self._kept_count}", files)
-        return problems
+        return problems, in_layer
 
     def _reissue(self, warnings: Any, origin: str) -> None:
         """Issue a worker's warnings here, where the user sees them: once for all workers."""
@@ -409,6 +412,15 @@ class _Scheduler:
                 self._merge(_cache_files(ray.get(ref)), f"ray worker {root}")
             except (ray.exceptions.RayError, TimeoutError, TypeError) as exc:
                 _not_merged(root, exc)
+
+
+def _restorable(result: CaseResult, in_layer: set[str]) -> CaseResult:
+    """A case that tuned keys a read-only layer holds (not merged): those are not reported tuned,
+    and with none left the case is ``stored``, as in a process that restores them from the layer."""
+    tuned = [key for key in result.tuned if key not in in_layer]
+    if result.status != "tuned" or len(tuned) == len(result.tuned):
+        return result
+    return dataclasses.replace(result, tuned=tuned, status="tuned" if tuned else "stored")
 
 
 def _cache_files(files: Any) -> dict[str, bytes]:
