@@ -43,7 +43,8 @@ def crash_marker(tmp_path_factory):
     mp.setenv("TDL_TEST_CRASH_MARKER", str(marker))
     mp.setenv("TDL_TEST_DRIVER_PID", str(os.getpid()))
     mp.setenv("TRITON_DEJAVU_TAG", NODE_TAG)
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": a cluster of its own, never one already running on this machine
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     yield marker
     ray.shutdown()
     mp.undo()
