@@ -491,17 +491,29 @@ def test_tune_with_workers_fails_a_case_whose_results_could_not_be_merged(capsys
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the workers' stores go
+    root, blocker = blocked_root(tmp_path)
+    status, report = tune(capsys, f"{SPEC}:cases", "--root", str(root), "--workers", "2")
+    assert status == 1 and not report["ok"]
+    check_kept_for_merge(report, root, blocker)
+
+
+def blocked_root(tmp_path: Path) -> tuple[Path, Path]:
+    """A --root into which nothing can be merged: a file where its version folder goes."""
     root = tmp_path / "root"
     root.mkdir()
     blocker = root / layout.component("dejavu", identity.package_major_minor())
     blocker.write_text("in the way")
-    status, report = tune(capsys, f"{SPEC}:cases", "--root", str(root), "--workers", "2")
-    assert status == 1 and not report["ok"]
+    return root, blocker
+
+
+def check_kept_for_merge(report: dict, root: Path, blocker: Path) -> None:
+    """Every case failed "tuned but not merged", the problem is listed once, and the merge command
+    the error gives stores every key once the root can be written."""
     assert set(statuses(report).values()) == {"failed"}
     assert all("tuned but not merged into" in case["error"] for case in report["cases"])
     assert len(report["problems"]) == len({(p["path"], p["reason"]) for p in report["problems"]}) == 1
     [kept] = [e for e in report["errors"] if "are kept in" in e]
-    blocker.unlink()  # the target can be written now: the command the error gives merges the results
+    blocker.unlink()
     assert cli.main(kept.split("merge them with python -m triton_dejavu_like ")[1].split()) == 0
     assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted(SIZES)
 

@@ -17,10 +17,10 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from test_aot import SIZES, SPEC, statuses, stored  # noqa: E402
+from test_aot import SIZES, SPEC, blocked_root, check_kept_for_merge, statuses, stored  # noqa: E402
 
 import triton_dejavu_like as tdl  # noqa: E402
-from triton_dejavu_like.store import identity, inventory, layout  # noqa: E402
+from triton_dejavu_like.store import inventory  # noqa: E402
 from triton_dejavu_like.tools import cli  # noqa: E402
 from triton_dejavu_like.tools.aot import command  # noqa: E402
 
@@ -320,20 +320,10 @@ def test_cases_whose_results_cannot_be_merged_fail_and_the_results_are_kept(
     # per case, and the actors' roots (the only copy of the results) removed. As with --workers: each
     # case fails "tuned but not merged", the problem is listed once, and the results are kept here
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the driver keeps them
-    root = tmp_path / "root"
-    root.mkdir()
-    blocker = root / layout.component("dejavu", identity.package_major_minor())
-    blocker.write_text("in the way")
+    root, blocker = blocked_root(tmp_path)
     argv = ["tune", f"{SPEC}:cases", "--root", str(root), "--ray", "--batch-size", "2", "--json"]
     assert cli.main(argv) == 1
-    report = report_of(capsys.readouterr().out)
-    assert set(statuses(report).values()) == {"failed"}
-    assert all("tuned but not merged into" in case["error"] for case in report["cases"])
-    assert len(report["problems"]) == len({(p["path"], p["reason"]) for p in report["problems"]}) == 1
-    [kept] = [e for e in report["errors"] if "are kept in" in e]
-    blocker.unlink()  # the target can be written now: the command the error gives merges the results
-    assert cli.main(kept.split("merge them with python -m triton_dejavu_like ")[1].split()) == 0
-    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted(SIZES)
+    check_kept_for_merge(report_of(capsys.readouterr().out), root, blocker)
 
 
 @pytest.mark.slow
