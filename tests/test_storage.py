@@ -634,3 +634,18 @@ def test_a_tool_rewriting_a_file_twice_keeps_the_entries_it_cannot_read(tmp_path
         )
         assert json.loads(path.read_text())["entries"][key_id((2,))] == unknown
     assert sorted(json.loads(path.read_text())["entries"]) == sorted(key_id((k,)) for k in (2, 3, 4))
+
+
+def test_top_level_members_this_release_does_not_know_are_written_back(tmp_path):
+    """A cache file with a member beside schema, identity and entries (an operator's note, a later
+    release's field): a record keeps it, as unknown fields inside an entry are kept."""
+    cf = cache_file(tmp_path)
+    doc = {**storage.new_document(IDENTITY, entries_for([(1,)])), "note": {"by": "ops", "why": ["pinned"]}}
+    cf.path.parent.mkdir(parents=True)
+    cf.path.write_bytes(storage.dump_document(doc))
+    for k in (2, 3):  # the first record reads the file, the second starts from what it wrote
+        assert cf.record(entries_for([(k,)]))
+        written = json.loads(cf.path.read_text())
+        assert written["note"] == {"by": "ops", "why": ["pinned"]}
+    assert sorted(written["entries"]) == sorted(key_id((k,)) for k in (1, 2, 3))
+    assert cf.path.read_bytes() == storage.dump_document({**written})  # the same bytes as a full dump

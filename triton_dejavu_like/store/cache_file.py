@@ -60,6 +60,8 @@ LOCK_TIMEOUT_S = 120.0
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF)
 
 EntryMap = dict[str, StoredEntry]
+#: The top-level members of a cache file this release reads (any other is kept as it is)
+_MEMBERS = ("entries", "identity", "schema")
 
 
 # --- the document: parsing -------------------------------------------------------------------------------
@@ -81,6 +83,9 @@ class Document:
     entries: EntryMap
     #: key id -> (the raw entry, why it was rejected)
     rejected: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    #: top-level members other than schema, identity and entries (a note, a later release's field):
+    #: written back as they were
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_document(
@@ -100,6 +105,7 @@ def parse_document(
     """
     doc, finite = _load_json(raw)
     identity, entries = _check_header(doc)
+    extra = {name: value for name, value in doc.items() if name not in _MEMBERS}
     valid: EntryMap = {}
     rejected: dict[str, tuple[Any, str]] = {}
     wanted = entries.items() if only is None else ((k, entries[k]) for k in only if k in entries)
@@ -112,7 +118,7 @@ def parse_document(
             valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters, finite=finite)
         except InvalidEntry as exc:
             rejected[kid] = (data, str(exc) or "invalid")
-    return Document(identity, valid, rejected)
+    return Document(identity, valid, rejected, extra)
 
 
 def _load_json(raw: bytes) -> tuple[Any, bool]:
@@ -164,9 +170,13 @@ def _check_header(doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return identity, entries
 
 
-def new_document(identity: Mapping[str, Any], entries: Mapping[str, Any]) -> dict[str, Any]:
-    """A document (``entries`` as :class:`StoredEntry` or as the JSON values to write as they are)."""
+def new_document(
+    identity: Mapping[str, Any], entries: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A document (``entries`` as :class:`StoredEntry` or as the JSON values to write as they are;
+    ``extra``: other top-level members, written as they are)."""
     return {
+        **(extra or {}),
         "schema": SCHEMA_VERSION,
         "identity": dict(identity),
         "entries": {
@@ -185,12 +195,23 @@ def entry_text(kid: str, entry: StoredEntry) -> str:
     return f"  {json.dumps(kid)}: " + body.replace("\n", "\n  ")  # strings in JSON hold no newline
 
 
-def assemble_document(identity: Mapping[str, Any], texts: Collection[str]) -> bytes:
-    """The bytes :func:`dump_document` writes for ``identity`` and entries already turned into text
-    by :func:`entry_text`, in key order: what lets a writer serialize only the entries that changed."""
-    entries = "{\n" + ",\n".join(texts) + "\n }" if texts else "{}"
-    ident = json.dumps(dict(identity), indent=1, sort_keys=True, allow_nan=False).replace("\n", "\n ")
-    return f'{{\n "entries": {entries},\n "identity": {ident},\n "schema": {SCHEMA_VERSION}\n}}\n'.encode()
+def assemble_document(
+    identity: Mapping[str, Any], texts: Collection[str], extra: Mapping[str, Any] | None = None
+) -> bytes:
+    """The bytes :func:`dump_document` writes for ``identity``, entries already turned into text by
+    :func:`entry_text` (in key order: what lets a writer serialize only the entries that changed),
+    and the other top-level members ``extra``."""
+    members = {
+        "entries": "{\n" + ",\n".join(texts) + "\n }" if texts else "{}",
+        "identity": json.dumps(dict(identity), indent=1, sort_keys=True, allow_nan=False).replace(
+            "\n", "\n "
+        ),
+        "schema": str(SCHEMA_VERSION),
+    }
+    for name, value in (extra or {}).items():
+        members[name] = json.dumps(value, indent=1, sort_keys=True).replace("\n", "\n ")
+    body = ",\n".join(f" {json.dumps(name)}: {members[name]}" for name in sorted(members))
+    return f"{{\n{body}\n}}\n".encode()
 
 
 def read_bounded(path: Path, max_bytes: int | None = None) -> bytes:
@@ -378,6 +399,8 @@ class CacheFile:
         self._known: tuple[bytes, EntryMap] | None = None
         #: key id -> (entry, its text) for the entries of the document last written
         self._texts: dict[str, tuple[StoredEntry, str]] = {}
+        #: the other top-level members of the document last read whole (written back as they were)
+        self._extra: dict[str, Any] = {}
 
     @classmethod
     def for_identity(
@@ -422,8 +445,10 @@ class CacheFile:
         doc = parse_document(
             raw, parameters=self.parameters, only=only, known=known[1] if known is not None else None
         )
-        if only is None and doc.identity == self.identity and not doc.rejected:
-            self._known = (digest, doc.entries)
+        if only is None:  # (the same bytes as known, above, hold the same members)
+            self._extra = doc.extra
+            if doc.identity == self.identity and not doc.rejected:
+                self._known = (digest, doc.entries)
         return doc
 
     def _read_parsed(self, *, only: Collection[str] | None = None) -> Document:
@@ -446,7 +471,7 @@ class CacheFile:
             if kid not in every:  # NaN and infinities stay as they were read
                 body = json.dumps(raw, indent=1, sort_keys=True).replace("\n", "\n  ")
                 every[kid] = f"  {json.dumps(kid)}: {body}"
-        return assemble_document(self.identity, [every[kid] for kid in sorted(every)])
+        return assemble_document(self.identity, [every[kid] for kid in sorted(every)], self._extra)
 
     def _read(self, *, exclusive: bool) -> Document | None:
         """The usable document at ``path``, or None (missing, unreadable, invalid, foreign, newer).
@@ -514,7 +539,7 @@ class CacheFile:
         }
         try:  # first the copy, then the rewrite: a crash in between duplicates, never loses
             atomic_write(target, (json.dumps(aside, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-            atomic_write(self.path, dump_document(new_document(doc.identity, doc.entries)))
+            atomic_write(self.path, dump_document(new_document(doc.identity, doc.entries, doc.extra)))
         except (OSError, ValueError) as exc:
             warn_once(
                 DejavuStorageWarning,
@@ -623,6 +648,8 @@ class CacheFile:
                 doc = self._read(exclusive=True)
                 if not self.writable:
                     return False
+                if doc is None:  # no file, or one set aside: nothing of it is written back
+                    self._extra = {}
                 current = dict(doc.entries) if doc else {}
                 new = change(dict(current))
                 if new == current and (new or self.unreadable or doc is None):
