@@ -332,6 +332,13 @@ def cmd_heuristic(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser) -> None:
     """import-dejavu, misses, tune, heuristic: getting results into a store and out as code."""
+    _add_import_dejavu(sub, common)
+    _add_misses(sub)
+    _add_tune(sub, common)
+    _add_heuristic(sub, common, selection)
+
+
+def _add_import_dejavu(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("import-dejavu", parents=[common], help="convert triton-dejavu cache.json files")
     p.add_argument(
         "sources", nargs="+", type=path_text, help="triton-dejavu storage trees or cache.json files"
@@ -359,11 +366,15 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     p.add_argument("--dry-run", action="store_true", help="report, write nothing")
     p.set_defaults(func=cmd_import_dejavu)
 
+
+def _add_misses(sub: Any) -> None:
     p = sub.add_parser("misses", help="aggregate the keys serving processes answered without tuning")
     p.add_argument("file", nargs="?", help=f"a misses file (default: ${_env.MISSES_FILE})")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(func=cmd_misses)
 
+
+def _add_tune(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("tune", parents=[common], help="tune a SPEC's kernel calls ahead of time")
     p.add_argument(
         "spec", help="FILE.py, MODULE, FILE.py:FUNCTION or MODULE:FUNCTION yielding TuneCase objects"
@@ -399,6 +410,8 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     )
     p.set_defaults(func=cmd_tune)
 
+
+def _add_heuristic(sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "heuristic", parents=[common, selection], help="write a fallback_heuristic learnt from stored results"
     )
