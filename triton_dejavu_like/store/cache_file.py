@@ -189,10 +189,21 @@ def dump_document(doc: Mapping[str, Any]) -> bytes:
     return (json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
 
 
+def _nested_text(value: Any, depth: int, *, allow_nan: bool = False) -> str:
+    """``value`` as :func:`dump_document` writes it ``depth`` levels deep (strings in JSON hold no
+    newline, so every line but the first is indented by ``depth``)."""
+    body = json.dumps(value, indent=1, sort_keys=True, allow_nan=allow_nan)
+    return body.replace("\n", "\n" + " " * depth)
+
+
+def _member_text(kid: str, data: Any, *, allow_nan: bool = False) -> str:
+    """One member of ``entries`` as it stands in a file written by :func:`dump_document`."""
+    return f"  {json.dumps(kid)}: " + _nested_text(data, 2, allow_nan=allow_nan)
+
+
 def entry_text(kid: str, entry: StoredEntry) -> str:
     """One entry as it stands in a file written by :func:`dump_document` (without the separator)."""
-    body = json.dumps(entry.data, indent=1, sort_keys=True, allow_nan=False)
-    return f"  {json.dumps(kid)}: " + body.replace("\n", "\n  ")  # strings in JSON hold no newline
+    return _member_text(kid, entry.data)
 
 
 def assemble_document(
@@ -201,15 +212,10 @@ def assemble_document(
     """The bytes :func:`dump_document` writes for ``identity``, entries already turned into text by
     :func:`entry_text` (in key order: what lets a writer serialize only the entries that changed),
     and the other top-level members ``extra``."""
-    members = {
-        "entries": "{\n" + ",\n".join(texts) + "\n }" if texts else "{}",
-        "identity": json.dumps(dict(identity), indent=1, sort_keys=True, allow_nan=False).replace(
-            "\n", "\n "
-        ),
-        "schema": str(SCHEMA_VERSION),
-    }
-    for name, value in (extra or {}).items():
-        members[name] = json.dumps(value, indent=1, sort_keys=True).replace("\n", "\n ")
+    members = {name: _nested_text(value, 1, allow_nan=True) for name, value in (extra or {}).items()}
+    members["entries"] = "{\n" + ",\n".join(texts) + "\n }" if texts else "{}"
+    members["identity"] = _nested_text(dict(identity), 1)
+    members["schema"] = str(SCHEMA_VERSION)
     body = ",\n".join(f" {json.dumps(name)}: {members[name]}" for name in sorted(members))
     return f"{{\n{body}\n}}\n".encode()
 
@@ -465,12 +471,11 @@ class CacheFile:
                 texts[kid] = before
             else:
                 texts[kid] = (entry, entry_text(kid, entry))
-        self._texts = dict(texts)
+        self._texts = texts
         every = {kid: text for kid, (_, text) in texts.items()}
         for kid, raw in (kept or {}).items():
             if kid not in every:  # NaN and infinities stay as they were read
-                body = json.dumps(raw, indent=1, sort_keys=True).replace("\n", "\n  ")
-                every[kid] = f"  {json.dumps(kid)}: {body}"
+                every[kid] = _member_text(kid, raw, allow_nan=True)
         return assemble_document(self.identity, [every[kid] for kid in sorted(every)], self._extra)
 
     def _read(self, *, exclusive: bool) -> Document | None:
