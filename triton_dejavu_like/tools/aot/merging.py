@@ -8,6 +8,7 @@ from pathlib import Path
 from ...store import cache_file as storage
 from ...store import inventory
 from ...store.layout import CACHE_FILE_NAME
+from .run import key_text
 
 
 def merge_paths(target: Path, root: Path, files: Iterable[str] | None = None) -> list[inventory.Problem]:
@@ -53,7 +54,7 @@ def merge_bytes(
         stored = inventory.StoredFile(label, doc.identity, doc.entries, doc.rejected)
         layer = (held or {}).get(stored.identity_id, set())
         in_layer.update(
-            f"{doc.identity.get('kernel')} {e.key!r}" for k, e in doc.entries.items() if k in layer
+            key_text(doc.identity.get("kernel", "?"), e.key) for k, e in doc.entries.items() if k in layer
         )
         stored.entries = {k: e for k, e in doc.entries.items() if k not in layer}
         found.append(stored)

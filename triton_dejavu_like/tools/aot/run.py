@@ -20,6 +20,11 @@ from .case import TuneCase
 STATUSES = ("tuned", "stored", "failed", "lost")
 
 
+def key_text(kernel: str, key: Any) -> str:
+    """How a case names a key it tuned ("kernel key", in :attr:`CaseResult.tuned`)."""
+    return f"{kernel} {key!r}"
+
+
 @dataclass
 class CaseResult:
     """The outcome of one case; travels between processes as JSON (:meth:`to_json` / :meth:`from_json`)."""
@@ -91,7 +96,7 @@ def _unstored(decisions: list[Decision]) -> list[str]:
         files, _ = inventory.read_sources([Path(where)])  # a file never written is not there
         stored[where] = {kid for f in files for kid in f.entries}
     return [
-        f"{d.kernel} {d.key!r}" for d in tuned if TuningKey.of(d.key).id not in stored.get(d.where, set())
+        key_text(d.kernel, d.key) for d in tuned if TuningKey.of(d.key).id not in stored.get(d.where, set())
     ]
 
 
@@ -112,6 +117,6 @@ def run_case(case: TuneCase, root: Path, *, worker: str | None = None) -> CaseRe
     unstored = _unstored(decisions)
     if unstored and error is None:  # tuning that is not kept is lost for every later process
         error = f"tuned but not stored (see the storage warning): {', '.join(unstored)}"[:2000]
-    tuned = [f"{d.kernel} {d.key!r}" for d in decisions if d.source == "tuned"]
+    tuned = [key_text(d.kernel, d.key) for d in decisions if d.source == "tuned"]
     status = "failed" if error else ("tuned" if tuned else "stored")
     return CaseResult(case.name, status, seconds, tuned, _relative_files(decisions, root), error, worker)
