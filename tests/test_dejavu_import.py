@@ -807,6 +807,23 @@ def test_a_file_named_twice_counts_once_and_other_kernels_files_are_not_skipped_
     assert "from 1 triton-dejavu file(s)" in out and ", 0 skipped; 1 file(s) of other kernels left out" in out
 
 
+def test_a_cache_json_that_is_a_symlink_loop_is_a_problem_not_a_crash(tmp_path, kernel_spec, capsys):
+    """A botched link in a triton-dejavu tree: that file is reported unreadable (exit 1), the others
+    are imported (walking the tree had raised RuntimeError from Path.resolve)."""
+    write_dejavu(
+        tmp_path / "src" / "a" / "cache.json",
+        dejavu_doc({key_text(5): config_text(16, 2)}, {key_text(5): [0.5]}),
+    )
+    loop = tmp_path / "src" / "b" / "cache.json"
+    loop.parent.mkdir(parents=True)
+    loop.symlink_to("cache.json")
+    argv = ["import-dejavu", str(tmp_path / "src"), "--kernel", kernel_spec, "--root", str(tmp_path / "r")]
+    assert cli.main([*argv, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)[kernel_spec]
+    assert report["imported"] == 1
+    assert [p["path"] for p in report["problems"]] == [str(loop)]
+
+
 def test_dtypes_are_left_out_for_a_kernel_that_ignores_them(tmp_path, capsys):
     """A file tuned without ignore_dtypes, for a kernel that now has it: triton-dejavu itself leaves
     the 'torch.*' elements out on reading; the keys were skipped as not fitting."""

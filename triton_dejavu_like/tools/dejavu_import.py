@@ -39,6 +39,7 @@ import datetime as _dt
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -251,8 +252,8 @@ def dejavu_files(sources: Iterable[Path]) -> list[Path]:
             if source.is_dir()
             else [source]
         )
-        for path in files:
-            found.setdefault(path.resolve(), path)
+        for path in files:  # os.path.realpath never raises (Path.resolve does on a symlink loop)
+            found.setdefault(Path(os.path.realpath(path)), path)
     return list(found.values())
 
 
