@@ -133,17 +133,21 @@ def read_lease(path: Path) -> LeaseInfo | None:
         ):
             raise ValueError("wrong types")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
-        return LeaseInfo("?", -1, info.st_mtime, "", info.st_mtime)
+        return _by_age(info.st_mtime)
     return LeaseInfo(host, pid, float(started), token, info.st_mtime, namespace)
 
 
 def _unreadable(path: Path) -> LeaseInfo | None:
-    """A lease that exists but cannot be read: judged by its age only (host '?'), as one that cannot be
-    parsed; None if it is gone meanwhile."""
+    """A lease that exists but cannot be read, as one that cannot be parsed; None if it is gone
+    meanwhile."""
     try:
-        mtime = os.lstat(path).st_mtime
+        return _by_age(os.lstat(path).st_mtime)
     except OSError:
         return None
+
+
+def _by_age(mtime: float) -> LeaseInfo:
+    """A lease whose holder is not known (host '?'): only the age of its heartbeat can judge it."""
     return LeaseInfo("?", -1, mtime, "", mtime)
 
 
