@@ -126,13 +126,26 @@ class KeyTuning:
         decision = {"index": self.candidates.index(winner), "entry": entry.to_json() if entry else None}
         self.meeting.publish("decision", decision if timings is None else {**decision, "timings": timings})
 
+    def by_config(self, timings: Timings) -> dict[Config, list[float]]:
+        """Timings by position, as an outcome holds them: by config."""
+        return {self.candidates[i]: t for i, t in timings.items()}
+
+    def ranked(self, gathered: Timings, failed: AutotuningError | None, none_valid: str) -> list[int]:
+        """The valid candidates best first (:func:`pick`); none: ``none_valid`` raised as the class of
+        this rank's own failure."""
+        ranked = pick(gathered)
+        if not ranked:
+            raise candidates_failed(f"{self.kernel_name}: {none_valid} for key {self.key.values!r}", failed)
+        return ranked
+
     def adopt(self, decision: Any, own: Timings) -> Outcome | None:
         """The outcome of a published decision, recorded with the leader's entry; None without one."""
         index = decided(decision, len(self.candidates))
         if index is None:
             return None
-        timings = {self.candidates[i]: t for i, t in own.items()}
-        outcome = Outcome(self.candidates[index], "tuned", timings, self.elapsed(), self.entry(decision))
+        outcome = Outcome(
+            self.candidates[index], "tuned", self.by_config(own), self.elapsed(), self.entry(decision)
+        )
         self.record(outcome)
         return outcome
 
@@ -221,17 +234,12 @@ class KeyTuning:
                 taken, _ = self.measure_shares(members, missing)
                 shares[-1] = taken
             gathered = merged(own, shares)
-            ranked = pick(gathered)
-            if not ranked:  # raised as this rank's share failed (the first candidate is in it)
-                raise candidates_failed(
-                    f"{self.kernel_name}: every candidate failed on every rank for key {self.key.values!r}",
-                    failed,
-                )
+            # raised as this rank's share failed (the first candidate is in it)
+            ranked = self.ranked(gathered, failed, "every candidate failed on every rank")
             finalists = [candidates[i] for i in ranked[:FINALISTS]]
             careful = self.measure(finalists, careful=True)  # the leader's careful verdict, on every finalist
             winner = candidates.index(careful.config)
-        timings = {candidates[i]: t for i, t in gathered.items()}
-        timings.update(careful.configs_timings)
+        timings = {**self.by_config(gathered), **careful.configs_timings}
         duration = self.elapsed()
         entry = careful.entry
         if entry is not None:
@@ -300,8 +308,7 @@ class KeyTuning:
             index = decided(backup, len(self.candidates))
             if index is not None:
                 self.warn_without_leader(why, member, backup.get("shares"), members)
-                timings = {self.candidates[i]: t for i, t in own.items()}
-                return Outcome(self.candidates[index], "tuned", timings, self.elapsed())
+                return Outcome(self.candidates[index], "tuned", self.by_config(own), self.elapsed())
         return self.decide_without_leader(order, members, own, failed, why, wait)
 
     def decide_without_leader(
@@ -313,17 +320,12 @@ class KeyTuning:
         with failure_published(self.meeting, f"backup/{order}"):
             shares = gather(self.meeting, len(candidates), members, order, wait)
             gathered = merged(own, shares)
-            ranked = pick(gathered)
-            if not ranked:
-                message = (
-                    f"{self.kernel_name}: no rank measured a valid candidate for key {self.key.values!r}"
-                )
-                raise candidates_failed(message, failed)  # as this rank's share failed
+            # raised as this rank's share failed
+            ranked = self.ranked(gathered, failed, "no rank measured a valid candidate")
         used = len(shares) + 1
         self.meeting.publish(f"backup/{order}", {"index": ranked[0], "shares": used})
         self.warn_without_leader(why, order, used, members)
-        timings = {candidates[i]: t for i, t in gathered.items()}
-        return Outcome(candidates[ranked[0]], "tuned", timings, self.elapsed())
+        return Outcome(candidates[ranked[0]], "tuned", self.by_config(gathered), self.elapsed())
 
     def warn_without_leader(self, why: str, chooser: int, shares: Any, members: int) -> None:
         warn_once(
