@@ -288,6 +288,7 @@ def storage_roots() -> list[Path]:
     parts = [part.strip() for part in os.environ.get(STORAGE, "").split(os.pathsep)]
     roots = [Path(part).expanduser().absolute() for part in parts if part]
     if roots and not parts[0]:  # "$RW:/shared/base" with RW unset: never write into the layer
+        roots.insert(0, user_cache_root())
         warn_once(
             DejavuConfigWarning,
             f"{STORAGE} first part empty",
@@ -295,9 +296,8 @@ def storage_roots() -> list[Path]:
             "%s, and every root named is a read-only layer",
             STORAGE,
             os.environ.get(STORAGE, "")[:200],
-            user_cache_root(),
+            roots[0],
         )
-        roots.insert(0, user_cache_root())
     return roots
 
 
