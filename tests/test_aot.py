@@ -728,3 +728,35 @@ def test_a_spec_sent_to_ray_workers_names_its_file_by_an_absolute_path(monkeypat
 
     monkeypatch.chdir(Path(SPEC).parent)
     assert absolute_spec(spec) == absolute.format(dir=Path(SPEC).parent)
+
+
+@pytest.mark.parametrize(
+    ("argv", "spec", "address"),
+    [
+        (["--ray", SPEC], SPEC, None),  # argparse hands SPEC to --ray's optional ADDRESS
+        (["--ray", "aot_cases:cases"], "aot_cases:cases", None),
+        ([SPEC, "--ray"], SPEC, None),
+        ([SPEC, "--ray", "10.0.0.1:6379"], SPEC, "10.0.0.1:6379"),
+        (["--ray", "ray://head:10001", SPEC], SPEC, "ray://head:10001"),
+        (["--ray", "auto", SPEC], SPEC, "auto"),
+    ],
+)
+def test_tune_ray_before_the_spec_reads_it_as_the_spec(monkeypatch, tmp_path, argv, spec, address):
+    """`tune --ray SPEC` had failed with "the following arguments are required: spec"."""
+    from triton_dejavu_like.tools.cli import tuning as cli_tuning
+
+    asked = []
+
+    def fake_tune(request, quiet):
+        asked.append(request)
+        raise tdl.tools.aot.case.SpecError("stop here")
+
+    monkeypatch.setattr(cli_tuning.aot, "tune", fake_tune)
+    assert cli.main(["tune", *argv, "--root", str(tmp_path / "root")]) == 1
+    assert [(r.spec, r.ray, r.ray_address) for r in asked] == [(spec, True, address)]
+
+
+@pytest.mark.parametrize("argv", [["--ray", "10.0.0.1:6379"], ["--ray"], []])
+def test_tune_without_a_spec_says_so(capsys, tmp_path, argv):
+    assert cli.main(["tune", *argv, "--root", str(tmp_path / "root")]) == 2
+    assert "name the SPEC" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import keyword
 import math
+import re
 import signal
 import sys
 import threading
@@ -187,7 +188,24 @@ def _terminated_as_interrupted() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+#: What a Ray address looks like: ``auto``, ``local``, ``ray://...``, ``HOST:PORT`` (a SPEC is a
+#: file, a module, or either with ``:FUNCTION``, never ending in a port number).
+_RAY_ADDRESS = re.compile(r"(auto|local|ray://.*|.*:\d+)")
+
+
+def _spec_and_ray(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The SPEC and the ``--ray`` value (None: not given). ``tune --ray SPEC`` reads SPEC as the
+    optional ADDRESS of ``--ray``; a value that is no Ray address is the SPEC, with Ray's default
+    address."""
+    if args.spec is not None:
+        return args.spec, args.ray
+    if args.ray and not _RAY_ADDRESS.fullmatch(args.ray):
+        return args.ray, ""
+    raise UsageError("name the SPEC to tune (FILE.py, MODULE, FILE.py:FUNCTION or MODULE:FUNCTION)")
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
+    args.spec, args.ray = _spec_and_ray(args)
     if _env.deterministic():  # it turns tuning off whatever tuning() says: every case would tune nothing
         raise UsageError(f"{_env.DETERMINISTIC}=1 turns tuning off; unset it to tune")
     if _env.force_fallback():  # kernels with a heuristic would answer it, and the case say "stored"
@@ -377,7 +395,9 @@ def _add_misses(sub: Any) -> None:
 def _add_tune(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("tune", parents=[common], help="tune a SPEC's kernel calls ahead of time")
     p.add_argument(
-        "spec", help="FILE.py, MODULE, FILE.py:FUNCTION or MODULE:FUNCTION yielding TuneCase objects"
+        "spec",
+        nargs="?",  # `tune --ray SPEC`: argparse gives SPEC to --ray (see _spec_and_ray)
+        help="FILE.py, MODULE, FILE.py:FUNCTION or MODULE:FUNCTION yielding TuneCase objects",
     )
     where = p.add_argument_group("where the cases run (default: in this process)")
     where.add_argument("--gpus", metavar="all|0,1,...", help="one worker process per GPU of this host")
