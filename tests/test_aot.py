@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -760,3 +761,30 @@ def test_tune_ray_before_the_spec_reads_it_as_the_spec(monkeypatch, tmp_path, ar
 def test_tune_without_a_spec_says_so(capsys, tmp_path, argv):
     assert cli.main(["tune", *argv, "--root", str(tmp_path / "root")]) == 2
     assert "name the SPEC" in capsys.readouterr().err
+
+
+def test_a_ray_actor_restores_what_the_drivers_read_only_layers_hold(monkeypatch, capsys, tmp_path):
+    """An actor (run here, without Ray) is sent the driver's layers: it restores their keys instead
+    of tuning them again (the driver then left the results out, after the GPU time was spent)."""
+    from triton_dejavu_like import _log
+    from triton_dejavu_like.tools.aot import merging, ray_backend
+
+    team = tmp_path / "team"
+    assert cli.main(["tune", f"{SPEC}:cases", "--root", str(team), "--json"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(_log, "_relay", None)  # the actor relays its warnings from its construction
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(tmp_path / "unused"))  # the actor sets its own
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    names = [f"add-{n}" for n in SIZES]
+
+    bare = ray_backend.CaseRunner(f"{SPEC}:cases", {})
+    layered = ray_backend.CaseRunner(f"{SPEC}:cases", {}, [{}, merging.read_tree(team)])
+    try:
+        assert {r["status"] for r in bare.run(names)["results"]} == {"tuned"}
+        answer = layered.run(names)
+        assert [(r["status"], r["tuned"], r["files"]) for r in answer["results"]] == [("stored", [], [])] * 6
+        assert answer["files"] == {}
+    finally:
+        bare.close()
+        layered.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["team"]  # roots and layer copies removed

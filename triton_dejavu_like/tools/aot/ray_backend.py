@@ -71,12 +71,13 @@ class CaseRunner:
     is chosen at once, for the driver to collect it if the actor is killed in a batch). The package's
     warnings are kept (:func:`~triton_dejavu_like._log.encode_warning`) and go with the next answer."""
 
-    def __init__(self, spec: str, known: dict[str, bytes]) -> None:
+    def __init__(self, spec: str, known: dict[str, bytes], layers: Sequence[dict[str, bytes]] = ()) -> None:
         self._warnings: list[dict[str, Any]] = []
         self._warnings_lock = threading.Lock()  # warnings may come from any thread of the actor
         relay_warnings(self._keep_warning)  # also those of loading the SPEC (a kernel's decoration)
         self.cases = {case.name: case for case in load_cases(spec)}
         self.known: dict[str, bytes] | None = known
+        self.layers = list(layers)  # the driver's read-only layers, each as read_tree's files
         self.root = Path(tempfile.gettempdir()) / f"{ROOT_PREFIX}{uuid.uuid4().hex}"
         self.where = f"ray node {os.uname().nodename} pid {os.getpid()}"
 
@@ -96,13 +97,27 @@ class CaseRunner:
             root.mkdir(mode=0o700)
             merging.seed(root, self.known)
             self.known = None
+            self._seed_layers()
         results = [run_case_named(self.cases, name, root, self.where) for name in names]
         used = sorted({f for r in results for f in r.files})
         files = {f: (root / f).read_bytes() for f in used if (root / f).is_file()}
         return {"results": [r.to_json() for r in results], "files": files, "warnings": self._take_warnings()}
 
+    def _seed_layers(self) -> None:
+        """The driver's read-only layers, written beside the root and named by this process's
+        ``TRITON_DEJAVU_STORAGE`` (after the root, in their order): what a layer holds is restored
+        here, as on the driver, not tuned again."""
+        folders = []
+        for i, files in enumerate(self.layers):
+            folder = layers_folder(self.root) / str(i)
+            folder.mkdir(parents=True)
+            merging.seed(folder, files)
+            folders.append(str(folder))
+        self.layers = []
+        os.environ[_env.STORAGE] = os.pathsep.join([str(self.root), *folders])
+
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_root(self.root)
 
     def _keep_warning(
         self, category: type[DejavuWarning], subject: str, message: str, args: tuple[Any, ...]
@@ -125,7 +140,18 @@ def collect_root(root: str) -> dict[str, bytes]:
     try:
         return merging.read_tree(path)
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_root(path)
+
+
+def layers_folder(root: Path) -> Path:
+    """Where an actor whose temporary root is ``root`` keeps its copies of the read-only layers."""
+    return root.with_name(f"{root.name}-layers")
+
+
+def remove_root(root: Path) -> None:
+    """Remove an actor's temporary root and its copies of the layers."""
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(layers_folder(root), ignore_errors=True)
 
 
 def run_case_named(cases: dict[str, Any], name: str, root: Path, worker: str) -> CaseResult:
@@ -237,8 +263,11 @@ class _Scheduler:
         )
         self.collector = ray.remote(num_cpus=0, max_retries=0)(collect_root)
         self.known = ray.put(merging.read_tree(target))
-        # the actors do not see the read-only layers: what they tune that a layer holds is not merged
-        self.held = merging.held_keys(_env.storage_roots()[1:])
+        layers = _env.storage_roots()[1:]
+        # sent to the actors, which restore what they hold; what an actor still tunes that a layer
+        # holds (the layer changed meanwhile) is not merged
+        self.layers = ray.put([merging.read_tree(layer) for layer in layers])
+        self.held = merging.held_keys(layers)
         self.todo: deque[list[str]] = deque()
         self.actors: list[Any] = []
         self.idle: list[Any] = []
@@ -253,7 +282,7 @@ class _Scheduler:
         self._kept_count = 0
 
     def start_one(self) -> None:
-        runner = self.actor.remote(self.spec, self.known)
+        runner = self.actor.remote(self.spec, self.known, self.layers)
         self.actors.append(runner)
         ref = runner.ready.remote()
         self.running[ref] = (runner, None)
