@@ -516,6 +516,63 @@ def test_restore_is_skipped_when_pruning_changes_the_candidates():
     assert other.last_decision == "tuned" and sorted(bench.blocks) == [64, 128]
 
 
+def test_a_prune_that_changes_configs_in_place_restores_them():
+    """Triton 2.x's matmul prune sets ``num_stages`` on the listed configs themselves: the stored
+    winner (its id taken after the prune) never matched a candidate (its id remembered from before
+    the prune), so every process tuned again."""
+
+    def in_place(configs, nargs, **kwargs):
+        for config in configs:
+            config.num_stages = 2
+        return configs
+
+    prune = {"early_config_prune": in_place}
+    run_add(tuned_add(FakeBench(), configs=block_configs(), prune_configs_by=prune))
+    bench = FakeBench()
+    later = tuned_add(bench, configs=block_configs(), prune_configs_by=prune)
+    run_add(later)
+    assert later.last_decision == "restored" and bench.calls == 0
+    assert later.best_config.kwargs == {"BLOCK": 128} and later.best_config.num_stages == 2
+
+
+@triton.jit
+def _twice(x):
+    return x * 2
+
+
+@triton.jit
+def _once(x):
+    return x
+
+
+@triton.jit
+def _applied(x_ptr, out_ptr, n, BLOCK: tl.constexpr, FN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, FN(tl.load(x_ptr + offs, mask=mask)), mask=mask)
+
+
+def test_a_config_value_that_cannot_be_stored_tunes_in_memory():
+    """A JIT function given as a constexpr (Triton takes them) cannot be stored: the warning said
+    results stay in memory, then EncodingError came out of the launch."""
+    times = iter([2.0, 1.0])
+
+    def bench(call, quantiles=None):
+        call()
+        t = next(times)
+        return [t, t, t]
+
+    configs = [triton.Config({"BLOCK": 64, "FN": f}) for f in (_once, _twice)]
+    tuner = tdl.autotune(key=["n"], configs=configs, do_bench=bench)(_applied)
+    x, out = torch.arange(100.0), torch.empty(100)
+    with pytest.warns(tdl.DejavuStorageWarning, match="cannot compute its storage identity"):
+        tuner[grid(100)](x, out, 100)
+    assert tuner.last_decision == "tuned"
+    tuner[grid(100)](x, out, 100)  # decided: the launch table
+    assert torch.equal(out, x * 2 if tuner.best_config.kwargs["FN"] is _twice else x)
+    assert not any(Path(os.environ["TRITON_DEJAVU_STORAGE"]).rglob("cache.json"))
+
+
 def test_in_process_hooks_run_after_restore():
     acc_before = torch.full((64,), 5.0)
     x = torch.ones(64)

@@ -164,6 +164,13 @@ def config_id(config: Config) -> str:
     return canonical_json(encode_config(config))
 
 
+def config_state(config: Config) -> tuple[Any, ...]:
+    """What :func:`config_id` reads of ``config``, unencoded (cheap): equal states, equal ids, so an
+    id remembered for a Config object is still its id while its state compares equal (a prune may
+    change a config in place)."""
+    return (tuple(config.kwargs.items()), *(getattr(config, f, d) for f, d in CONFIG_FIELDS.items()))
+
+
 def decode_config(data: Any, *, pre_hook: Any = None) -> tuple[Config, list[str]]:
     """A Config from its typed fields, and the names of fields this Triton lacks (dropped).
 

@@ -124,7 +124,7 @@ class Autotuner(
         self.best_config: Config | None = None
         self.last_decision: str | None = None
         self.nargs: dict[str, Any] | None = None
-        self._config_ids: dict[int, tuple[Config, str]] = {}
+        self._config_ids: dict[int, tuple[Config, tuple[Any, ...], str]] = {}
         self._state: ProcessState | None = None
         self._lock = threading.RLock()
         self._launch: dict[tuple[Any, ...], Launch] = {}  # the hot path's table

@@ -10,7 +10,7 @@ from typing import Any
 from .. import _compat, _env
 from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
-from ..codec import EncodingError, config_id
+from ..codec import EncodingError, config_id, config_state
 from ..store import (
     FileStore,
     KernelIdentity,
@@ -29,6 +29,9 @@ from ..store.layered import usable
 from .mode import tuning_enabled
 from .settings import TunerSettings
 
+#: The start of the id of a config that cannot be stored (of this process only).
+_UNSTORABLE = "unstorable:"
+
 
 class StorageIdentity:
     """The storage side of :class:`~triton_dejavu_like.tuner.autotuner.Autotuner` (a mixin: it reads
@@ -42,19 +45,34 @@ class StorageIdentity:
     _name: str
     _label: str
     _platform: Callable[[], Platform]
-    _config_ids: dict[int, tuple[Config, str]]
+    _config_ids: dict[int, tuple[Config, tuple[Any, ...], str]]
 
     def _config_id(self, config: Config) -> str:
-        """``config_id(config)``, remembered per Config object (configs are hashed several times
-        on a miss: for the storage identity, the candidate set and matching a stored winner)."""
+        """``config_id(config)``, remembered per Config object while its fields stay the same (configs
+        are hashed several times on a miss: for the storage identity, the candidate set and matching
+        a stored winner; an ``early_config_prune`` may change them in place in between). A config
+        with a value that cannot be stored (a JIT function as a constexpr) gets an id of this process
+        only: its results stay in memory."""
+        state = config_state(config)
         known = self._config_ids.get(id(config))
-        if known is None or known[0] is not config:
-            known = self._config_ids[id(config)] = (config, config_id(config))
-        return known[1]
+        if known is None or known[0] is not config or known[1] != state:
+            try:
+                ident = config_id(config)
+            except EncodingError:
+                ident = f"{_UNSTORABLE}{id(config)}"
+            known = self._config_ids[id(config)] = (config, state, ident)
+        return known[2]
 
-    def _configs_hash(self, configs: Sequence[Config]) -> str:
-        """Hash of a set of configs, independent of their order."""
-        return stable_hash(sorted(self._config_id(c) for c in configs))
+    def _stored_config_id(self, config: Config) -> str:
+        """:meth:`_config_id`, raising :class:`EncodingError` for a config that cannot be stored."""
+        ident = self._config_id(config)
+        return config_id(config) if ident.startswith(_UNSTORABLE) else ident
+
+    def _configs_hash(self, configs: Sequence[Config], *, stored: bool = False) -> str:
+        """Hash of a set of configs, independent of their order (``stored``: raises EncodingError
+        where one cannot be stored)."""
+        ids = self._stored_config_id if stored else self._config_id
+        return stable_hash(sorted(ids(c) for c in configs))
 
     def kernel_identity(self, platform: Platform) -> KernelIdentity:
         return KernelIdentity(
@@ -63,7 +81,7 @@ class StorageIdentity:
             autotune_config=stable_hash(self.settings.identity()),
             code_version=code_version(self.fn),
             tune_features=stable_hash({"key": list(self.keys), "ignore_dtypes": self.settings.ignore_dtypes}),
-            kernel_configs=self._configs_hash(self.configs),
+            kernel_configs=self._configs_hash(self.configs, stored=True),
             tag=self.settings.tag or default_tag(),
         )
 

@@ -382,11 +382,11 @@ class TuningRun:
     ) -> StoredEntry | None:
         if key.id is None:
             return None
-        chosen = config_id(best)
-        # fields alike, hooks not (equal kwargs first: an id per candidate costs 10 us, 10 s a million)
-        twins = [c for c in trial.candidates if c.kwargs == best.kwargs and config_id(c) == chosen]
-        twin = {"twin": next(i for i, c in enumerate(twins) if c is best)} if len(twins) > 1 else {}
         try:
+            chosen = config_id(best)
+            # fields alike, hooks not (equal kwargs first: an id per candidate costs 10 us, 10 s a million)
+            twins = [c for c in trial.candidates if c.kwargs == best.kwargs and config_id(c) == chosen]
+            twin = {"twin": next(i for i, c in enumerate(twins) if c is best)} if len(twins) > 1 else {}
             return StoredEntry.new(
                 key.values,
                 best,
