@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import triton
+import triton.language as tl
 from kernels import (
     FakeBench,
     accumulate_kernel,
@@ -386,6 +387,10 @@ def test_passthrough_launches_given_meta_parameters_without_tuning():
     assert bench.calls == 0
     assert tuner.last_decision == "passthrough"
     assert not tuner.cache
+    run_add(tuner, n=50)  # tuned: BLOCK 128
+    tuner[(2,)](x, y, out, 50, BLOCK=32, num_warps=2)
+    # best_config is what was launched (wrappers read it after a launch to size their grids)
+    assert (tuner.best_config.kwargs, tuner.best_config.num_warps) == ({"BLOCK": 32}, 2)
 
 
 def test_a_warmup_launch_of_a_new_key_compiles_the_candidates_and_decides_nothing():
@@ -845,3 +850,38 @@ def test_num_warps_in_the_call_is_upstreams_type_error_whatever_the_winner(monke
     x, y, out = torch.arange(100.0), torch.ones(100), torch.empty(100)
     with pytest.raises(TypeError, match="multiple values for keyword argument 'num_warps'"):
         tuner[grid(100)](x, y, out, 100, num_warps=2)
+
+
+@triton.jit
+def _scaled_by_warps(x_ptr, out_ptr, n, BLOCK: tl.constexpr, WARPS: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * WARPS, mask=mask)
+
+
+def test_a_heuristic_under_the_tuner_sees_every_option_of_the_winner(monkeypatch):
+    """A ``@triton.heuristics`` under the tuner reading ``num_warps`` (AMD's gluon kernels do): on a
+    GPU the winner launched without the options equal to the backend's defaults, and the heuristic
+    raised KeyError('num_warps') at the first launch after tuning (upstream passes every option)."""
+    import types
+
+    from triton_dejavu_like import _compat
+    from triton_dejavu_like.tuner import launching
+
+    cuda = _compat.launch_option_defaults("cuda")
+    as_on_a_gpu = types.SimpleNamespace(**vars(_compat))  # launching's view: the GPU branch
+    as_on_a_gpu.is_interpreted = lambda fn: False
+    as_on_a_gpu.launch_option_defaults = lambda backend: cuda
+    monkeypatch.setattr(launching, "_compat", as_on_a_gpu)
+    seen = []
+
+    def warps(nargs):
+        seen.append(nargs["num_warps"])
+        return nargs["num_warps"]
+
+    kernel = triton.heuristics({"WARPS": warps})(_scaled_by_warps)
+    configs = [triton.Config({"BLOCK": 64}, num_warps=cuda["num_warps"], num_stages=cuda["num_stages"])]
+    tuner = tdl.autotune(key=["n"], configs=configs, do_bench=FakeBench())(kernel)
+    x, out = torch.arange(100.0), torch.empty(100)
+    tuner[grid(100)](x, out, 100)
+    assert torch.equal(out, x * cuda["num_warps"]) and seen[-1] == cuda["num_warps"]

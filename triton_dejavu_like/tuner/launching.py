@@ -114,10 +114,11 @@ class LaunchPath:
 
     def _launch_kwargs(self, config: Config, *, every_option: bool = False) -> dict[str, Any]:
         """What a launch with ``config`` passes; its options equal to the backend's defaults are left
-        out unless ``every_option``."""
+        out unless ``every_option`` or a ``@triton.heuristics`` under this tuner may read them (its
+        functions get the launch's keywords: upstream passes every option)."""
         if _compat.is_interpreted(self.fn):
             return launch_kwargs(config, interpreted=True, parameters=self.arg_names)
-        if every_option:
+        if every_option or _compat.heuristics_under(self.fn):
             return launch_kwargs(config)
         return launch_kwargs(config, _compat.launch_option_defaults(self._platform().backend))
 
@@ -130,6 +131,10 @@ class LaunchPath:
                 "of them to launch with your own config, or none to let the autotuner choose"
             )
         self.last_decision = "passthrough"
+        # what is launched: wrappers that read best_config after a launch see the call's values
+        meta = {name: kwargs[name] for name in self._meta_names}
+        options = {name: kwargs[name] for name in _OPTION_NAMES.intersection(kwargs)}
+        self.best_config = Config(meta, **options)
         return self.fn.run(*args, **kwargs)
 
     def _warm_up(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
