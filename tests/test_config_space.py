@@ -104,11 +104,21 @@ def test_a_space_whose_conditions_keep_nothing_is_a_clear_error():
         ConfigSpace({"BLOCK": [16, 32]}, kwarg_conditions=[lambda kw: kw["BLOCK"] > 64])
 
 
-def test_config_to_point_tells_equal_values_of_other_types_apart():
-    """1, 1.0 and True are equal in Python; a list holding several of them has a point for each."""
-    space = ConfigSpace({"B": [1, 1.0, True, "1", None]})
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [([1, 1.0], "as 1 and 1.0"), ([0, False], "as 0 and False"), ([16, 32, 16], "16 twice")],
+)
+def test_a_list_with_equal_values_is_refused(values, said):
+    """triton.Config compares configs with 0 and False (or a value listed twice) equal: both were
+    timed, one timing kept, and the slower config could be stored with the faster one's time."""
+    with pytest.raises(ValueError, match=said):
+        ConfigSpace({"B": values})
+
+
+def test_config_to_point_finds_values_of_several_types():
+    space = ConfigSpace({"B": [1, "1", None]})
     configs = space.configs()
-    assert [space.config_to_point(c) for c in configs] == [(i,) for i in range(5)]
+    assert [space.config_to_point(c) for c in configs] == [(i,) for i in range(3)]
     assert space.config_to_point(triton.Config({})) is None  # no B at all: not the None in the list
 
 
@@ -138,3 +148,64 @@ def test_kwarg_conditions_are_asked_once_per_combination_of_the_kwargs():
     assert [(c.kwargs["BLOCK"], c.num_warps) for c in configs] == [
         (b, w) for b in (16, 64) for w in (1, 2, 4, 8)
     ]
+
+
+# --- mistakes a user makes, and what they are told ----------------------------------------------
+
+
+def test_a_space_given_where_key_or_configs_go_says_config_space():
+    from kernels import add_kernel
+
+    import triton_dejavu_like as tdl
+
+    space = ConfigSpace({"BLOCK": [16, 32]})
+    for call in (lambda: tdl.autotune(space, ["n"]), lambda: tdl.autotune(configs=space, key=["n"])):
+        with pytest.raises(TypeError, match="pass it as config_space="):
+            call()
+    with pytest.raises(TypeError, match=r"configs\[1\] is a dict, not a triton.Config"):
+        tdl.autotune(configs=[triton.Config({"BLOCK": 16}), {"BLOCK": 32}], key=["n"])(add_kernel)
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [("search_max_evals", "use search_max_share"), ("kwarg_conditions", r"use ConfigSpace\(")],
+)
+def test_another_tuners_argument_names_ours(name, hint):
+    import triton_dejavu_like as tdl
+
+    with pytest.raises(TypeError, match=hint):
+        tdl.autotune(configs=[triton.Config({"BLOCK": 16})], key=["n"], **{name: 10})
+
+
+def test_a_kwarg_condition_reading_a_config_field_says_where_it_belongs():
+    with pytest.raises(ValueError, match=r"use conditions=\[lambda config: config.num_warps"):
+        ConfigSpace({"BLOCK": [16, 32]}, kwarg_conditions=[lambda kw: kw["num_warps"] * kw["BLOCK"] <= 128])
+    with pytest.raises(KeyError, match="BLOKC"):  # any other missing name is the user's own KeyError
+        ConfigSpace({"BLOCK": [16, 32]}, kwarg_conditions=[lambda kw: kw["BLOKC"] <= 16])
+
+
+def test_an_empty_space_names_a_condition_that_returned_none():
+    def small(kw):
+        kw["BLOCK"] <= 16  # noqa: B015 (the return forgotten)
+
+    with pytest.raises(ValueError, match=r"small returned None: a missing return\?"):
+        ConfigSpace({"BLOCK": [16, 32]}, kwarg_conditions=[small])
+    with pytest.raises(ValueError, match=r"none kept\): check kwarg_conditions and conditions$"):
+        ConfigSpace({"BLOCK": [16, 32]}, kwarg_conditions=[lambda kw: kw["BLOCK"] > 32])
+
+
+def test_a_space_cannot_be_changed_after_it_is_made():
+    """Appending a condition or replacing a list changed the listing, not the size counted before."""
+    space = ConfigSpace({"BLOCK": [16, 32]}, kwarg_conditions=[lambda kw: True], num_warps=[4, 8])
+    assert len(space) == 4
+    with pytest.raises(TypeError):
+        space.kwargs_with_lists["BLOCK"] = (16, 32, 64)
+    with pytest.raises(AttributeError):
+        space.kwarg_conditions.append(lambda kw: kw["BLOCK"] == 16)
+    assert len(space.configs()) == len(space) == 4
+
+
+def test_a_numpy_array_of_values_is_a_list_of_python_values():
+    np = pytest.importorskip("numpy")
+    space = ConfigSpace({"BLOCK": np.array([16, 32])})
+    assert [type(c.kwargs["BLOCK"]) for c in space.configs()] == [int, int]

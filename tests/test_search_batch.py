@@ -284,3 +284,29 @@ def test_the_synchronous_adapter_keeps_its_results_and_budget():
     drive(make_strategy("random"), run, warm_start=[42, 42, 7])
     assert calls[:2] == [42, 7] and len(calls) == 5 == len(run.results)
     assert run.search is not None and run.search.order == run.order == calls
+
+
+def test_when_every_measured_candidate_fails_the_error_says_how_many_were_measured():
+    """A budget of 5% over 40 candidates measured 2: "all 2 candidate configs failed" read as if the
+    whole space were invalid."""
+    import torch
+    from kernels import FakeBench, add_kernel, grid
+
+    import triton_dejavu_like as tdl
+
+    def only_small_blocks(nargs):
+        if nargs["BLOCK"] > 8:
+            raise RuntimeError("out of resources: shared memory")  # as a compile failure would
+
+    space = tdl.ConfigSpace({"BLOCK": [8, *(16 * (i + 1) for i in range(39))]}, pre_hook=only_small_blocks)
+    tuner = tdl.autotune(
+        key=["n"],
+        config_space=space,
+        use_random_search=True,
+        search_max_share=0.05,
+        search_seed=1,
+        do_bench=FakeBench(),
+    )(add_kernel)
+    x = torch.ones(64)
+    with pytest.raises(tdl.AutotuningError, match=r"all 2 candidate configs failed .* \(2 of 40 candidates"):
+        tuner[grid(64)](x, x, torch.empty(64), 64)

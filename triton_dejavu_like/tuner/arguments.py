@@ -100,6 +100,9 @@ def check_configs(
         raise ValueError("give either configs or config_space, not both")
     if config_space is not None and not isinstance(config_space, ConfigSpace):
         raise TypeError(f"config_space must be a ConfigSpace, got {type(config_space).__name__}")
+    for i, config in enumerate(configs or ()):
+        if not isinstance(config, Config):
+            raise TypeError(f"configs[{i}] is a {type(config).__name__}, not a triton.Config")
     _check_config_parameters(
         _compat.python_function(fn).__name__,
         arg_names,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -55,7 +56,7 @@ class ConfigSpace:
     ) -> None:
         if not isinstance(kwargs_with_lists, Mapping):
             raise TypeError("kwargs_with_lists must be a dict of parameter name -> list of values")
-        self.kwargs_with_lists: dict[str, tuple[Any, ...]] = {}
+        lists: dict[str, tuple[Any, ...]] = {}
         for name, values in kwargs_with_lists.items():
             if name in _compat.CONFIG_FIELDS_ANY_RELEASE:  # launched as the field's default otherwise
                 raise ValueError(
@@ -63,7 +64,10 @@ class ConfigSpace:
                     f"meta-parameter: give its values as ConfigSpace(..., {name}=[...]), not in "
                     "kwargs_with_lists"
                 )
-            self.kwargs_with_lists[name] = self._as_values(name, values)
+            lists[name] = self._as_values(name, values)
+        # read-only, as the conditions (tuples): a space is fixed when made (its size and listing
+        # are computed once)
+        self.kwargs_with_lists: Mapping[str, tuple[Any, ...]] = types.MappingProxyType(lists)
         self.options: dict[str, tuple[Any, ...]] = {}
         self.dropped_options: list[str] = []
         for name, values in option_lists.items():
@@ -87,24 +91,45 @@ class ConfigSpace:
             self.options[name] = self._as_values(name, values)
         # triton-dejavu crosses the Config fields in alphabetical order (of the names)
         self.options = dict(sorted(self.options.items()))
-        self.kwarg_conditions: list[KwargCondition] = _as_conditions("kwarg_conditions", kwarg_conditions)
-        self.conditions: list[ConfigCondition] = _as_conditions("conditions", conditions)
+        self.kwarg_conditions: tuple[KwargCondition, ...] = _as_conditions(
+            "kwarg_conditions", kwarg_conditions
+        )
+        self.conditions: tuple[ConfigCondition, ...] = _as_conditions("conditions", conditions)
         self.pre_hook = pre_hook
         self._size: int | None = None
         self._listed: dict[PlatformCheck | None, list[Config]] = {}
         if next(iter(self), None) is None:
             raise ValueError(
                 f"the config space is empty after its conditions ({self.raw_size} points, none kept): "
-                "check kwarg_conditions and conditions"
+                f"check kwarg_conditions and conditions{self._none_returned()}"
             )
 
     @staticmethod
     def _as_values(name: str, values: Any) -> tuple[Any, ...]:
+        if hasattr(values, "tolist") and not isinstance(values, (str, bytes)):  # a numpy array
+            values = values.tolist()
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
             raise TypeError(f"ConfigSpace: {name} must be a list of values, got {values!r}")
         if len(values) == 0:
             raise ValueError(f"ConfigSpace: {name} has an empty list of values")
+        for i, value in enumerate(values):
+            for other in values[:i]:
+                if other == value:  # Config compares them equal: one config, timed twice, one timing kept
+                    alike = "twice" if type(other) is type(value) else f"as {other!r} and {value!r}"
+                    raise ValueError(
+                        f"ConfigSpace: {name} lists the value {value!r} {alike}; triton.Config takes "
+                        "equal values for one config: list each once"
+                    )
         return tuple(values)
+
+    def _none_returned(self) -> str:
+        """A hint when a condition returns None for the first point (a missing ``return``)."""
+        first = self.point_to_config([0] * len(self.parameters))
+        asked = [(c, dict(first.kwargs)) for c in self.kwarg_conditions] + [
+            (c, first) for c in self.conditions
+        ]
+        silent = [getattr(c, "__name__", repr(c)) for c, arg in asked if c(arg) is None]
+        return f" ({', '.join(silent)} returned None: a missing return?)" if silent else ""
 
     # --- triton-dejavu's attributes -----------------------------------------------------------------
 
@@ -174,7 +199,7 @@ class ConfigSpace:
     def rejection(self, config: Config, platform_check: PlatformCheck | None = None) -> str | None:
         """Why a Config is not part of the space (a condition, or the platform if a check is given)."""
         for cond in self.kwarg_conditions:
-            if not cond(dict(config.kwargs)):
+            if not _kwarg_condition(cond, dict(config.kwargs)):
                 return f"kwarg condition {getattr(cond, '__name__', cond)!s}"
         for cond in self.conditions:
             if not cond(config):
@@ -199,7 +224,9 @@ class ConfigSpace:
         names, fields = list(self.kwargs_with_lists), list(self.options)
         options = [dict(zip(fields, chosen)) for chosen in itertools.product(*self.options.values())]
         for combination in itertools.product(*self.kwargs_with_lists.values()):
-            if not all(cond(dict(zip(names, combination))) for cond in self.kwarg_conditions):
+            if not all(
+                _kwarg_condition(cond, dict(zip(names, combination))) for cond in self.kwarg_conditions
+            ):
                 continue
             for chosen in options:
                 config = Config(dict(zip(names, combination)), pre_hook=self.pre_hook, **chosen)
@@ -235,10 +262,25 @@ class ConfigSpace:
         return f"ConfigSpace({dims}; {len(self.kwarg_conditions) + len(self.conditions)} conditions)"
 
 
-def _as_conditions(name: str, conditions: Any) -> list[Any]:
-    """A list of condition callables (None: none)."""
+def _kwarg_condition(cond: KwargCondition, kwargs: dict[str, Any]) -> bool:
+    """``cond(kwargs)``; a KeyError for a Config field (``num_warps``: a condition that belongs in
+    ``conditions``) says so."""
+    try:
+        return bool(cond(kwargs))
+    except KeyError as exc:
+        if exc.args and exc.args[0] in _compat.CONFIG_FIELDS_ANY_RELEASE:
+            raise ValueError(
+                f"ConfigSpace: kwarg condition {getattr(cond, '__name__', cond)!s} reads {exc.args[0]!r}; "
+                "kwarg_conditions get the meta-parameters only: use conditions=[lambda config: "
+                f"config.{exc.args[0]} ...] for a Config field"
+            ) from exc
+        raise
+
+
+def _as_conditions(name: str, conditions: Any) -> tuple[Any, ...]:
+    """The condition callables, as a tuple (None: none)."""
     if conditions is None:
-        return []
+        return ()
     if callable(conditions) or isinstance(conditions, (str, bytes)) or not isinstance(conditions, Sequence):
         raise TypeError(
             f"ConfigSpace: {name} must be a list of callables, got {conditions!r} (triton-dejavu "
@@ -247,7 +289,7 @@ def _as_conditions(name: str, conditions: Any) -> list[Any]:
     for cond in conditions:
         if not callable(cond):
             raise TypeError(f"ConfigSpace: {name} must be callables, got {cond!r}")
-    return list(conditions)
+    return tuple(conditions)
 
 
 @functools.lru_cache(maxsize=8)

@@ -147,6 +147,7 @@ def autotune(
     arguments = dict(locals())
     del arguments["positional"], arguments["unknown"]
     arguments.update(_by_name(positional, arguments))
+    _refuse_a_misplaced_space(arguments)
     if arguments["key"] is None:
         raise TypeError("autotune() missing required argument: 'key'")
     settings = TunerSettings.from_arguments(arguments)
@@ -197,9 +198,32 @@ def _by_name(positional: tuple[Any, ...], given: dict[str, Any]) -> dict[str, An
     return named
 
 
+def _refuse_a_misplaced_space(arguments: dict[str, Any]) -> None:
+    """A ``ConfigSpace`` given as ``key`` or ``configs`` (``autotune(space, ["M"])`` reads as
+    triton-dejavu's order, key first) is a TypeError that says where it goes."""
+    for name in ("key", "configs"):
+        if isinstance(arguments[name], ConfigSpace):
+            raise TypeError(
+                f"autotune() got a ConfigSpace as {name!r}: pass it as config_space= "
+                "(autotune(config_space=space, key=[...]))"
+            )
+
+
+#: Names other tuners (or ConfigSpace) use, and the argument of ours that does the job.
+_ALIASES = {
+    "search_max_evals": "search_max_share (a fraction of the candidates)",
+    "max_evals": "search_max_share (a fraction of the candidates)",
+    "kwarg_conditions": "ConfigSpace(..., kwarg_conditions=[...]) given as config_space=",
+    "conditions": "ConfigSpace(..., conditions=[...]) given as config_space=",
+}
+
+
 def _unknown_keyword(name: str) -> str:
-    close = difflib.get_close_matches(name, list(_DEFAULTS), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    if name in _ALIASES:
+        hint = f"; use {_ALIASES[name]}"
+    else:
+        close = difflib.get_close_matches(name, list(_DEFAULTS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"autotune() got an unexpected keyword argument {name!r}{hint} ({_WHERE})"
 
 

@@ -265,9 +265,7 @@ class TuningRun:
         best = trial.best()
         try:
             if best is None:
-                raise trial.all_failed(
-                    f"{name}: all {len(search.results)} candidate configs failed for key {key.values!r}"
-                )
+                raise trial.all_failed(_all_failed_message(name, key, search))
         finally:
             trial.drop_error()
         entry = self._entry(key, best, trial, search, duration, candidates_hash)
@@ -415,6 +413,19 @@ class TuningRun:
                 exc,
             )
             return None
+
+
+def _all_failed_message(name: str, key: TuningKey, search: BatchSearch) -> str:
+    """The error of a tuning where no candidate measured ran: how many were measured, and, when the
+    search's budget left some out, that the others were not tried."""
+    measured, size = len(search.results), len(search.space)
+    message = f"{name}: all {measured} candidate configs failed for key {key.values!r}"
+    if measured < size:
+        message += (
+            f" ({measured} of {size} candidates measured, the search's budget (search_max_share, "
+            "search_max_search_t) left the others untried: raise it to try more)"
+        )
+    return message
 
 
 def _prepare(evaluator: Evaluator, candidates: list[Config], batch: list[int]) -> dict[int, Failure]:
