@@ -180,15 +180,28 @@ def test_declared_outputs_leave_scratch_buffers_out_of_the_comparison(tmp_path):
     assert tune(check_outputs="out_ptr") == {}  # one name as a string, as key takes it (a TypeError)
 
 
-def test_environment_turns_the_check_on_and_it_is_part_of_the_storage_identity(tmp_path, monkeypatch):
+def test_environment_turns_the_check_on_without_moving_the_stored_results(tmp_path, monkeypatch):
+    """TRITON_DEJAVU_NUMERICAL_CHECK=1 set only while tuning ahead of time: the check rules the broken
+    tiling out, and a serving process without the variable restores that winner (same file)."""
     monkeypatch.delenv("TRITON_DEJAVU_NUMERICAL_CHECK", raising=False)
     unchecked = tiled_tuner().cache_path()
     monkeypatch.setenv("TRITON_DEJAVU_NUMERICAL_CHECK", "1")
     tuner = tiled_tuner()
-    assert tuner.cache_path() != unchecked  # a result tuned without the check is not restored
+    assert tuner.cache_path() == unchecked
     x, out = run_tiled(tuner)
     assert torch.equal(out, 2 * x)
     assert list(ruled_out(tuner)) == [96]
+    winner = tuner.best_config.kwargs
+
+    monkeypatch.delenv("TRITON_DEJAVU_NUMERICAL_CHECK")
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    serving = tiled_tuner()
+    x, out = run_tiled(serving)
+    assert (serving.last_decision, serving.best_config.kwargs) == ("restored", winner)
+    assert torch.equal(out, 2 * x)
+    # the check asked for in code is part of the identity: it re-tunes rather than restore
+    assert tiled_tuner(numerical_check=True).cache_path() != unchecked
+    assert tiled_tuner(check_rtol=0.0).cache_path() != unchecked
     assert tiled_tuner(numerical_check=False).cache_path() == unchecked
 
 

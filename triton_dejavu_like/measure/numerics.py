@@ -86,11 +86,18 @@ class NumericalCheck:
             if value is not None and not value >= 0:
                 raise ValueError(f"check_{name} must be >= 0, got {value!r}")
 
-    def active(self) -> bool:
+    def configured(self) -> bool:
+        """Whether the kernel's own arguments turn the check on: what the storage identity holds.
+        ``TRITON_DEJAVU_NUMERICAL_CHECK=1`` alone does not, so that setting it while tuning ahead
+        of time does not move where results are stored (a serving process without it restores them)."""
         if self.enabled is not None:
             return bool(self.enabled)
-        configured = (self.reference_fn, self.outputs, self.rtol, self.atol)
-        return _env.numerical_check() or any(v is not None for v in configured)
+        return any(v is not None for v in (self.reference_fn, self.outputs, self.rtol, self.atol))
+
+    def active(self) -> bool:
+        """Whether tuning runs check candidates: :meth:`configured`, or the variable when
+        ``enabled`` is None."""
+        return self.configured() or (self.enabled is None and _env.numerical_check())
 
     def settings(self) -> dict[str, Any]:
         """What of the check changes decisions (JSON-able; callables by qualified name)."""

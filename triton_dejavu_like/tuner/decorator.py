@@ -123,8 +123,9 @@ def autotune(
     ``isolation_timeout_s`` (None: ``TRITON_DEJAVU_ISOLATION_TIMEOUT``, else 120 s) is ruled out and
     tuning goes on in a new worker. ``isolation_start_method`` ("fork", "forkserver", "spawn"; None:
     fork under the interpreter, forkserver on a GPU); with forkserver/spawn the decorated kernel must
-    be a module-level global. ``numerical_check=True`` (None: on with ``TRITON_DEJAVU_NUMERICAL_CHECK=1``
-    or any of the next arguments) rules out candidates whose outputs differ from the reference's:
+    be a module-level global. ``numerical_check=True`` (None: on with any of the next arguments, or
+    with ``TRITON_DEJAVU_NUMERICAL_CHECK=1``, which leaves the storage identity as it is) rules out
+    candidates whose outputs differ from the reference's:
     ``reference_fn(**kernel_args)`` (writes the expected outputs, or returns ``{name: tensor}``) or
     else the first config listed that runs and writes an output (of the first three, run untimed before
     the search; put a trusted config first). ``check_outputs`` names the output

@@ -139,7 +139,9 @@ class TunerSettings:
             settings["timing"] = timing.policy.settings()
         if search and self.strategy != "exhaustive":
             settings["budget"] = self.budget.as_dict()
-        if self.numerical_check.active():  # it can rule out the config that would otherwise win
+        # the check can rule out the config that would otherwise win; only the check the code asks
+        # for counts (TRITON_DEJAVU_NUMERICAL_CHECK=1 turns it on for tuning without moving the results)
+        if self.numerical_check.configured():
             settings["numerical_check"] = self.numerical_check.settings()
         return settings
 
