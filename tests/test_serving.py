@@ -23,6 +23,7 @@ from triton_dejavu_like.tuner.mode import tuning_enabled
 from triton_dejavu_like.tuner.nearest import distance
 
 ROOT_ENV = "TRITON_DEJAVU_STORAGE"
+ADD = "kernels.add_kernel"  # add_kernel's label: misses are counted under it
 
 
 def storage() -> Path:
@@ -148,7 +149,7 @@ def test_warm_up_with_tuning_then_serve_without():
         run_add(tuner, 64)  # a hit in memory: launched with its tuned config, nothing decided
     assert (tuner.last_decision, block(tuner)) == ("nearest", 128)
     assert bench.calls == calls and tree(storage()) == stored
-    assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+    assert tdl.misses() == {ADD: {add_key(100): 1}}
     tdl.reset_misses()
     assert tdl.misses() == {}
     run_add(tuner, 5000)  # the switch is off again outside the block: tuning resumes
@@ -170,7 +171,7 @@ def test_a_miss_during_cuda_graph_capture_is_answered_without_timing(monkeypatch
         run_add(tuner, 100)
     assert (tuner.last_decision, block(tuner)) == ("nearest", 128)
     assert bench.calls == calls and tree(storage()) == stored
-    assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+    assert tdl.misses() == {ADD: {add_key(100): 1}}
     capturing["now"] = False
     run_add(tuner, 5000)
     assert tuner.last_decision == "tuned" and bench.calls > calls
@@ -234,17 +235,67 @@ def test_misses_file_and_cli(tmp_path, monkeypatch, capsys):
 
     assert cli.main(["misses", str(misses), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    counts = {(m["kernel"], m["key"], m["answer"]): m["count"] for m in payload["misses"]}
+    counts = {(m["label"], m["kernel"], m["key"], m["answer"]): m["count"] for m in payload["misses"]}
     assert counts == {
-        ("add_kernel", repr(add_key(100)), "nearest"): 2,
-        ("add_kernel", repr((7, *("torch.float64",) * 3)), "default"): 1,
+        (ADD, "add_kernel", repr(add_key(100)), "nearest"): 2,
+        (ADD, "add_kernel", repr((7, *("torch.float64",) * 3)), "default"): 1,
     }
     assert payload["invalid_lines"] == 1
     assert payload["misses"][0]["configs"] == ["BLOCK=32, num_warps=1, num_stages=3"]
 
     assert cli.main(["misses"]) == 0  # the file named by the variable
     out = capsys.readouterr().out
-    assert "add_kernel" in out and "nearest" in out and "tune" in out
+    assert ADD in out and "nearest" in out and "tune" in out
+
+
+OTHER_ADD = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+"""
+
+
+def test_misses_of_two_kernels_of_one_name_are_told_apart(tmp_path, monkeypatch, capsys):
+    """A serving engine has kernels of one short name in several modules: their misses are counted,
+    written and aggregated under the label the warnings name them by (they were merged under the
+    short name); a line written before the label is still read, grouped by its short name."""
+    (tmp_path / "engine_ops.py").write_text(OTHER_ADD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import engine_ops
+
+    misses = tmp_path / "misses.jsonl"
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(misses))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    with pytest.warns(tdl.DejavuTuningWarning):
+        run_add(tuned_add(FakeBench()), 100)
+        run_add(tdl.autotune(key=["n"], configs=block_configs())(engine_ops.add_kernel), 100)
+    assert tdl.misses() == {ADD: {add_key(100): 1}, "engine_ops.add_kernel": {add_key(100): 1}}
+    lines = [json.loads(line) for line in misses.read_text().splitlines()]
+    assert [(line["label"], line["kernel"]) for line in lines] == [
+        (ADD, "add_kernel"),
+        ("engine_ops.add_kernel", "add_kernel"),
+    ]
+    older = {name: value for name, value in lines[0].items() if name != "label"}
+    with misses.open("a") as f:
+        f.write(json.dumps(older) + "\n")
+
+    assert cli.main(["misses", str(misses), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["invalid_lines"] == 0
+    assert sorted((m["label"], m["kernel"], m["count"]) for m in payload["misses"]) == [
+        ("add_kernel", "add_kernel", 1),
+        ("engine_ops.add_kernel", "add_kernel", 1),
+        (ADD, "add_kernel", 1),
+    ]
+    assert cli.main(["misses", str(misses)]) == 0
+    table = capsys.readouterr().out
+    assert "engine_ops.add_kernel" in table and ADD in table
 
 
 def test_cli_reads_a_misses_file_of_any_size(tmp_path, monkeypatch, capsys):
@@ -270,7 +321,7 @@ def test_misses_file_inside_the_store_is_refused(monkeypatch):
     with pytest.warns(tdl.DejavuStorageWarning, match="not written into a store"):
         run_add(tuned_add(FakeBench()), 100)
     assert not inside.exists()
-    assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+    assert tdl.misses() == {ADD: {add_key(100): 1}}
 
 
 def test_misses_file_inside_the_default_store_is_refused(tmp_path, monkeypatch):
@@ -350,10 +401,10 @@ def test_a_forced_fallback_with_tuning_off_is_counted_as_a_miss(tmp_path, monkey
     tuner = tuned_add(bench, fallback_heuristic=heuristic)
     run_add(tuner, 100)
     assert (tuner.last_decision, block(tuner), bench.calls) == ("heuristic", 64, 0)
-    assert tdl.misses() == {"add_kernel": {add_key(100): 1}}
+    assert tdl.misses() == {ADD: {add_key(100): 1}}
     [line] = misses.read_text().splitlines()
     assert json.loads(line)["answer"] == "heuristic"
 
     monkeypatch.delenv("TRITON_DEJAVU_READ_ONLY")  # tuning on: the forced fallback is no miss
     run_add(tuner, 200)
-    assert tuner.last_decision == "heuristic" and tdl.misses() == {"add_kernel": {add_key(100): 1}}
+    assert tuner.last_decision == "heuristic" and tdl.misses() == {ADD: {add_key(100): 1}}

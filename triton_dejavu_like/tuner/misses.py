@@ -1,16 +1,20 @@
 """Keys answered without tuning: a counter in this process, and an optional JSON-lines file.
 
 Every key that a kernel answers without tuning while tuning is off (read-only or deterministic
-mode) is counted here: :func:`misses` returns ``{kernel name: {key tuple: count}}``. A key is
-answered once per process (the answer is then kept in memory), so within one process the count is
-how many times the key was decided (again after ``reset_misses()`` or a new kernel object).
+mode) is counted here: :func:`misses` returns ``{kernel label: {key tuple: count}}``, the label
+being the kernel's ``module.qualname`` as warnings name it (two kernels of one short name in
+different modules are told apart). A key is answered once per process (the answer is then kept in
+memory), so within one process the count is how many times the key was decided (again after
+``reset_misses()`` or a new kernel object).
 
 With ``TRITON_DEJAVU_MISSES_FILE=path`` each such answer is also appended to ``path`` as one JSON
-line (``{"kernel", "key", "key_text", "answer", "config", "pid", "time"}``, the key in the package's
-typed JSON), so that ``python -m triton_dejavu_like misses path`` can aggregate what several
-serving processes missed. The file is kept outside the store: a path inside a storage root is
-refused. Its directory must exist (nothing is created); each line is written with one ``write``
-in append mode, so processes sharing the file do not interleave lines.
+line (``{"label", "kernel", "key", "key_text", "answer", "config", "pid", "time"}``: ``kernel`` is
+the short name the store uses, the key is in the package's typed JSON), so that
+``python -m triton_dejavu_like misses path`` can aggregate what several serving processes missed,
+by label (lines written before the label was added are grouped by their short name). The file is
+kept outside the store: a path inside a storage root is refused. Its directory must exist (nothing
+is created); each line is written with one ``write`` in append mode, so processes sharing the file
+do not interleave lines.
 """
 
 from __future__ import annotations
@@ -42,9 +46,10 @@ _counts: dict[str, Counter[tuple[Any, ...]]] = {}
 
 
 def misses() -> dict[str, dict[tuple[Any, ...], int]]:
-    """``{kernel name: {key tuple: count}}`` of the keys this process answered without tuning."""
+    """``{kernel label: {key tuple: count}}`` of the keys this process answered without tuning; the
+    label is the kernel's ``module.qualname``, as warnings name it."""
     with _lock:
-        return {kernel: dict(counts) for kernel, counts in _counts.items()}
+        return {label: dict(counts) for label, counts in _counts.items()}
 
 
 def reset_misses() -> None:
@@ -53,13 +58,24 @@ def reset_misses() -> None:
         _counts.clear()
 
 
-def record_miss(kernel: str, key: tuple[Any, ...], answer: str, config: Config) -> None:
+@dataclass(frozen=True)
+class Miss:
+    """One key answered without tuning: the kernel's label (``module.qualname``) and short name."""
+
+    label: str
+    kernel: str
+    key: tuple[Any, ...]
+    answer: str
+    config: Config
+
+
+def record_miss(miss: Miss) -> None:
     """Count a key answered without tuning, and append it to the misses file when one is set."""
     with _lock:
-        _counts.setdefault(kernel, Counter())[key] += 1
+        _counts.setdefault(miss.label, Counter())[miss.key] += 1
     path = _env.misses_file()
     if path is not None:
-        _append(path, kernel, key, answer, config)
+        _append(path, miss)
 
 
 def _inside_store(path: Path) -> Path | None:
@@ -69,7 +85,7 @@ def _inside_store(path: Path) -> Path | None:
     return None
 
 
-def _append(path: Path, kernel: str, key: tuple[Any, ...], answer: str, config: Config) -> None:
+def _append(path: Path, miss: Miss) -> None:
     root = _inside_store(path)
     if root is not None:
         warn_once(
@@ -82,15 +98,16 @@ def _append(path: Path, kernel: str, key: tuple[Any, ...], answer: str, config: 
         )
         return
     try:
-        encoded: Any = encode_key(key)
+        encoded: Any = encode_key(miss.key)
     except (EncodingError, ValueError):
         encoded = None
     record = {
-        "kernel": kernel,
+        "label": miss.label,
+        "kernel": miss.kernel,
         "key": encoded,
-        "key_text": repr(key)[:1000],
-        "answer": answer,
-        "config": describe_config(config),
+        "key_text": repr(miss.key)[:1000],
+        "answer": miss.answer,
+        "config": describe_config(miss.config),
         "pid": os.getpid(),
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -119,7 +136,8 @@ def _append(path: Path, kernel: str, key: tuple[Any, ...], answer: str, config: 
 class MissSummary:
     """How often one kernel's key was answered one way, over the lines of a misses file."""
 
-    kernel: str
+    label: str  # module.qualname (lines without one: the short name)
+    kernel: str  # the short name, as the store names the kernel
     key: str  # the key as Python writes it
     answer: str
     count: int
@@ -127,7 +145,7 @@ class MissSummary:
 
 
 def read_misses_file(path: Path) -> tuple[list[MissSummary], int]:
-    """The lines of a misses file aggregated by (kernel, key, answer), most frequent first, and
+    """The lines of a misses file aggregated by (label, key, answer), most frequent first, and
     the number of lines that could not be used. Raises ``OSError`` (a directory:
     ``IsADirectoryError``) or ``InvalidCacheFile`` (not a regular file).
 
@@ -149,8 +167,8 @@ def _lines(handle: BinaryIO) -> Iterator[str]:
 
 
 def aggregate(lines: Iterable[str]) -> tuple[list[MissSummary], int]:
-    counts: Counter[tuple[str, str, str]] = Counter()
-    configs: dict[tuple[str, str, str], set[str]] = {}
+    counts: Counter[tuple[str, str, str, str]] = Counter()
+    configs: dict[tuple[str, str, str, str], set[str]] = {}
     bad = 0
     for line in lines:
         if not line.strip():
@@ -162,15 +180,13 @@ def aggregate(lines: Iterable[str]) -> tuple[list[MissSummary], int]:
         what, config = group
         counts[what] += 1
         configs.setdefault(what, set()).add(config)
-    rows = [
-        MissSummary(kernel, key, answer, n, tuple(sorted(configs[(kernel, key, answer)])))
-        for (kernel, key, answer), n in counts.items()
-    ]
-    rows.sort(key=lambda r: (-r.count, r.kernel, r.key, r.answer))
+    rows = [MissSummary(*what, n, tuple(sorted(configs[what]))) for what, n in counts.items()]
+    rows.sort(key=lambda r: (-r.count, r.label, r.key, r.answer))
     return rows, bad
 
 
-def _parse_line(line: str) -> tuple[tuple[str, str, str], str] | None:
+def _parse_line(line: str) -> tuple[tuple[str, str, str, str], str] | None:
+    """``((label, kernel, key text, answer), config)`` of one line, or None if it is no miss record."""
     try:
         record = json.loads(line)
     except (ValueError, RecursionError):
@@ -178,7 +194,8 @@ def _parse_line(line: str) -> tuple[tuple[str, str, str], str] | None:
     if not isinstance(record, dict):
         return None
     kernel, answer, config = record.get("kernel"), record.get("answer"), record.get("config", "")
-    if not isinstance(kernel, str) or answer not in ANSWERS or not isinstance(config, str):
+    label = record.get("label", kernel)  # lines written before the label: the short name
+    if answer not in ANSWERS or not all(isinstance(v, str) for v in (kernel, label, config)):
         return None
     try:  # the typed key when it could be stored; its text otherwise
         key_text = repr(decode_key(record.get("key")))
@@ -186,4 +203,4 @@ def _parse_line(line: str) -> tuple[tuple[str, str, str], str] | None:
         key_text = record.get("key_text")
         if not isinstance(key_text, str):
             return None
-    return (kernel, key_text[:1000], answer), config[:300]
+    return (label[:1000], kernel[:1000], key_text[:1000], answer), config[:300]

@@ -23,7 +23,7 @@ from .._log import DejavuConfigWarning, DejavuTuningWarning, log, warn_once
 from ..store import StoredEntry
 from .errors import AutotuningError
 from .key import TuningKey
-from .misses import record_miss
+from .misses import Miss, record_miss
 from .mode import graph_capturing, tuning_enabled
 from .nearest import alike, nearest
 from .tuning import Outcome
@@ -34,8 +34,8 @@ _UNPREPARED = object()
 @dataclass
 class MissPolicy:
     """Answers a miss for one kernel; ``config_id`` maps a candidate to its typed id (memoised).
-    ``kernel_name`` is the short name the misses are counted under (as the store names the kernel),
-    ``label`` the ``module.qualname`` that warnings name it by."""
+    ``label`` is the ``module.qualname`` that warnings name the kernel by and its misses are counted
+    under, ``kernel_name`` its short name (as the store names it; also in the misses file)."""
 
     kernel_name: str
     label: str
@@ -66,7 +66,7 @@ class MissPolicy:
             outcome = self.without_tuning(key, candidates, restored)
         if outcome is not None:
             if not tuning:  # a key answered without tuning while tuning is off is a miss, however answered
-                record_miss(self.kernel_name, key.values, outcome.source, outcome.config)
+                record_miss(Miss(self.label, self.kernel_name, key.values, outcome.source, outcome.config))
             return outcome
         if _env.use_only_restored():
             winners = {e.config_id for e in restored.values()}

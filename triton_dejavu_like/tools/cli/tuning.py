@@ -150,7 +150,7 @@ def cmd_misses(args: argparse.Namespace) -> int:
         rows, bad = miss_log.read_misses_file(source)
     except InvalidCacheFile as exc:
         raise CliError(f"cannot read {source}: {exc}") from exc
-    table_rows = [[r.kernel, r.key, r.answer, str(r.count), ", ".join(r.configs)] for r in rows]
+    table_rows = [[r.label, r.key, r.answer, str(r.count), ", ".join(r.configs)] for r in rows]
     text = (
         table(["KERNEL", "KEY", "ANSWER", "COUNT", "CONFIG"], table_rows)
         if rows
