@@ -62,7 +62,7 @@ def test_informed_fallback_that_raises_falls_back_to_the_heuristic(monkeypatch):
         informed_fallback=informed,
         fallback_heuristic=lambda key: triton.Config({"BLOCK": 128}, num_warps=1),
     )(add_kernel)
-    with pytest.warns(tdl.DejavuTuningWarning, match="informed_fallback raised RuntimeError"):
+    with pytest.warns(tdl.DejavuTuningWarning, match=r"informed_fallback .*informed raised RuntimeError"):
         run_add(tuner, 60)
     assert tuner.best_config.kwargs == {"BLOCK": 128}
 

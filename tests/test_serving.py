@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -408,3 +409,93 @@ def test_a_forced_fallback_with_tuning_off_is_counted_as_a_miss(tmp_path, monkey
     monkeypatch.delenv("TRITON_DEJAVU_READ_ONLY")  # tuning on: the forced fallback is no miss
     run_add(tuner, 200)
     assert tuner.last_decision == "heuristic" and tdl.misses() == {ADD: {add_key(100): 1}}
+
+
+# --- fallback functions that fail ----------------------------------------------------------------------
+
+
+def raising_heuristic(key):
+    raise KeyError(key[0])
+
+
+def misnamed_heuristic(key):
+    return triton.Config({"BLOCKX": 32}, num_warps=1)
+
+
+def said(caught, category=tdl.DejavuTuningWarning) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, category)]
+
+
+@pytest.mark.parametrize(
+    ("heuristic", "problem"),
+    [
+        (raising_heuristic, "raised KeyError: 100 for key"),
+        (
+            misnamed_heuristic,
+            r"returned a config without BLOCK \(tuned meta-parameters of the kernel; it sets BLOCKX\)",
+        ),
+    ],
+    ids=["raises", "misnamed"],
+)
+def test_a_heuristic_that_fails_while_serving_is_said_once_and_passed_over(monkeypatch, heuristic, problem):
+    """Serving: the call is answered as if there were no heuristic (the first config), counted as a
+    miss, and the failure is said once per kernel, naming it, the function and the key (a raising
+    heuristic failed every call with its bare error; a config without BLOCK failed the launch)."""
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    tuner = tuned_add(FakeBench(), fallback_heuristic=heuristic)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_add(tuner, 100)
+        run_add(tuner, 100)
+        run_add(tuner, 200)
+    assert (tuner.last_decision, block(tuner)) == ("default", 16)
+    assert tdl.misses() == {ADD: {add_key(100): 1, add_key(200): 1}}
+    [failure] = [text for text in said(caught) if "fallback_heuristic test_serving" in text]
+    assert re.match(f"{ADD}: fallback_heuristic test_serving.{heuristic.__name__} {problem}", failure)
+    assert repr(add_key(100)) in failure and "answering as if there were no fallback_heuristic" in failure
+
+
+@pytest.mark.parametrize(
+    ("heuristic", "problem", "cause"),
+    [
+        (raising_heuristic, "raised KeyError: 100", KeyError),
+        (misnamed_heuristic, "returned a config without BLOCK", type(None)),
+    ],
+    ids=["raises", "misnamed"],
+)
+def test_a_heuristic_that_fails_while_tuning_is_allowed_is_an_error_naming_it(
+    monkeypatch, heuristic, problem, cause
+):
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    tuner = tuned_add(FakeBench(), fallback_heuristic=heuristic)
+    named = f"{ADD}: fallback_heuristic test_serving.{heuristic.__name__} {problem}"
+    with pytest.raises(tdl.AutotuningError, match=named) as failed:
+        run_add(tuner, 100)
+    assert repr(add_key(100)) in str(failed.value)
+    assert isinstance(failed.value.__cause__, cause)
+
+
+def test_an_informed_fallback_that_fails_is_handled_as_a_heuristic(monkeypatch):
+    """Without a fallback_heuristic to fall back to: an error naming it while tuning is allowed (it
+    was its bare error), and answered as any miss with tuning off (here by the nearest key)."""
+    tuner = tuned_add(FakeBench())
+    seed(tuner, storage(), {add_key(64): 32})
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+
+    def informed(key, cache):
+        raise RuntimeError("no idea")
+
+    with pytest.raises(
+        tdl.AutotuningError, match=r"informed_fallback .*informed raised RuntimeError"
+    ) as failed:
+        run_add(tuned_add(FakeBench(), informed_fallback=informed), 100)
+    assert isinstance(failed.value.__cause__, RuntimeError)
+
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    serving = tuned_add(FakeBench(), informed_fallback=informed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_add(serving, 100)
+    assert (serving.last_decision, block(serving)) == ("nearest", 32)
+    assert any(re.search("informed_fallback .* raised RuntimeError", text) for text in said(caught))
+    assert not said(caught, tdl.DejavuConfigWarning)  # no "no fallback_heuristic was given"

@@ -9,6 +9,11 @@ first candidate; with tuning off, a miss is counted (:mod:`.misses`) whichever o
 fallback included) answered it. Otherwise ``TRITON_DEJAVU_USE_ONLY_RESTORED=1``
 restricts tuning to configs that won a restored key (all candidates, with a warning, when none of
 them won one), and what is left is tuned over the remaining candidates.
+
+A fallback function that raises, or answers something other than a ``triton.Config`` setting every
+tuned meta-parameter, is an :class:`AutotuningError` naming the kernel, the function and the key
+while tuning is allowed; with tuning off it is said once per kernel (``DejavuTuningWarning``) and the
+miss is answered as if the function were not given (a serving call never fails for it).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from typing import Any
 from .. import _env
 from .._compat import Config
 from .._log import DejavuConfigWarning, DejavuTuningWarning, log, warn_once
+from ..codec import short_repr
 from ..store import StoredEntry
+from ..store.identity import callable_name
 from .errors import AutotuningError
 from .key import TuningKey
 from .misses import Miss, record_miss
@@ -118,15 +125,7 @@ class MissPolicy:
                 if _env.misses_file()
                 else f"set {_env.MISSES_FILE}=FILE to record them",
             )
-        found = nearest(key.values, restored.values(), candidates, self.config_id)
-        if found is not None:
-            entry, config = found
-            outcome = Outcome(config, "nearest")
-            log.debug("%s: key %r answered by the nearest key %r", self.label, key.values, entry.key)
-        elif self.fallback_heuristic is not None:
-            outcome = Outcome(self.heuristic(key.values), "heuristic")
-        else:
-            outcome = Outcome(candidates[0], "default")
+        outcome = self._untuned(key, candidates, restored)
         if deterministic:
             warn_once(
                 DejavuTuningWarning,
@@ -139,40 +138,51 @@ class MissPolicy:
             )
         return outcome
 
+    def _untuned(
+        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry]
+    ) -> Outcome:
+        """The answer with tuning off: the nearest tuned key, the heuristic, the first candidate."""
+        found = nearest(key.values, restored.values(), candidates, self.config_id)
+        if found is not None:
+            entry, config = found
+            log.debug("%s: key %r answered by the nearest key %r", self.label, key.values, entry.key)
+            return Outcome(config, "nearest")
+        config = self._heuristic(key, candidates, raising=False)
+        return Outcome(config, "heuristic") if config is not None else Outcome(candidates[0], "default")
+
     def _fallback(
         self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry], tuning: bool
     ) -> Outcome | None:
         """``TRITON_DEJAVU_FORCE_FALLBACK=1``: the informed fallback when results were restored, else
         the fallback heuristic, else None (with a warning: tune, or with ``tuning`` off answer as
-        any miss is then)."""
-        if self.informed_fallback is not None and restored:
+        any miss is then). A fallback that fails (see :meth:`_ask`) is passed over to the next."""
+        informed = self.informed_fallback is not None and bool(restored)
+        if informed:
             cache = self._informed_cache(candidates, restored)
-            try:
-                config = self.informed_fallback(key.values, cache)
-            except Exception as exc:
-                if self.fallback_heuristic is None:
-                    raise
-                warn_once(
-                    DejavuTuningWarning,
-                    self.label,
-                    "%s: informed_fallback raised %s: %s; using fallback_heuristic",
-                    self.label,
-                    type(exc).__name__,
-                    str(exc)[:200],
-                )
-            else:
-                return Outcome(self._checked(config, "informed_fallback"), "heuristic")
+            function = self.informed_fallback
+            assert function is not None
+            config = self._ask(
+                "informed_fallback",
+                lambda: function(key.values, cache),
+                key,
+                candidates,
+                raising=tuning and self.fallback_heuristic is None,
+            )
+            if config is not None:
+                return Outcome(config, "heuristic")
         if self.fallback_heuristic is not None:
-            return Outcome(self.heuristic(key.values), "heuristic")
-        warn_once(
-            DejavuConfigWarning,
-            self.label,
-            "%s: %s=1 but no fallback_heuristic was given%s; %s",
-            self.label,
-            _env.FORCE_FALLBACK,
-            " (and nothing was restored for informed_fallback)" if self.informed_fallback else "",
-            "tuning instead" if tuning else "answering misses as with tuning off",
-        )
+            config = self._heuristic(key, candidates, raising=tuning)
+            return Outcome(config, "heuristic") if config is not None else None
+        if not informed:
+            warn_once(
+                DejavuConfigWarning,
+                self.label,
+                "%s: %s=1 but no fallback_heuristic was given%s; %s",
+                self.label,
+                _env.FORCE_FALLBACK,
+                " (and nothing was restored for informed_fallback)" if self.informed_fallback else "",
+                "tuning instead" if tuning else "answering misses as with tuning off",
+            )
         return None
 
     def _informed_cache(self, candidates: list[Config], restored: Mapping[str, StoredEntry]) -> Any:
@@ -215,13 +225,52 @@ class MissPolicy:
         )
         return None
 
-    def heuristic(self, key: tuple[Any, ...]) -> Config:
-        assert self.fallback_heuristic is not None
-        return self._checked(self.fallback_heuristic(key), "fallback_heuristic")
+    def _heuristic(self, key: TuningKey, candidates: list[Config], *, raising: bool) -> Config | None:
+        """``fallback_heuristic(key)`` checked (:meth:`_ask`); None without one."""
+        function = self.fallback_heuristic
+        if function is None:
+            return None
+        return self._ask("fallback_heuristic", lambda: function(key.values), key, candidates, raising=raising)
 
-    def _checked(self, config: Any, what: str) -> Config:
-        if not isinstance(config, Config):
-            raise AutotuningError(
-                f"{self.label}: {what} returned {type(config).__name__}, not a triton.Config"
-            )
-        return config
+    def _ask(
+        self, name: str, ask: Callable[[], Any], key: TuningKey, candidates: list[Config], *, raising: bool
+    ) -> Config | None:
+        """What the user's function ``name`` (``fallback_heuristic``, ``informed_fallback``) answers
+        for ``key``: a ``triton.Config`` that sets every tuned meta-parameter of the candidates. If it
+        raises or answers anything else: with ``raising`` (tuning is allowed) an
+        :class:`AutotuningError` naming the kernel, the function and the key; otherwise None, said
+        once per kernel and function (later keys are logged), and the miss is answered as without it."""
+        try:
+            config = ask()
+        except Exception as exc:
+            problem, cause = f"raised {type(exc).__name__}: {str(exc)[:200]}", exc
+        else:
+            problem, cause = _problem(config, candidates), None
+            if problem is None:
+                return config
+        function = callable_name(getattr(self, name))
+        text = f"{self.label}: {name} {function} {problem} for key {short_repr(key.values)}"
+        if raising:
+            raise AutotuningError(text) from cause
+        instead = (
+            "using fallback_heuristic"
+            if name == "informed_fallback" and self.fallback_heuristic is not None
+            else f"answering as if there were no {name}"
+        )
+        if not warn_once(DejavuTuningWarning, f"{self.label}:{name}", "%s; %s", text, instead):
+            log.info("%s; %s", text, instead)
+        return None
+
+
+def _problem(config: Any, candidates: list[Config]) -> str | None:
+    """Why ``config`` cannot be launched in place of the candidates, or None."""
+    if not isinstance(config, Config):
+        return f"returned {type(config).__name__}, not a triton.Config"
+    tuned = {name for candidate in candidates for name in candidate.kwargs}
+    missing = sorted(tuned.difference(config.kwargs))
+    if not missing:
+        return None
+    return (
+        f"returned a config without {', '.join(missing)} (tuned meta-parameters of the kernel; it "
+        f"sets {', '.join(sorted(config.kwargs)) or 'none'})"
+    )
