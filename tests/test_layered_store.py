@@ -16,6 +16,7 @@ import triton
 from kernels import FakeBench, run_add, tuned_add
 from serving_helpers import add_key, seed, tree
 
+import triton_dejavu_like as tdl
 from triton_dejavu_like import DejavuConfigWarning, DejavuStorageWarning
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store.layered import StoreLayer, add_store, forget_stores, registered_stores
@@ -110,6 +111,41 @@ def test_add_store_rejects_what_is_not_a_folder(tmp_path):
         add_store(tmp_path)
         add_store(str(tmp_path))  # the same folder once
         assert [layer.label for layer in registered_stores()] == [str(tmp_path)]
+    finally:
+        forget_stores()
+
+
+@pytest.mark.parametrize("env_layer", [False, True], ids=["one_root", "with_a_layer"])
+def test_a_store_added_after_a_kernel_opened_its_own_is_read_for_the_keys_not_decided(
+    tmp_path, monkeypatch, env_layer
+):
+    """A library registers its shipped store after the kernel's first launch (a warm-up ran first):
+    the kernel reads it at its next miss (it was ignored for the life of the process); keys decided
+    before keep their answers."""
+    rw, layer, shipped = tmp_path / "rw", tmp_path / "layer", tmp_path / "shipped"
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", os.pathsep.join(map(str, [rw, layer][: 1 + env_layer])))
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    seed(tuner, shipped, {add_key(64): 32, add_key(128): 64})
+    seed(tuner, layer, {add_key(128): 16})
+    try:
+        with tdl.tuning(False):
+            run_add(tuner, 100)  # the first miss opens the store, without the shipped one
+            assert (tuner.last_decision, tuner.best_config.kwargs["BLOCK"]) == (
+                "nearest" if env_layer else "default",
+                16,
+            )
+            add_store(shipped)
+            run_add(tuner, 64)
+        assert (tuner.last_decision, tuner.best_config.kwargs["BLOCK"]) == ("restored", 32)
+        run_add(tuner, 128)  # the environment's layer comes before the registered store
+        assert (tuner.last_decision, tuner.best_config.kwargs["BLOCK"]) == (
+            "restored",
+            16 if env_layer else 64,
+        )
+        assert tuner._state.store.where(key_id(add_key(64))) == str(shipped)
+        assert tuner.cache[add_key(100)].kwargs["BLOCK"] == 16  # decided before: kept
+        assert bench.calls == 0
     finally:
         forget_stores()
 

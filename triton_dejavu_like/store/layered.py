@@ -122,6 +122,18 @@ class LayeredStore:
         log.debug("loaded %d entries from %s and %d layer(s)", len(entries), self.where(), len(self.layers))
         return entries
 
+    def add_layers(self, layers: Sequence[StoreLayer], known: Collection[str]) -> EntryMap:
+        """Read ``layers`` (registered after this store was loaded) behind the others: their entries
+        for keys neither in ``known`` nor found in an earlier layer."""
+        found: EntryMap = {}
+        for layer in layers:
+            self.layers.append(layer)
+            for kid, entry in layer.load(self.identity, self.parameters).items():
+                if kid not in known and kid not in found:
+                    found[kid] = entry
+                    self.origins[kid] = layer.label
+        return found
+
     def record(self, entries: Mapping[str, StoredEntry]) -> bool:
         ok = self.primary.record(entries)
         if ok:
@@ -141,6 +153,7 @@ class LayeredStore:
 
 _registered: list[StoreLayer] = []
 _registered_lock = threading.Lock()
+_generation = 0  # grows with every store registered: a kernel compares it at a miss
 
 
 def add_store(location: str | os.PathLike[str] | Traversable) -> None:
@@ -150,9 +163,11 @@ def add_store(location: str | os.PathLike[str] | Traversable) -> None:
     ``location`` is a folder: a path, or a package resource such as
     ``importlib.resources.files("my_kernels") / "tuned"`` (also inside a zipped wheel). It holds
     cache files in the usual layout (``dejavu_*/triton_*/...``). Nothing is ever written there.
-    It applies to kernels whose store is opened afterwards (at their first miss in the process),
-    so call it when the library is imported. A folder that does not exist is reported and skipped.
-    Registering the same folder twice has no effect.
+    A kernel opens its store at its first miss in the process; one that opened it before reads a
+    store registered later at its next miss, for the keys it has not decided yet (a key it already
+    answered keeps that answer for the life of the process), so call it when the library is
+    imported. A folder that does not exist is reported and skipped. Registering the same folder
+    twice has no effect.
     """
     if isinstance(location, (str, os.PathLike)):
         layer = StoreLayer(Path(location).expanduser().absolute())
@@ -164,9 +179,11 @@ def add_store(location: str | os.PathLike[str] | Traversable) -> None:
         )
     if not usable(layer, "add_store"):
         return
+    global _generation
     with _registered_lock:
         if all(known.label != layer.label for known in _registered):
             _registered.append(layer)
+            _generation += 1
 
 
 def usable(layer: StoreLayer, named_by: str) -> bool:
@@ -186,6 +203,12 @@ def registered_stores() -> list[StoreLayer]:
     """The stores registered with :func:`add_store`, in order."""
     with _registered_lock:
         return list(_registered)
+
+
+def registrations() -> int:
+    """How many times :func:`add_store` registered a store in this process: a kernel that has seen
+    fewer has stores to read."""
+    return _generation
 
 
 def forget_stores() -> None:

@@ -21,6 +21,7 @@ from ..measure import KernelRecipe
 from ..measure.bench import QUANTILES
 from ..store import Platform, detect_platform
 from ..store.identity import callable_name
+from ..store.layered import registrations
 from .arguments import argument_names, check_configs, warn_ignored
 from .attributes import UpstreamAttributes, changes
 from .config_space import ConfigSpace
@@ -239,12 +240,15 @@ class Autotuner(
             _compat.require_gpu_driver(self._name, self.fn)
             platform = self._platform()
             benchmarker = self.settings.timing.benchmarker(_compat.is_interpreted(self.fn))
+            seen = registrations()  # before the store opens: one registered meanwhile is read next time
             store, identity = self._open_store(platform)
             # with tuning off, reading the store writes nothing (no lock file, nothing set aside)
             restored = store.load(repair=tuning_enabled())
             if not restored and identity is not None:
                 self._note_dejavu_results()
-            self._state = ProcessState(platform, benchmarker, store, restored, identity)
+            self._state = ProcessState(platform, benchmarker, store, restored, identity, seen)
+        elif self._state.registrations != registrations():
+            self._read_late_stores(self._state)
         return self._state
 
     def _decide(

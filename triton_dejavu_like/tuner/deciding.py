@@ -36,6 +36,8 @@ class ProcessState:
     store: Store
     restored: dict[str, StoredEntry]
     identity: dict[str, Any] | None  # the storage identity (None: not computable)
+    #: ``add_store`` registrations the store has read (``store.layered.registrations()``)
+    registrations: int = 0
 
 
 @dataclass(kw_only=True)

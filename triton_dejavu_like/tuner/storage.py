@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _compat, _env
 from .._compat import Config
-from .._log import DejavuStorageWarning, warn_once
+from .._log import DejavuStorageWarning, log, warn_once
 from ..codec import EncodingError, config_id, config_state
 from ..store import (
     FileStore,
@@ -25,9 +25,12 @@ from ..store import (
     registered_stores,
 )
 from ..store.identity import code_version, stable_hash
-from ..store.layered import usable
+from ..store.layered import registrations, usable
 from .mode import tuning_enabled
 from .settings import TunerSettings
+
+if TYPE_CHECKING:
+    from .deciding import ProcessState
 
 #: The start of the id of a config that cannot be stored (of this process only).
 _UNSTORABLE = "unstorable:"
@@ -159,3 +162,28 @@ class StorageIdentity:
         env = [StoreLayer(p) for p in _env.storage_roots()[1:] if p != root]
         env = [layer for layer in env if usable(layer, _env.STORAGE)]
         return env + [layer for layer in registered_stores() if layer.location != root]
+
+    def _read_late_stores(self, state: ProcessState) -> None:
+        """Stores registered with :func:`~triton_dejavu_like.add_store` after this kernel opened its
+        store: read now, behind its layers, for the keys not decided yet (a miss is where this runs;
+        keys already decided keep their answers, the launch path is not touched)."""
+        state.registrations = registrations()
+        store = state.store
+        if state.identity is None:  # results in memory only: there is no identity to read them for
+            return
+        have = {layer.label for layer in store.layers} if isinstance(store, LayeredStore) else set()
+        root = self._root()
+        late = [layer for layer in registered_stores() if layer.location != root and layer.label not in have]
+        if not late:
+            return
+        if not isinstance(store, LayeredStore):
+            store = state.store = LayeredStore(store, [], state.identity, self.arg_names)
+        found = store.add_layers(late, state.restored)
+        state.restored.update(found)
+        log.info(
+            "%s: read %d store(s) registered after its first miss (%s): %d more entries",
+            self._label,
+            len(late),
+            ", ".join(layer.label for layer in late),
+            len(found),
+        )
