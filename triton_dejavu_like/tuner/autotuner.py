@@ -30,6 +30,7 @@ from .dejavu_extras import MetadataRecorder, post_hook_as_called
 from .key import KeyPlan, TuningKey
 from .launching import Launch, LaunchPath
 from .mode import tuning_enabled
+from .nearest import RestoredEntries
 from .policy import MissPolicy
 from .report import report
 from .settings import TunerSettings
@@ -243,7 +244,7 @@ class Autotuner(
             seen = registrations()  # before the store opens: one registered meanwhile is read next time
             store, identity = self._open_store(platform)
             # with tuning off, reading the store writes nothing (no lock file, nothing set aside)
-            restored = store.load(repair=tuning_enabled())
+            restored = RestoredEntries(store.load(repair=tuning_enabled()))
             if not restored and identity is not None:
                 self._note_dejavu_results()
             self._state = ProcessState(platform, benchmarker, store, restored, identity, seen)

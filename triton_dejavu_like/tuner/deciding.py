@@ -21,6 +21,7 @@ from ..store import Platform, Store, StoredEntry
 from ..store.warm_start import MAX_FOREIGN_SEEDS
 from . import ranks
 from .key import TuningKey
+from .nearest import RestoredEntries
 from .policy import MissPolicy
 from .settings import TunerSettings
 from .single_flight import lease_held, stored_meanwhile, tune_once, wait_timeout_s
@@ -34,7 +35,7 @@ class ProcessState:
     platform: Platform
     benchmarker: Benchmarker
     store: Store
-    restored: dict[str, StoredEntry]
+    restored: RestoredEntries  # by key id
     identity: dict[str, Any] | None  # the storage identity (None: not computable)
     #: ``add_store`` registrations the store has read (``store.layered.registrations()``)
     registrations: int = 0

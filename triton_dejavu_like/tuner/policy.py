@@ -32,7 +32,7 @@ from .errors import AutotuningError
 from .key import TuningKey
 from .misses import Miss, record_miss
 from .mode import graph_capturing, tuning_enabled
-from .nearest import alike, nearest
+from .nearest import RestoredEntries, alike, nearest
 from .tuning import Outcome
 
 _UNPREPARED = object()
@@ -142,7 +142,8 @@ class MissPolicy:
         self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry]
     ) -> Outcome:
         """The answer with tuning off: the nearest tuned key, the heuristic, the first candidate."""
-        found = nearest(key.values, restored.values(), candidates, self.config_id)
+        index = restored.key_index() if isinstance(restored, RestoredEntries) else restored.values()
+        found = nearest(key.values, index, candidates, self.config_id)
         if found is not None:
             entry, config = found
             log.debug("%s: key %r answered by the nearest key %r", self.label, key.values, entry.key)
