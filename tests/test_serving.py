@@ -349,7 +349,12 @@ SERVE = """
 import json, sys
 sys.path[:0] = sys.argv[1:2]
 from kernels import FakeBench, run_add, tuned_add
-import torch, triton, warnings
+import logging, torch, triton, warnings
+records = []
+handler = logging.Handler(logging.INFO)
+handler.emit = lambda record: records.append(record.getMessage())
+logging.getLogger("triton_dejavu_like").addHandler(handler)
+logging.getLogger("triton_dejavu_like").setLevel(logging.INFO)
 bench = FakeBench()
 tuner = tuned_add(bench)
 answers = []
@@ -358,8 +363,9 @@ with warnings.catch_warnings(record=True) as caught:
     for n, dtype in [(100, torch.float32), (31, torch.float32), (9000, torch.float32), (100, torch.float64)]:
         run_add(tuner, n, dtype=dtype)
         answers.append([n, str(dtype), tuner.last_decision, tuner.best_config.kwargs["BLOCK"]])
-warned = sorted(str(w.message) for w in caught if "is not in the store" in str(w.message))
-print(json.dumps({"answers": answers, "calls": bench.calls, "warned": warned}))
+warned = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+logged = [text for text in records if "is not in the store; answered by" in text]
+print(json.dumps({"answers": answers, "calls": bench.calls, "warned": warned, "logged": logged}))
 """
 
 
@@ -388,7 +394,11 @@ def test_deterministic_answers_are_identical_in_fresh_processes(tmp_path):
         [9000, "torch.float32", "nearest", 128],
         [100, "torch.float64", "default", 16],
     ]
-    assert len(result["warned"]) == 4 and all("TRITON_DEJAVU_DETERMINISTIC" in w for w in result["warned"])
+    # one warning for the kernel (it was one per key: unbounded with dynamic shapes), a log record per key
+    [warning] = result["warned"]
+    assert "tuning is off (TRITON_DEJAVU_DETERMINISTIC=1)" in warning
+    assert len(result["logged"]) == 4 and all("TRITON_DEJAVU_DETERMINISTIC=1" in t for t in result["logged"])
+    assert "key (9000, 'torch.float32', 'torch.float32', 'torch.float32')" in result["logged"][2]
     assert tree(storage()) == before
 
 

@@ -126,10 +126,8 @@ class MissPolicy:
                 else f"set {_env.MISSES_FILE}=FILE to record them",
             )
         outcome = self._untuned(key, candidates, restored)
-        if deterministic:
-            warn_once(
-                DejavuTuningWarning,
-                f"{self.label}:{key.id or repr(key.values)}",
+        if deterministic:  # the warning above is once per kernel: each key is a log record
+            log.info(
                 "%s: %s=1 and key %r is not in the store; answered by %s",
                 self.label,
                 _env.DETERMINISTIC,
