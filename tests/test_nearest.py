@@ -5,6 +5,7 @@ on varied keys; and it follows the kernel's entries when they change."""
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,3 +157,19 @@ def test_every_way_of_adding_an_entry_drops_the_index(change):
     change(restored, key_id((1,)), entry((1,), 16))
     assert restored.key_index() is not empty
     assert restored.key_index().nearest((2,), {restored[key_id((1,))].config_id}) is not None
+
+
+def test_a_str_enum_key_value_is_kept_in_memory_as_a_later_process_reads_it():
+    """A key value that is a str-Enum member: the entry the tuning process kept held the member, a
+    later process decoded a plain str, and the nearest key (types must match) answered differently
+    in the two."""
+    config = triton.Config({"BLOCK": 32}, num_warps=1)
+    tuned = StoredEntry.new(
+        (Act.GELU, 4096), config, [1.0], evaluated=1, space_size=1, strategy="exhaustive", tuning_time_s=0.1
+    )
+    reread = StoredEntry.from_json(tuned.key_id, json.loads(json.dumps(tuned.to_json())))
+    assert [type(v) for v in tuned.key] == [type(v) for v in reread.key] == [str, int]
+    assert tuned.key == reread.key and tuned.key_id == key_id((Act.GELU, 4096)) == key_id(("gelu", 4096))
+    for miss in [(Act.GELU, 4000), ("gelu", 4000)]:
+        in_memory = KeyIndex([tuned]).nearest(miss, {tuned.config_id})
+        assert (in_memory is None) == (KeyIndex([reread]).nearest(miss, {reread.config_id}) is None)

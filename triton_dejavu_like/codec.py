@@ -50,8 +50,10 @@ _TRITON_DTYPE = "triton.dtype"
 
 
 def encode_value(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):  # a str subclass (a str-Enum member) as JSON stores it: a plain str, so
+        return str.__str__(value)  # an entry kept in memory holds the key a later process decodes
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
