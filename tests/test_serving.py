@@ -19,6 +19,7 @@ from kernels import FakeBench, block_configs, run_add, tuned_add
 from serving_helpers import add_key, seed, tree
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like.store.layered import forget_stores
 from triton_dejavu_like.tools import cli
 from triton_dejavu_like.tuner.mode import tuning_enabled
 from triton_dejavu_like.tuner.nearest import distance
@@ -321,6 +322,29 @@ def test_misses_file_inside_the_store_is_refused(monkeypatch):
     monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
     with pytest.warns(tdl.DejavuStorageWarning, match="not written into a store"):
         run_add(tuned_add(FakeBench()), 100)
+    assert not inside.exists()
+    assert tdl.misses() == {ADD: {add_key(100): 1}}
+
+
+@pytest.mark.parametrize("root", ["custom_data_storage", "add_store"])
+def test_misses_file_inside_a_kernels_own_root_or_a_registered_store_is_refused(tmp_path, monkeypatch, root):
+    """Not only the roots of TRITON_DEJAVU_STORAGE: the kernel's custom_data_storage root and the
+    folders registered with add_store are storage roots too (the file was written there)."""
+    folder = tmp_path / "own"
+    folder.mkdir()
+    inside = folder / "misses.jsonl"
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(inside))
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    options = {"custom_data_storage": str(folder)} if root == "custom_data_storage" else {}
+    if root == "add_store":
+        tdl.add_store(folder)
+    try:
+        with pytest.warns(
+            tdl.DejavuStorageWarning, match=f"inside the storage root {folder}; misses are not"
+        ):
+            run_add(tuned_add(FakeBench(), **options), 100)
+    finally:
+        forget_stores()
     assert not inside.exists()
     assert tdl.misses() == {ADD: {add_key(100): 1}}
 

@@ -140,6 +140,7 @@ class Autotuner(
             self._config_id,
             settings.informed_fallback,
             settings.prepare_informed_fallback,
+            settings.custom_data_storage,
         )
         self._metadata = (
             MetadataRecorder(settings.metadata_key) if settings.metadata_key is not None else None

@@ -12,7 +12,8 @@ line (``{"label", "kernel", "key", "key_text", "answer", "config", "pid", "time"
 the short name the store uses, the key is in the package's typed JSON), so that
 ``python -m triton_dejavu_like misses path`` can aggregate what several serving processes missed,
 by label (lines written before the label was added are grouped by their short name). The file is
-kept outside the store: a path inside a storage root is refused. Its directory must exist (nothing
+kept outside the store: a path inside a storage root (of ``TRITON_DEJAVU_STORAGE``, the kernel's
+``custom_data_storage``, an ``add_store`` folder) is refused. Its directory must exist (nothing
 is created); each line is written with one ``write`` in append mode, so processes sharing the file
 do not interleave lines.
 """
@@ -33,7 +34,7 @@ from .. import _env
 from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import DecodingError, EncodingError, decode_key, describe_config, encode_key
-from ..store import default_root
+from ..store import default_root, registered_stores
 from ..store.cache_file import open_regular
 
 #: The answers a miss can get without tuning.
@@ -60,13 +61,15 @@ def reset_misses() -> None:
 
 @dataclass(frozen=True)
 class Miss:
-    """One key answered without tuning: the kernel's label (``module.qualname``) and short name."""
+    """One key answered without tuning: the kernel's label (``module.qualname``) and short name;
+    ``root``: its ``custom_data_storage`` root, if it has one (no misses are written there either)."""
 
     label: str
     kernel: str
     key: tuple[Any, ...]
     answer: str
     config: Config
+    root: Path | None = None
 
 
 def record_miss(miss: Miss) -> None:
@@ -78,15 +81,20 @@ def record_miss(miss: Miss) -> None:
         _append(path, miss)
 
 
-def _inside_store(path: Path) -> Path | None:
-    for root in _env.storage_roots() or [default_root()]:  # unset: the user cache directory is the root
+def _inside_store(path: Path, own: Path | None) -> Path | None:
+    """The storage root ``path`` lies in, if any: a root of ``TRITON_DEJAVU_STORAGE`` (unset: the user
+    cache directory), the kernel's ``own`` root, or a folder registered with ``add_store``."""
+    roots = _env.storage_roots() or [default_root()]
+    roots += [own.expanduser().absolute()] if own is not None else []
+    roots += [layer.location for layer in registered_stores() if isinstance(layer.location, Path)]
+    for root in roots:
         if path == root or root in path.parents:
             return root
     return None
 
 
 def _append(path: Path, miss: Miss) -> None:
-    root = _inside_store(path)
+    root = _inside_store(path, miss.root)
     if root is not None:
         warn_once(
             DejavuStorageWarning,

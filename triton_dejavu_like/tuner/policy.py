@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .. import _env
@@ -50,6 +51,7 @@ class MissPolicy:
     config_id: Callable[[Config], str]
     informed_fallback: Callable[[tuple[Any, ...], Any], Config] | None = None
     prepare_informed_fallback: Callable[[dict[tuple[Any, ...], Config]], Any] | None = None
+    store_root: Path | None = None  # custom_data_storage: the misses file is never written inside it
     _prepared: Any = field(default=_UNPREPARED, init=False, repr=False)
 
     def answer(
@@ -73,7 +75,16 @@ class MissPolicy:
             outcome = self.without_tuning(key, candidates, restored)
         if outcome is not None:
             if not tuning:  # a key answered without tuning while tuning is off is a miss, however answered
-                record_miss(Miss(self.label, self.kernel_name, key.values, outcome.source, outcome.config))
+                record_miss(
+                    Miss(
+                        self.label,
+                        self.kernel_name,
+                        key.values,
+                        outcome.source,
+                        outcome.config,
+                        self.store_root,
+                    )
+                )
             return outcome
         if _env.use_only_restored():
             winners = {e.config_id for e in restored.values()}
