@@ -199,6 +199,29 @@ def test_tuning_blocks_nest_and_leave_in_any_order(monkeypatch):
         tdl.tuning("no").__enter__()
 
 
+@pytest.mark.parametrize(
+    ("value", "tuning"), [("", True), ("0", True), ("Off", True), ("1", False), ("yes", False)]
+)
+def test_read_only_values(monkeypatch, value, tuning):
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning for a value it knows
+        assert tuning_enabled() is tuning
+
+
+def test_a_read_only_value_not_understood_fails_safe(monkeypatch):
+    """A safety switch set to a value it does not know (``enabled``) turns read-only on and says so
+    (it warned, then tuned and wrote in production)."""
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "enabled")
+    bench = FakeBench()
+    tuner = tuned_add(bench)
+    said = "TRITON_DEJAVU_READ_ONLY='enabled' is not valid .*; using read-only mode"
+    with pytest.warns(tdl.DejavuConfigWarning, match=said), pytest.warns(tdl.DejavuTuningWarning):
+        run_add(tuner, 100)
+    assert (tuner.last_decision, bench.calls) == ("default", 0)
+    assert not storage().exists()
+
+
 def test_tuning_switch_is_process_wide():
     seen = []
     entered, checked = threading.Event(), threading.Event()

@@ -87,14 +87,15 @@ def _raw(name: str) -> str:
     return os.environ.get(name, "").strip()
 
 
-def _invalid(name: str, raw: str, accepted: str, default: object) -> None:
+def _invalid(name: str, raw: str, accepted: str, default: object, *, using: str = "the default") -> None:
     warn_once(
         DejavuConfigWarning,
         f"{name}={raw}",
-        "%s=%r is not valid (%s); using the default (%s)",
+        "%s=%r is not valid (%s); using %s (%s)",
         name,
         raw[:80],
         accepted,
+        using,
         default,
     )
 
@@ -152,7 +153,18 @@ def progress() -> bool:
 
 def read_only() -> bool:
     """``TRITON_DEJAVU_READ_ONLY=1``: the default of :func:`triton_dejavu_like.tuning` is off (no
-    benchmarking, nothing written)."""
+    benchmarking, nothing written). A safety switch fails safe: unlike other flags, a value that is
+    neither a true nor a false value (``enabled``, a typo) turns it on, with the bad-value warning."""
+    raw = _raw(READ_ONLY)
+    if raw and raw.lower() not in _TRUE + _FALSE:
+        _invalid(
+            READ_ONLY,
+            raw,
+            "use 1/true/yes/on or 0/false/no/off",
+            "any value but 0/false/no/off turns it on: a safety switch fails safe",
+            using="read-only mode",
+        )
+        return True
     return flag(READ_ONLY)
 
 
