@@ -276,7 +276,8 @@ def _problem(config: Any, candidates: list[Config]) -> str | None:
     """Why ``config`` cannot be launched in place of the candidates, or None."""
     if not isinstance(config, Config):
         return f"returned {type(config).__name__}, not a triton.Config"
-    tuned = {name for candidate in candidates for name in candidate.kwargs}
+    # what every candidate sets (a parameter only some set has a default in the kernel)
+    tuned = set.intersection(*(set(candidate.kwargs) for candidate in candidates)) if candidates else set()
     missing = sorted(tuned.difference(config.kwargs))
     if not missing:
         return None
