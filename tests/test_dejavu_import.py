@@ -20,7 +20,7 @@ from triton_dejavu_like import DejavuStorageWarning
 from triton_dejavu_like._compat import CONFIG_FIELDS
 from triton_dejavu_like.codec import config_id
 from triton_dejavu_like.store import cache_file as storage
-from triton_dejavu_like.store import identity
+from triton_dejavu_like.store import identity, layout
 from triton_dejavu_like.tools import cli, dejavu_import
 from triton_dejavu_like.tools.dejavu_import import FormatError, parse_config, parse_key
 
@@ -618,6 +618,29 @@ def test_an_explicit_toolchain_wins(tmp_path, kernel_spec, capsys, monkeypatch):
     assert cli.main(argv) == 0
     assert stored_platform(root) == ("3.6.0", "cuda_12.8", "NVIDIA_H200")
     assert "not this machine's" in capsys.readouterr().out
+
+
+def test_a_given_gpu_is_named_as_the_tuner_names_it(tmp_path, kernel_spec, capsys, monkeypatch):
+    """``--gpu "NVIDIA H200"`` (as torch prints it) was stored with its spaces in the identity of a file
+    at the tuner's path (gpu_NVIDIA_H200): the tuner took it for another identity's, restored nothing
+    and never wrote it again."""
+    dirs = "triton_3.6.0/cuda_12.8/gpu_other"
+    argv, root = import_as_on(monkeypatch, HERE_CUDA, tmp_path, kernel_spec, dirs, "--gpu", "NVIDIA H200")
+    assert cli.main([*argv, "--triton", "3.6.0", "--toolchain", " cuda_13.0"]) == 0
+    assert stored_platform(root) == ("3.6.0", "cuda_13.0", "NVIDIA_H200")
+    [written] = list(root.rglob("cache.json"))
+    assert layout.cache_path(root, storage.read_document(written).identity) == written
+    assert "not this machine's" not in capsys.readouterr().out
+    tuner = dejavu_import.load_tuner(kernel_spec)
+    restored = storage.CacheFile.for_identity(root, tuner.kernel_identity(HERE_CUDA).as_dict())
+    assert len(restored.load(repair=False)) == 1
+
+
+@pytest.mark.parametrize("value", ["", " ", "//"])
+def test_a_given_platform_value_that_names_nothing_exits_2(tmp_path, kernel_spec, capsys, monkeypatch, value):
+    argv, root = import_as_on(monkeypatch, HERE_CUDA, tmp_path, kernel_spec, "triton_3.6.0/cuda_12.8/gpu_x")
+    assert cli.main([*argv, "--gpu", value]) == 2
+    assert "--gpu" in capsys.readouterr().err and not root.exists()
 
 
 TWO_KEYS = (

@@ -54,7 +54,7 @@ from ..store import identity as identity
 from ..store.layout import CACHE_FILE_NAME
 from ..tuner.key import KeyPlan
 from .dejavu_format import FormatError, parse_config, parse_key, parse_timings
-from .dejavu_origin import DejavuOrigin, origin_of
+from .dejavu_origin import DejavuOrigin, given_platform, origin_of
 
 STRATEGY = "imported:triton-dejavu"
 #: The prefix of the module name of a kernel loaded from ``FILE.py``.
@@ -270,11 +270,13 @@ def import_dejavu(
 ) -> ImportReport:
     """Import the triton-dejavu files in ``sources`` that belong to ``tuner``'s kernel under ``root``.
 
-    The platform (Triton version, CUDA/ROCm version, GPU) comes from ``platform``, else from the
-    triton-dejavu path, else from this machine. Existing entries win unless ``overwrite``. ``name``:
-    the kernel's name in the triton-dejavu files (a kernel renamed since), instead of its own.
+    The platform (Triton version, CUDA/ROCm version, GPU) comes from ``platform`` (named as a path's
+    values are, :func:`~.dejavu_origin.given_platform`; ValueError for one that names nothing), else
+    from the triton-dejavu path, else from this machine. Existing entries win unless ``overwrite``.
+    ``name``: the kernel's name in the triton-dejavu files (a kernel renamed since), instead of its own.
     """
     report = ImportReport()
+    platform = given_platform(platform or {})
     by_identity = _collect(sources, tuner, report, tag=tag, platform=platform, name=name)
     _write(by_identity, tuner, root, report, overwrite=overwrite, dry_run=dry_run)
     return report

@@ -5,6 +5,7 @@ signature name (read through triton-dejavu's folder layouts, :data:`~..store.lay
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,20 @@ def _scan(path: Path) -> DejavuOrigin:
     return origin
 
 
+def given_platform(given: Mapping[str, str]) -> dict[str, str]:
+    """Platform values given by the user (``--triton/--toolchain/--gpu``), named as the ones a path
+    gives are: a GPU's spaces become ``_`` as the tuner's own name has them (``NVIDIA H100 80GB HBM3``
+    is stored as ``NVIDIA_H100_80GB_HBM3``, the folder it lands in). A value without a letter or a
+    digit names nothing: ValueError."""
+    normalise = {"triton": identity.sanitize, "toolchain": _toolchain, "gpu": _gpu_name}
+    named: dict[str, str] = {}
+    for name, value in given.items():
+        if not any(c.isalnum() for c in value):
+            raise ValueError(f"--{name} {value!r} names no {name}")
+        named[name] = normalise[name](value)
+    return named
+
+
 def _toolchain(folder: str) -> str:
     """This package's name of a toolchain folder: triton-dejavu names CUDA ``cuda_torch_12.4`` when
     it cannot run Triton's ptxas (the version is then torch's CUDA, named ``cuda_12.4`` here)."""
@@ -86,4 +101,8 @@ def _gpu(folder: str) -> str:
     """This package's name of the GPU in a ``gpu_<name>`` folder: triton-dejavu replaced ' ' and '/'
     by '_' in the device's name, so ``AMD_Radeon_PRO_W7900_(gfx1100)`` is given back its spaces before
     it is sanitised as the live name ``AMD Radeon PRO W7900 (gfx1100)`` is."""
-    return identity.sanitize(folder.removeprefix("gpu_").replace("_", " "))
+    return _gpu_name(folder.removeprefix("gpu_"))
+
+
+def _gpu_name(name: str) -> str:
+    return identity.sanitize(name.replace("_", " "))

@@ -21,7 +21,7 @@ from ..._log import DejavuConfigWarning, warn_once
 from ...store import InvalidCacheFile, inventory
 from ...store.cache_file import atomic_write
 from ...tuner import misses as miss_log
-from .. import dejavu_import, heuristic
+from .. import dejavu_import, dejavu_origin, heuristic
 from ..aot import command as aot
 from ..aot.case import SpecError
 from ..aot.ray_backend import START_TIMEOUT_S
@@ -46,7 +46,15 @@ def cmd_import_dejavu(args: argparse.Namespace) -> int:
     missing = [s for s in args.sources if not Path(s).expanduser().exists()]
     if missing:
         raise UsageError(f"no such file or directory: {', '.join(missing)}")
-    platform = {name: getattr(args, name) for name in ("triton", "toolchain", "gpu") if getattr(args, name)}
+    given = {
+        name: getattr(args, name)
+        for name in ("triton", "toolchain", "gpu")
+        if getattr(args, name) is not None
+    }
+    try:
+        platform = dejavu_origin.given_platform(given)  # as the tuner names them: its files, not another's
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     if args.name is not None and len(args.kernel) > 1:
         raise UsageError("--name names the triton-dejavu kernel of one --kernel: import one kernel at a time")
     tuners = []
