@@ -83,7 +83,10 @@ def test_list_with_a_selection_that_matches_nothing_says_so(capsys, root, tmp_pa
     """It said "no stored results under ROOT" and exited 0, as for an empty root."""
     assert run("list", "--root", str(root), "--gpu", "H100") == 1
     captured = capsys.readouterr()
-    assert "nothing stored matches the selection (3 cache file(s)" in captured.err and not captured.out
+    assert "nothing stored matches the selection: --gpu 'H100' matches no file" in captured.err
+    assert "(stored: NVIDIA_A100-SXM4-80GB, NVIDIA_H100_80GB_HBM3)" in captured.err and not captured.out
+    assert run("list", "--root", str(root), "--gpu", "NVIDIA_A100-SXM4-80GB", "--kernel", "softmax") == 1
+    assert "no file of 3 has all its values together" in capsys.readouterr().err
     empty = tmp_path / "empty"
     empty.mkdir()
     assert run("list", "--root", str(empty), "--gpu", "H100") == 0

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from ... import __version__, _env
 from ..._log import DejavuWarning
-from . import managing, reading, tuning
+from . import managing, reading, roots, tuning
 from .output import PROG, CliError, CommandParser, UsageError, printable
 
 __all__ = ["build_parser", "main", "printable"]
@@ -43,8 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
     selection = CommandParser(add_help=False)
-    for name in ("kernel", "tag", "triton", "toolchain", "gpu"):
-        selection.add_argument(f"--{name}", help=f"only results whose {name} is this")
+    roots.add_selection(selection)
 
     description = "Inspect and manage tuning results stored by triton_dejavu_like."
     parser = CommandParser(prog=PROG, description=description)

@@ -15,6 +15,8 @@ from ..._log import DejavuConfigWarning, warn_once
 from ...codec import describe_config
 from ...store import StoredEntry, inventory, parse_timestamp
 from ...store.entry import InvalidEntry
+from ...store.identity import package_major_minor
+from ...store.layout import PLATFORM_FIELDS
 from .output import (
     CliError,
     UsageError,
@@ -29,7 +31,14 @@ from .output import (
     report_problems,
     times_text,
 )
-from .roots import existing_root, refuse_other_archive, selected, written_root
+from .roots import (
+    existing_root,
+    nothing_selected,
+    refuse_other_archive,
+    refuse_several,
+    selected,
+    written_root,
+)
 
 
 def side_text(entry: StoredEntry, origin: str) -> str:
@@ -110,12 +119,12 @@ def parse_moment(text: str) -> _dt.datetime:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    keep = {name: getattr(args, f"keep_{name}") for name in ("triton", "toolchain", "gpu")}
+    keep = {name: getattr(args, f"keep_{name}") for name in PLATFORM_FIELDS}
     keep = {name: value for name, value in keep.items() if value is not None}
     if not keep and args.older_than is None and args.keep_newest is None and not args.quarantined:
         raise UsageError(
-            "say what to prune: --keep-triton, --keep-toolchain, --keep-gpu, --older-than, --keep-newest "
-            "or --quarantined"
+            "say what to prune: --keep-dejavu, --keep-triton, --keep-toolchain, --keep-gpu, --older-than, "
+            "--keep-newest or --quarantined"
         )
     root = existing_root(args)
     if args.kernel is not None or (keep and not args.force):
@@ -203,18 +212,12 @@ def _check_keep_values(files: Sequence[inventory.StoredFile], keep: dict[str, st
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    files, problems = inventory.read_sources([existing_root(args)])
-    files = selected(args, files)
+    stored, problems = inventory.read_sources([existing_root(args)])
+    files = selected(args, stored)
     if not files:
-        raise CliError("nothing stored matches the selection (see 'list')")
+        raise nothing_selected(args, stored)
+    refuse_several(files, PLATFORM_FIELDS, "the selection spans", "platforms")
     found = inventory.platforms(files)
-    if len(found) > 1:
-        listed = "; ".join(
-            f"triton {p['triton']} {p['toolchain']} gpu {p['gpu']} (dejavu {p['dejavu']})" for p in found
-        )
-        raise UsageError(
-            f"the selection spans {len(found)} platforms ({listed}); pick one with --triton/--toolchain/--gpu"
-        )
     out = Path(args.out).expanduser()
     refuse_other_archive(out, str(out))
     replaced: list[tuple[str, int]] = []
@@ -289,6 +292,14 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
 
     p = sub.add_parser(
         "prune", parents=[common], help="remove results for other versions, or older than a date"
+    )
+    p.add_argument(
+        "--keep-dejavu",
+        nargs="?",
+        const=package_major_minor(),
+        metavar="VERSION",
+        help="remove files of any other storage version, written by another release "
+        f"(without VERSION: {package_major_minor()}, this release's)",
     )
     p.add_argument(
         "--keep-triton",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from .output import (
     times_text,
     when,
 )
-from .roots import layered_files, selected
+from .roots import HASH_FIELDS, layered_files, nothing_selected, selected
 
 
 def layer_name(index: int) -> str:
@@ -45,27 +46,23 @@ def cmd_list(args: argparse.Namespace) -> int:
     roots, layered = layered_files(args)
     wanted = set(map(id, selected(args, [f for _, f in layered])))
     if layered and not wanted:
-        files = f"{len(layered)} cache file(s)"
-        raise CliError(f"nothing stored matches the selection ({files}; see '{PROG} list')")
+        raise nothing_selected(args, [f for _, f in layered])
     layered = [(i, f) for i, f in layered if id(f) in wanted]
+    fields = listed_fields([f for _, f in layered])
     layers = len(roots) > 1  # a LAYER column and a legend only when there are layers
     invalid = sum(len(f.rejected) for _, f in layered)  # an INVALID column only when some file has them
     rows = [
         [
             *([str(i)] if layers else []),
             f.identity_id,
-            f.identity["kernel"],
-            f.identity["tag"],
-            f.identity["triton"],
-            f.identity["toolchain"],
-            f.identity["gpu"],
+            *(f.identity[name] for name in fields),
             str(len(f.entries)),
             *([str(len(f.rejected))] if invalid else []),
             when(f.last_tuned()),
         ]
         for i, f in sorted(layered, key=lambda p: (p[1].identity["kernel"], p[1].identity["tag"], p[0]))
     ]
-    headers = [*(["LAYER"] if layers else []), "ID", "KERNEL", "TAG", "TRITON", "TOOLCHAIN", "GPU", "KEYS"]
+    headers = [*(["LAYER"] if layers else []), "ID", *(n.upper().replace("_", " ") for n in fields), "KEYS"]
     headers += [*(["INVALID"] if invalid else []), "LAST TUNED"]
     legend = [f"layer {layer_name(i)}: {root}" for i, root in enumerate(roots)] if layers else []
     text = table(headers, rows)
@@ -86,6 +83,29 @@ def cmd_list(args: argparse.Namespace) -> int:
     }
     emit(args, payload, text.splitlines())  # layered_files reported the problems
     return 0
+
+
+#: The identity fields every row of ``list`` shows.
+LISTED_FIELDS = ("kernel", "tag", "triton", "toolchain", "gpu")
+
+
+def listed_fields(files: Sequence[inventory.StoredFile]) -> list[str]:
+    """The identity fields ``list`` shows (and ``show`` names): :data:`LISTED_FIELDS`, dejavu (the
+    storage version) when ``files`` hold several, and each hash that tells apart files that look the
+    same otherwise (one kernel stored with two code versions)."""
+    dejavu = ["dejavu"] if len({f.identity["dejavu"] for f in files}) > 1 else []
+    hashes = [name for name in HASH_FIELDS if _tells_apart(files, name)]
+    return ["kernel", "tag", *dejavu, "triton", "toolchain", "gpu", *hashes]
+
+
+def _tells_apart(files: Sequence[inventory.StoredFile], name: str) -> bool:
+    """Two of ``files`` that differ in ``name`` only, among the fields ``list`` always shows."""
+    seen: dict[tuple[str, ...], str] = {}
+    for f in files:
+        looks = tuple(f.identity[n] for n in (*LISTED_FIELDS, "dejavu"))
+        if seen.setdefault(looks, f.identity[name]) != f.identity[name]:
+            return True
+    return False
 
 
 def entry_payload(entry: StoredEntry) -> dict[str, Any]:
@@ -148,35 +168,43 @@ def cmd_show(args: argparse.Namespace) -> int:
     found = [(layer, f) for layer, f in found if id(f) in wanted]
     if not found:
         raise CliError(f"nothing stored matches {args.selector!r} (see '{PROG} list')")
+    named = [n for n in listed_fields([f for _, f in found]) if n not in LISTED_FIELDS]
     out: list[str] = []
     payload: dict[str, Any] = {"files": []}
     for layer, f in sorted(found, key=lambda p: (p[0] or (0, Path()), p[1].source)):
-        ident = f.identity
-        keys = f"{len(f.entries)} key" + ("" if len(f.entries) == 1 else "s")
-        out.append(
-            f"{ident['kernel']}  id {f.identity_id}  tag {ident['tag']}  triton {ident['triton']}  "
-            f"{ident['toolchain']}  gpu {ident['gpu']}  ({keys})"
-        )
-        out.append(f"  {f.source}")
-        layered = layer is not None and len(args.roots) > 1  # said only when there are layers
-        if layered:
-            out.append(f"  layer {layer_name(layer[0])}: {layer[1]}")
+        said = layer if layer is not None and len(args.roots) > 1 else None  # said only with layers
         entries = sorted(f.entries.values(), key=key_text)
+        out += _file_lines(f, named, said)
         for entry in entries:
             out.extend(entry_lines(entry, top=args.top))
-        for kid, (_, reason) in f.rejected.items():
-            out.append(f"  invalid entry {kid[:120]}: {reason}")
+        out += [f"  invalid entry {kid[:120]}: {reason}" for kid, (_, reason) in f.rejected.items()]
         out.append("")
         payload["files"].append(
             {
                 **file_summary(f),
-                **({"layer": layer[0], "layer_root": str(layer[1])} if layered else {}),
+                **({"layer": said[0], "layer_root": str(said[1])} if said else {}),
                 "entries": [entry_payload(e) for e in entries],
                 "invalid": list(f.rejected),
             }
         )
     emit(args, payload, out[:-1])
     return 0
+
+
+def _file_lines(f: inventory.StoredFile, named: Sequence[str], layer: tuple[int, Path] | None) -> list[str]:
+    """What ``show`` says of a file before its entries: its identity (and the fields ``named``), its
+    path, and its layer (None: not said)."""
+    ident = f.identity
+    keys = f"{len(f.entries)} key" + ("" if len(f.entries) == 1 else "s")
+    more = "".join(f"  {name} {ident[name]}" for name in named)
+    lines = [
+        f"{ident['kernel']}  id {f.identity_id}  tag {ident['tag']}  triton {ident['triton']}  "
+        f"{ident['toolchain']}  gpu {ident['gpu']}{more}  ({keys})",
+        f"  {f.source}",
+    ]
+    if layer is not None:
+        lines.append(f"  layer {layer_name(layer[0])}: {layer[1]}")
+    return lines
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

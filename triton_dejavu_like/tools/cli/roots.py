@@ -1,16 +1,18 @@
 """Which storage roots a command reads or writes (``--root``, ``$TRITON_DEJAVU_STORAGE``), where an
-export goes, and the files a selection (``--kernel``, ``--tag``, ``--triton``, ``--toolchain``,
-``--gpu``) keeps."""
+export goes, and the files a selection (``--kernel``, ``--tag``, ``--dejavu``, ``--triton``,
+``--toolchain``, ``--gpu``, ``--code-version``, ...: one option per identity field) keeps."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ... import _env
 from ...store import default_root, inventory
-from .output import CliError, UsageError, report_problems
+from ...store.layout import PLATFORM_FIELDS
+from .output import PROG, CliError, UsageError, report_problems
 
 
 def _storage_roots(args: argparse.Namespace) -> list[Path]:
@@ -79,6 +81,68 @@ def existing_root(args: argparse.Namespace) -> Path:
     return root
 
 
+#: The hashes of an identity (path levels below the kernel): they tell apart results of one kernel,
+#: platform and tag tuned with other settings, code, keys or configs.
+HASH_FIELDS = ("autotune_config", "code_version", "tune_features", "kernel_configs")
+#: Every identity field, each a selection option (``--code-version`` for code_version), in --help's order.
+SELECTION_FIELDS = ("kernel", "tag", *PLATFORM_FIELDS, *HASH_FIELDS)
+_SELECTION_HELP = {
+    "kernel": "only results of this kernel",
+    "tag": "only results stored under this tag",
+    "dejavu": "only results of this storage version (the release that wrote them, e.g. 0.1)",
+    "triton": "only results tuned with this Triton version",
+    "toolchain": "only results tuned with this toolchain (e.g. cuda_12.8)",
+    "gpu": "only results tuned on this GPU (as 'list' shows it)",
+}
+#: At most this many stored values are named per field in a message.
+NAMED_VALUES = 10
+
+
+def option(name: str) -> str:
+    """The selection option of an identity field: ``--code-version`` for ``code_version``."""
+    return "--" + name.replace("_", "-")
+
+
+def add_selection(parser: argparse.ArgumentParser) -> None:
+    for name in SELECTION_FIELDS:
+        default = f"only results whose {name} hash is this (as a message that asks to narrow names it)"
+        parser.add_argument(option(name), metavar=name.upper(), help=_SELECTION_HELP.get(name, default))
+
+
 def selected(args: argparse.Namespace, files: list[inventory.StoredFile]) -> list[inventory.StoredFile]:
-    wanted = {name: getattr(args, name, None) for name in ("kernel", "tag", "triton", "toolchain", "gpu")}
+    wanted = {name: getattr(args, name, None) for name in SELECTION_FIELDS}
     return [f for f in files if f.matches(**wanted)]
+
+
+def stored_values(files: Sequence[inventory.StoredFile], name: str) -> str:
+    """The values of one identity field in ``files``, for a message (the first few)."""
+    values = sorted({f.identity[name] for f in files})
+    more = f", ... ({len(values) - NAMED_VALUES} more)" if len(values) > NAMED_VALUES else ""
+    return ", ".join(values[:NAMED_VALUES]) + more
+
+
+def nothing_selected(args: argparse.Namespace, files: Sequence[inventory.StoredFile]) -> CliError:
+    """The error of a selection that keeps none of ``files``: the options whose value no file has, with
+    the stored values (``--gpu "NVIDIA H100 80GB HBM3"`` where the files say NVIDIA_H100_80GB_HBM3)."""
+    wrong = [
+        f"{option(name)} {value!r} matches no file (stored: {stored_values(files, name)})"
+        for name in SELECTION_FIELDS
+        if (value := getattr(args, name, None)) is not None and all(f.identity[name] != value for f in files)
+    ]
+    detail = "; ".join(wrong) or f"no file of {len(files)} has all its values together"
+    if not files:
+        detail = "no readable cache file is stored"
+    return CliError(f"nothing stored matches the selection: {detail}; see '{PROG} list'")
+
+
+def refuse_several(
+    files: Sequence[inventory.StoredFile], fields: Sequence[str], what: str, kind: str
+) -> None:
+    """A usage error when ``files`` hold more than one value of a field of ``fields``: it names the
+    stored values of each field that differs and the option that picks one (``what`` N ``kind``:
+    "the selection spans", "platforms")."""
+    differing = [name for name in fields if len({f.identity[name] for f in files}) > 1]
+    if differing:
+        count = len({tuple(f.identity[name] for name in fields) for f in files})
+        narrow = "; ".join(f"{option(name)} (stored: {stored_values(files, name)})" for name in differing)
+        raise UsageError(f"{what} {count} {kind}; pick one with {narrow}")

@@ -20,6 +20,7 @@ from ... import _env
 from ..._log import DejavuConfigWarning, warn_once
 from ...store import InvalidCacheFile, inventory
 from ...store.cache_file import atomic_write
+from ...store.layout import PLATFORM_FIELDS
 from ...tuner import misses as miss_log
 from .. import dejavu_import, dejavu_origin, heuristic
 from ..aot import command as aot
@@ -38,7 +39,14 @@ from .output import (
     report_problems,
     table,
 )
-from .roots import existing_root, refuse_other_archive, selected, writable_root, written_root
+from .roots import (
+    existing_root,
+    refuse_other_archive,
+    refuse_several,
+    selected,
+    writable_root,
+    written_root,
+)
 
 
 def cmd_import_dejavu(args: argparse.Namespace) -> int:
@@ -313,12 +321,7 @@ def cmd_heuristic(args: argparse.Namespace) -> int:
     files = [f for f in selected(args, files) if f.identity["kernel"] == args.kernel_name]
     if not files:
         raise CliError(f"nothing stored for kernel {args.kernel_name!r} (see '{PROG} list')")
-    found = inventory.platforms(files)
-    if len(found) > 1:
-        raise CliError(
-            f"{args.kernel_name} is stored for {len(found)} platforms; "
-            "pick one with --triton/--toolchain/--gpu"
-        )
+    refuse_several(files, PLATFORM_FIELDS, f"{args.kernel_name}'s stored results span", "platforms")
     try:
         learnt = heuristic.learn(
             heuristic.stored_entries(files), args.kernel_name, method=args.method, name=args.name
