@@ -59,7 +59,7 @@ def test_a_selection_spanning_releases_names_the_option_that_picks_one(
     argv += ["--root", str(two_releases)]
     status, _, err = run(capsys, *argv)
     assert status == 2
-    assert "spans 2 platforms" in err or "span 2 platforms" in err
+    assert "spans 2 platforms" in err or "span 2 identities" in err
     assert "--dejavu (stored: 0.0, 0.1)" in err and "--gpu" not in err
     status, _, err = run(
         capsys, *argv, "--dejavu", "0.1", *(["--method", "nearest"] if command == "heuristic" else [])
@@ -74,7 +74,7 @@ def test_a_selection_to_narrow_names_every_field_that_differs(capsys, tmp_path):
     store(root, {**IDENTITY, "triton": "3.4.0"})
     for argv in (["export", str(tmp_path / "out")], ["heuristic", "matmul"]):
         status, _, err = run(capsys, *argv, "--root", str(root))
-        assert status == 2 and "3 platforms" in err
+        assert status == 2 and ("3 platforms" in err or "3 identities" in err)
         assert "--triton (stored: 3.4.0, 3.9.0); --gpu (stored: B, NVIDIA_H100_80GB_HBM3)" in err
         assert "--toolchain" not in err and "--dejavu" not in err
 
@@ -107,3 +107,23 @@ def test_list_shows_a_hash_that_tells_apart_files_that_look_the_same(capsys, tmp
     status, out, _ = run(capsys, "list", "--root", str(root), "--code-version", "aaaaaaaaaaaaaaaa", "--json")
     [only] = json.loads(out)["files"]
     assert only["identity"]["code_version"] == "aaaaaaaaaaaaaaaa"
+
+
+@pytest.mark.parametrize(
+    ("field", "option"),
+    [("tag", "--tag"), ("code_version", "--code-version"), ("kernel_configs", "--kernel-configs")],
+)
+def test_heuristic_refuses_results_of_several_tags_code_versions_or_config_lists(
+    capsys, tmp_path, field, option
+):
+    """An experiment tag's configs, or an old code version's keys, went into the heuristic unannounced."""
+    root = tmp_path / "root"
+    store(root, IDENTITY, keys=[(64,), (128,)], block=64)
+    store(root, {**IDENTITY, field: "experiment"}, keys=[(256,)], block=16)
+    status, out, err = run(capsys, "heuristic", "matmul", "--root", str(root), "--method", "nearest")
+    assert status == 2 and not out
+    assert f"span 2 identities; pick one with {option} (stored: " in err and "experiment" in err
+    status, out, _ = run(
+        capsys, "heuristic", "matmul", "--root", str(root), "--method", "nearest", option, IDENTITY[field]
+    )
+    assert status == 0 and "'BLOCK': 16" not in out

@@ -20,7 +20,6 @@ from ... import _env
 from ..._log import DejavuConfigWarning, warn_once
 from ...store import InvalidCacheFile, inventory
 from ...store.cache_file import atomic_write
-from ...store.layout import PLATFORM_FIELDS
 from ...tuner import misses as miss_log
 from .. import dejavu_import, dejavu_origin, heuristic
 from ..aot import command as aot
@@ -40,6 +39,7 @@ from .output import (
     table,
 )
 from .roots import (
+    SELECTION_FIELDS,
     existing_root,
     refuse_other_archive,
     refuse_several,
@@ -321,7 +321,8 @@ def cmd_heuristic(args: argparse.Namespace) -> int:
     files = [f for f in selected(args, files) if f.identity["kernel"] == args.kernel_name]
     if not files:
         raise CliError(f"nothing stored for kernel {args.kernel_name!r} (see '{PROG} list')")
-    refuse_several(files, PLATFORM_FIELDS, f"{args.kernel_name}'s stored results span", "platforms")
+    # one identity: another tag's, code version's or config list's winners are not this kernel's answers
+    refuse_several(files, SELECTION_FIELDS, f"{args.kernel_name}'s stored results span", "identities")
     try:
         learnt = heuristic.learn(
             heuristic.stored_entries(files), args.kernel_name, method=args.method, name=args.name
