@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from storage_helpers import IDENTITY, entries_for, make_entry, write_document
 
 from triton_dejavu_like.codec import key_id
@@ -84,3 +85,46 @@ def test_bad_sources(tmp_path, capsys):
     (tmp_path / "bad" / "cache.json").write_text("{not json")
     status, _, err = run(capsys, tmp_path / "a", tmp_path / "bad")
     assert status == 2 and "cannot use" in err
+
+
+def test_a_root_and_its_copy_are_the_same_whatever_platforms_and_tags_it_holds(tmp_path, capsys):
+    """Each source's results for other GPUs and tags were compared with each other: a root diffed
+    with its copy had every key "with different winners"."""
+    for name in ("a", "b"):
+        store_at(tmp_path / name, {key_id((2,)): make_entry((2,), block=64)})
+        store_at(tmp_path / name, {key_id((2,)): make_entry((2,), block=32)}, gpu="B")
+        store_at(tmp_path / name, {key_id((2,)): make_entry((2,), block=16)}, tag="prod")
+    status, out, _ = run(capsys, tmp_path / "a", tmp_path / "b")
+    assert status == 0, out
+    assert out.startswith("3 key(s) stored by several sources, 0 with different winners")
+
+
+def test_a_source_holding_several_platforms_is_compared_platform_by_platform(tmp_path, capsys):
+    for name, other in (("a", 32), ("b", 16)):
+        store_at(tmp_path / name, {key_id((2,)): make_entry((2,), block=64)})
+        store_at(tmp_path / name, {key_id((2,)): make_entry((2,), block=other)}, gpu="B")
+    status, out, _ = run(capsys, tmp_path / "a", tmp_path / "b")
+    assert status == 1
+    assert "2 key(s) stored by several sources, 1 with different winners" in out
+    assert "key (2,) gpu=B:" in out and "BLOCK=64" not in out
+    status = cli.main(["diff", "--json", str(tmp_path / "a"), str(tmp_path / "b")])
+    [difference] = json.loads(capsys.readouterr().out)["differences"]
+    assert status == 1 and difference["apart"] == {"gpu": "B"}
+
+
+def test_a_key_one_source_stores_twice_is_not_stored_by_several_sources(tmp_path, capsys):
+    store_at(tmp_path / "a", {key_id((2,)): make_entry((2,), block=64)})
+    store_at(tmp_path / "a" / "backup", {key_id((2,)): make_entry((2,), block=32)})  # a copy, older
+    store_at(tmp_path / "b", {key_id((3,)): make_entry((3,), block=64)})
+    status, out, _ = run(capsys, tmp_path / "a", tmp_path / "b")
+    assert status == 0
+    assert out.startswith("0 key(s) stored by several sources, 0 with different winners; 2 key(s)")
+
+
+def test_diff_takes_no_root(tmp_path, capsys):
+    """It accepted --root and ignored it: the sources are what it reads."""
+    for name in ("a", "b"):
+        store_at(tmp_path / name, entries_for([(1,)]))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["diff", "--root", str(tmp_path / "a"), str(tmp_path / "a"), str(tmp_path / "b")])
+    assert exc.value.code == 2 and "--root" in capsys.readouterr().err

@@ -2,18 +2,18 @@
 
 Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu``, ``misses``, ``tune``
 (ahead-of-time tuning, :mod:`.aot`), ``heuristic`` (:mod:`.heuristic`), ``diff`` (:mod:`.diff`). Every
-store command takes ``--root`` (default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or
-the user cache directory) and ``--json`` for scripts. ``list`` and ``show`` read every root given
-(``--root`` repeated or an ``os.pathsep`` list: the first is the written one, the others are layers)
-and say which layer each file came from; the other commands use the first root. Exit status: 0 on
-success, 1 when an input cannot be read or nothing matches, 2 for bad arguments; ``diff`` exits 0
-when the winners agree, 1 when they differ and 2 when a source cannot be read; every command
-that removes or replaces stored data (``prune``, ``merge``, ``export``, ``import-dejavu --overwrite``)
-lists what it removes or replaces and takes ``--dry-run``. Every value read from a file is printed
-through :func:`printable`, so a stored name cannot send terminal control sequences. Output cut short
-by a closed pipe (``list | head -1``) ends quietly. The package's warnings are printed once, as
-``triton-dejavu-like: WARNING: ...`` lines of the package logger (``-W error::UserWarning`` still makes
-them errors).
+store command takes ``--json`` for scripts and, but ``diff`` (its sources say what it reads), ``--root``
+(default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or the user cache directory). ``list``
+and ``show`` read every root given (``--root`` repeated or an ``os.pathsep`` list: the first is the
+written one, the others are layers) and say which layer each file came from; the other commands use the
+first root. Exit status: 0 on success, 1 when an input cannot be read or nothing matches, 2 for bad
+arguments; ``diff`` exits 0 when the winners agree, 1 when they differ and 2 when a source cannot be
+read; every command that removes or replaces stored data (``prune``, ``merge``, ``export``,
+``import-dejavu --overwrite``) lists what it removes or replaces and takes ``--dry-run``. Every value
+read from a file is printed through :func:`printable`, so a stored name cannot send terminal control
+sequences. Output cut short by a closed pipe (``list | head -1``) ends quietly. The package's warnings
+are printed once, as ``triton-dejavu-like: WARNING: ...`` lines of the package logger (``-W
+error::UserWarning`` still makes them errors).
 """
 
 from __future__ import annotations

@@ -219,26 +219,39 @@ def cmd_diff(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     report_problems(result.problems)
+    emit(args, _diff_payload(result), _diff_lines(result))
+    if result.problems:
+        return 2
+    return 1 if result.differences else 0
+
+
+def _diff_lines(result: diff.DiffReport) -> list[str]:
     differences = result.differences
     lines = [
         f"{len(result.compared)} key(s) stored by several sources, {len(differences)} with different "
         f"winners; {len(result.missing)} key(s) stored by some sources only"
     ]
     for comparison in differences:
-        lines.append(f"  {comparison.kernel} key {key_text(comparison.winners[0].entry)}:")
+        apart = "".join(f" {name}={value}" for name, value in comparison.apart.items())
+        lines.append(f"  {comparison.kernel} key {key_text(comparison.winners[0].entry)}{apart}:")
         for w in comparison.winners:
             where = " ".join(f"{f}={w.identity[f]}" for f in diff.MATCHABLE if f != "dejavu")
             lines.append(
                 f"    {w.source}: {describe_config(w.entry.config)}  {times_text(w.entry.timings_ms)}"
             )
             lines.append(f"      {where}  tuned {w.entry.tuned_at.isoformat()}  ({w.file})")
-    payload = {
+    return lines
+
+
+def _diff_payload(result: diff.DiffReport) -> dict[str, Any]:
+    return {
         "sources": result.sources,
         "compared": len(result.compared),
         "differences": [
             {
                 "kernel": c.kernel,
                 "key": c.key_id,
+                "apart": c.apart,
                 "winners": [
                     {
                         "source": w.source,
@@ -251,17 +264,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
                     for w in c.winners
                 ],
             }
-            for c in differences
+            for c in result.differences
         ],
         "missing": [
-            {"kernel": c.kernel, "key": c.key_id, "lacking": lacking} for c, lacking in result.missing
+            {"kernel": c.kernel, "key": c.key_id, "apart": c.apart, "lacking": lacking}
+            for c, lacking in result.missing
         ],
         "problems": problems_payload(result.problems),
     }
-    emit(args, payload, "\n".join(lines))
-    if result.problems:
-        return 2
-    return 1 if differences else 0
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser) -> None:
@@ -274,9 +284,8 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     p.add_argument("--top", action="store_true", help="also show the best candidates of each key")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser(
-        "diff", parents=[common], help="compare the winners stored by several machines or ranks"
-    )
+    p = sub.add_parser("diff", help="compare the winners stored by several machines or ranks")
+    p.add_argument("--json", action="store_true", help="print JSON for scripts")  # no --root: SOURCES say it
     p.add_argument(
         "sources",
         nargs="+",
