@@ -83,6 +83,36 @@ def test_a_path_or_kernel_that_is_not_there_exits_2_in_one_line(capsys, tmp_path
     assert len(err.splitlines()) == 1 and "error:" in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "--root", "{root}" + os.pathsep + "{tmp}/typo"],
+        ["list", "--root", "{tmp}/typo", "--root", "{root}"],
+        ["show", "matmul", "--root", "{root}", "--root", "{tmp}/typo"],
+        ["prune", "--older-than", "30d", "--root", "{root}" + os.pathsep + "{tmp}/typo"],
+        ["export", "{tmp}/out", "--root", "{root}" + os.pathsep + "{tmp}/typo"],
+        ["heuristic", "matmul", "--root", "{root}" + os.pathsep + "{tmp}/typo"],
+    ],
+)
+def test_a_root_part_that_is_not_there_exits_2_beside_one_that_is(capsys, tmp_path, root, argv):
+    """It was left out without a word as long as another root existed."""
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{root}", str(root)) for a in argv]
+    assert run(*argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"{tmp_path / 'typo'}: that --root does not exist" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_storage_layer_that_is_not_there_is_said_once(capsys, tmp_path, root, monkeypatch):
+    monkeypatch.setenv(_env.STORAGE, os.pathsep.join([str(root), str(tmp_path / "gone")]))
+    assert run("list") == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("gone") == 1 and "does not exist: left out" in captured.err
+    assert "matmul" in captured.out
+    monkeypatch.setenv(_env.STORAGE, os.pathsep.join([str(tmp_path / "new"), str(root)]))
+    assert run("list") == 0 and capsys.readouterr().err == ""  # a written root not made yet is no news
+
+
 # --- a closed pipe ------------------------------------------------------------------------------------------
 
 

@@ -86,6 +86,7 @@ def test_cli_list_and_show_name_the_layer(roots, capsys):
     tuner = tuned_add(FakeBench())
     seed(tuner, rw, {add_key(64): 32})
     seed(tuner, layer1, {add_key(128): 64})
+    roots[2].mkdir()  # empty: a --root part that does not exist is a typo (exit 2)
 
     assert cli.main(["list", "--root", str(rw), "--root", f"{layer1}{os.pathsep}{roots[2]}"]) == 0
     lines = capsys.readouterr().out.splitlines()

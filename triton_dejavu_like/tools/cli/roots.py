@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from ... import _env
 from ...store import default_root, inventory
 from ...store.layout import PLATFORM_FIELDS
-from .output import PROG, CliError, UsageError, report_problems
+from .output import PROG, CliError, UsageError, printable, report_problems
 
 
 def _storage_roots(args: argparse.Namespace) -> list[Path]:
@@ -46,13 +47,28 @@ def writable_root(args: argparse.Namespace) -> Path:
     return root
 
 
+def _read_roots(args: argparse.Namespace, *, layers: bool) -> list[Path]:
+    """The roots of a command that reads them: a ``--root`` part that is no folder is a typo (exit 2,
+    named), even beside one that is; with ``layers`` (the command reads them), a layer of
+    ``$TRITON_DEJAVU_STORAGE`` that is no folder is said on stderr (the written root may not exist yet)."""
+    roots = _storage_roots(args)
+    for i, root in enumerate(roots):
+        if root.is_dir():
+            continue
+        why = "is not a folder" if root.exists() else "does not exist"
+        if args.root:
+            raise UsageError(f"no storage at {root}: that --root {why}")
+        if layers and i > 0:
+            print(f"{PROG}: {_env.STORAGE} names {printable(root)}, which {why}: left out", file=sys.stderr)
+    return roots
+
+
 def layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int, inventory.StoredFile]]]:
     """The cache files of every existing root, each with the index of its root (0: the written one)."""
-    roots = _storage_roots(args)
+    roots = _read_roots(args, layers=True)
     existing = [(i, root) for i, root in enumerate(roots) if root.is_dir()]
     if not existing:
-        error = UsageError if args.root else CliError  # a --root that is not there is a typo
-        raise error(f"no storage at {os.pathsep.join(map(str, roots))} (set --root or {_env.STORAGE})")
+        raise CliError(f"no storage at {os.pathsep.join(map(str, roots))} (set --root or {_env.STORAGE})")
     found: list[tuple[int, inventory.StoredFile]] = []
     problems: list[inventory.Problem] = []
     for i, root in existing:
@@ -74,10 +90,10 @@ def refuse_other_archive(out: Path, named: str) -> None:
 
 
 def existing_root(args: argparse.Namespace) -> Path:
-    root = written_root(args)
+    """The written root of a command that reads it only (the others a --root names must exist too)."""
+    root = _read_roots(args, layers=False)[0]
     if not root.is_dir():
-        error = UsageError if args.root else CliError  # a --root that is not there is a typo
-        raise error(f"no storage at {root} (set --root or {_env.STORAGE})")
+        raise CliError(f"no storage at {root} (set --root or {_env.STORAGE})")
     return root
 
 
