@@ -359,7 +359,8 @@ def test_export_to_an_archive_or_refused_before_tuning(capsys, tmp_path):
     capsys.readouterr()
     status, served = tune(capsys, f"{SPEC}:cases", "--root", str(fresh))
     assert status == 0 and set(statuses(served).values()) == {"stored"}
-    for refused in (archive, tmp_path / "ship.tar"):  # one that exists, one of another kind
+    # one that exists, one of another kind, a folder inside the root (its files read as the root's)
+    for refused in (archive, tmp_path / "ship.tar", tmp_path / "r2" / "ship"):
         assert (
             cli.main(["tune", f"{SPEC}:cases", "--root", str(tmp_path / "r2"), "--export", str(refused)]) == 2
         )

@@ -27,7 +27,7 @@ from storage_helpers import (
 from triton_dejavu_like import DejavuStorageWarning, _env
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import cache_file as storage
-from triton_dejavu_like.store import layout
+from triton_dejavu_like.store import inventory, layout
 from triton_dejavu_like.tools import cli
 
 OTHER_GPU = {**IDENTITY, "gpu": "NVIDIA_A100-SXM4-80GB"}
@@ -624,6 +624,34 @@ def test_export_to_a_folder(capsys, root, tmp_path):
     for ident in (IDENTITY, SOFTMAX):
         assert stored_entries(cache_file(out, ident).path) == stored_entries(cache_file(root, ident).path)
     assert not cache_file(out, OTHER_GPU).path.exists()
+
+
+def test_export_counts_the_keys_it_writes(capsys, root, tmp_path):
+    """Two files of one identity (a copy kept inside the root) were counted twice: 4 keys exported,
+    2 in the archive."""
+    copy = cache_file(root / "backup").path
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(cache_file(root).path.read_bytes())
+    out = tmp_path / "ship.tar.gz"
+    payload = run_json(
+        capsys, "export", str(out), "--root", str(root), "--kernel", "matmul", "--gpu", IDENTITY["gpu"]
+    )
+    assert payload["keys"] == 2 and len(stored_entries_in(out)) == 2
+
+
+def stored_entries_in(archive: Path) -> list:
+    files, problems = inventory.read_sources([archive])
+    assert not problems
+    return [e for f in files for e in f.entries.values()]
+
+
+@pytest.mark.parametrize("inside", [".", "deploy", "dejavu_0.1/deploy"])
+def test_export_refuses_a_folder_inside_the_root_it_reads(capsys, root, tmp_path, inside):
+    out = root / inside
+    before = stored_bytes(root)
+    assert run("export", str(out), "--root", str(root), "--gpu", IDENTITY["gpu"]) == 2
+    assert f"is inside {root}, the root read" in capsys.readouterr().err
+    assert stored_bytes(root) == before and not (root / "deploy").exists()
 
 
 def test_an_exported_archive_ships_results_a_fresh_machine_restores(capsys, tmp_path):

@@ -200,6 +200,12 @@ def group_by_identity(files: Iterable[StoredFile]) -> dict[str, list[StoredFile]
     return groups
 
 
+def distinct_keys(files: Iterable[StoredFile]) -> int:
+    """How many keys ``files`` hold, a key stored in several files of one identity counted once (as
+    merging them, or an archive of them, holds it)."""
+    return sum(len({kid for f in group for kid in f.entries}) for group in group_by_identity(files).values())
+
+
 # --- merging -------------------------------------------------------------------------------------------
 
 

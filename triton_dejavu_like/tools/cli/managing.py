@@ -34,6 +34,7 @@ from .output import (
 from .roots import (
     existing_root,
     nothing_selected,
+    refuse_inside,
     refuse_other_archive,
     refuse_several,
     selected,
@@ -212,44 +213,27 @@ def _check_keep_values(files: Sequence[inventory.StoredFile], keep: dict[str, st
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    stored, problems = inventory.read_sources([existing_root(args)])
+    root = existing_root(args)
+    out = Path(args.out).expanduser()
+    refuse_other_archive(out, str(out))
+    refuse_inside(out, root, str(out))
+    stored, problems = inventory.read_sources([root])
     files = selected(args, stored)
     if not files:
         raise nothing_selected(args, stored)
     refuse_several(files, PLATFORM_FIELDS, "the selection spans", "platforms")
-    found = inventory.platforms(files)
-    out = Path(args.out).expanduser()
-    refuse_other_archive(out, str(out))
-    replaced: list[tuple[str, int]] = []
-    notes: list[str] = []
     if inventory.is_archive(out):
-        if out.is_dir() or (out.exists() and not args.force):
-            raise UsageError(f"{out} already exists; nothing was written (--force replaces it)")
-        if out.exists():
-            held, _ = inventory.read_sources([out])
-            verb = "would replace" if args.dry_run else "replaced"
-            notes.append(f"  {verb} the existing {out} ({keys_in(held)} stored entries in it)")
-        written = inventory.write_archive(out, files, dry_run=args.dry_run)
+        written, notes = _export_archive(out, files, args)
+        replaced: list[tuple[str, int]] = []
     else:
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"{out} is a file; export to a storage directory or a .tar.gz archive")
-        if args.force:
-            warn_once(
-                DejavuConfigWarning,
-                "--force",
-                "export: --force has no effect when exporting into a directory: the selection is merged "
-                "into what it holds (it replaces only an existing .tar.gz archive)",
-            )
-        report = inventory.merge_into(out, files, dry_run=args.dry_run)
-        if report.problems:
-            report_problems(report.problems)
-            raise CliError(f"could not export into {out}")
-        written, replaced = report.written, report.replaced_in
-    platform = found[0]
+        written, replaced = _export_folder(out, files, args)
+        notes = []
+    [platform] = inventory.platforms(files)
     skipped = left_out(files, problems)
+    keys = inventory.distinct_keys(files)  # a key stored in two files of one identity is written once
     verb = "would export" if args.dry_run else "exported"
     lines = [
-        f"{verb} {len(written)} cache file(s), {keys_in(files)} keys, for triton {platform['triton']} "
+        f"{verb} {len(written)} cache file(s), {keys} keys, for triton {platform['triton']} "
         f"{platform['toolchain']} gpu {platform['gpu']} to {out}; {left_out_text(skipped)}",
         *notes,
         *replaced_lines(replaced, args.dry_run),
@@ -259,7 +243,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         "dry_run": args.dry_run,
         "platform": platform,
         "files": written,
-        "keys": keys_in(files),
+        "keys": keys,
         "replaced_in": dict(replaced),
         "left_out": skipped,
     }
@@ -268,8 +252,39 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def keys_in(files: Sequence[inventory.StoredFile]) -> int:
-    return sum(len(f.entries) for f in files)
+def _export_archive(
+    out: Path, files: Sequence[inventory.StoredFile], args: argparse.Namespace
+) -> tuple[list[str], list[str]]:
+    """Export into a new archive (an existing one only with --force): its members, and what it replaced."""
+    if out.is_dir() or (out.exists() and not args.force):
+        raise UsageError(f"{out} already exists; nothing was written (--force replaces it)")
+    notes = []
+    if out.exists():
+        held, _ = inventory.read_sources([out])
+        verb = "would replace" if args.dry_run else "replaced"
+        notes.append(f"  {verb} the existing {out} ({inventory.distinct_keys(held)} stored entries in it)")
+    return inventory.write_archive(out, files, dry_run=args.dry_run), notes
+
+
+def _export_folder(
+    out: Path, files: Sequence[inventory.StoredFile], args: argparse.Namespace
+) -> tuple[list[str], list[tuple[str, int]]]:
+    """Export into a storage root (merged into what it holds): the files written, and those whose
+    entries were replaced."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} is a file; export to a storage directory or a .tar.gz archive")
+    if args.force:
+        warn_once(
+            DejavuConfigWarning,
+            "--force",
+            "export: --force has no effect when exporting into a directory: the selection is merged "
+            "into what it holds (it replaces only an existing .tar.gz archive)",
+        )
+    report = inventory.merge_into(out, files, dry_run=args.dry_run)
+    if report.problems:
+        report_problems(report.problems)
+        raise CliError(f"could not export into {out}")
+    return report.written, report.replaced_in
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.ArgumentParser) -> None:

@@ -89,6 +89,15 @@ def refuse_other_archive(out: Path, named: str) -> None:
         raise UsageError(f"{named}: a storage directory or a gzipped tar archive ({endings})")
 
 
+def refuse_inside(out: Path, root: Path, named: str) -> None:
+    """An output folder (``named`` so in the message) inside a root a command reads, or that root, is
+    a usage error: its files would be read as the root's (twice, by the next list or export)."""
+    if inventory.is_archive(out):
+        return  # an archive in a tree is never read as its files
+    if out.resolve().is_relative_to(root.resolve()):
+        raise UsageError(f"{named} is inside {root}, the root read; export to a folder outside it")
+
+
 def existing_root(args: argparse.Namespace) -> Path:
     """The written root of a command that reads it only (the others a --root names must exist too)."""
     root = _read_roots(args, layers=False)[0]

@@ -41,6 +41,7 @@ from .output import (
 from .roots import (
     SELECTION_FIELDS,
     existing_root,
+    refuse_inside,
     refuse_other_archive,
     refuse_several,
     selected,
@@ -253,6 +254,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     export = request.export
     if export is not None:
         refuse_other_archive(export, f"--export {export}")
+        refuse_inside(export, request.root, f"--export {export}")
         if inventory.is_archive(export) and export.exists():
             raise UsageError(f"--export {export} already exists; nothing was tuned (remove it first)")
     try:
