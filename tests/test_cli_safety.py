@@ -113,6 +113,33 @@ def test_a_storage_layer_that_is_not_there_is_said_once(capsys, tmp_path, root, 
     assert run("list") == 0 and capsys.readouterr().err == ""  # a written root not made yet is no news
 
 
+def test_every_json_output_that_reads_a_root_lists_the_files_it_could_not_read(capsys, tmp_path, root):
+    """show --json left an unreadable file of the kernel out without a word (list --json has them)."""
+    broken = cache_file(root, {**IDENTITY, "tag": "prod"}).path
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"broken')
+    commands = [
+        ["list"],
+        ["show", "matmul"],
+        ["export", str(tmp_path / "ship.tar.gz"), "--tag", "default"],
+        ["export", str(tmp_path / "out"), "--tag", "default"],
+        ["heuristic", "matmul", "--tag", "default", "--method", "nearest"],
+    ]
+    for argv in commands:
+        assert run(*argv, "--root", str(root), "--json") == 0, argv
+        payload = json.loads(capsys.readouterr().out)
+        assert [p["path"] for p in payload["problems"]] == [str(broken)], argv
+        assert "not JSON" in payload["problems"][0]["reason"]
+
+
+def test_export_json_names_the_files_written_as_other_commands_name_them(capsys, tmp_path, root):
+    """An archive's were member names, a folder's absolute paths: both are now where a reader finds them."""
+    for out in (tmp_path / "ship.tar.gz", tmp_path / "out"):
+        assert run("export", str(out), "--root", str(root), "--json") == 0
+        written = json.loads(capsys.readouterr().out)["files"]
+        assert written == [f.source for f in inventory.read_sources([out])[0]]
+
+
 # --- a closed pipe ------------------------------------------------------------------------------------------
 
 

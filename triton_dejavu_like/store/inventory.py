@@ -500,7 +500,8 @@ def write_archive(destination: Path, files: Iterable[StoredFile], *, dry_run: bo
     """A .tar.gz holding each identity's merged cache file at its path relative to a storage root.
 
     Members are written from memory with fixed owner and mode, so the archive unpacks anywhere
-    (``tar xzf ... -C $TRITON_DEJAVU_STORAGE``) or merges with ``merge``.
+    (``tar xzf ... -C $TRITON_DEJAVU_STORAGE``) or merges with ``merge``. Returns the files written,
+    named as :func:`read_sources` names them (``<archive>:<member>``).
     """
     members = []
     buffer = io.BytesIO()
@@ -517,7 +518,7 @@ def write_archive(destination: Path, files: Iterable[StoredFile], *, dry_run: bo
             moments = [e.tuned_at for e in merged.entries.values()]
             info.mtime = int(max(moments).timestamp()) if moments else 0
             tar.addfile(info, io.BytesIO(data))
-            members.append(name)
+            members.append(f"{destination}:{name}")
     if dry_run:
         return members
     destination.parent.mkdir(parents=True, exist_ok=True)

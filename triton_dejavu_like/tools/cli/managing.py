@@ -246,6 +246,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         "keys": keys,
         "replaced_in": dict(replaced),
         "left_out": skipped,
+        "problems": problems_payload(problems),
     }
     emit(args, payload, lines)
     report_problems(problems)

@@ -170,7 +170,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise CliError(f"nothing stored matches {args.selector!r} (see '{PROG} list')")
     named = [n for n in listed_fields([f for _, f in found]) if n not in LISTED_FIELDS]
     out: list[str] = []
-    payload: dict[str, Any] = {"files": []}
+    # the files of the roots that could not be read (layered_files said them on stderr without --json)
+    payload: dict[str, Any] = {"files": [], "problems": problems_payload(getattr(args, "problems", []))}
     for layer, f in sorted(found, key=lambda p: (p[0] or (0, Path()), p[1].source)):
         said = layer if layer is not None and len(args.roots) > 1 else None  # said only with layers
         entries = sorted(f.entries.values(), key=key_text)

@@ -353,6 +353,7 @@ def cmd_heuristic(args: argparse.Namespace) -> int:
         "validation": learnt.validation,
         "out": args.out,
         "source": None if args.out else learnt.source,
+        "problems": problems_payload(problems),
     }
     if args.json:
         emit(args, payload, text)
