@@ -350,6 +350,28 @@ def test_a_worker_interrupted_while_importing_leaves_quietly(tmp_path):
     assert process.returncode == 130 and "Traceback" not in err, (process.returncode, err)
 
 
+@pytest.mark.parametrize(
+    ("extra", "unbuffered"), [([], None), (["--workers", "2"], "1")], ids=["in process", "workers"]
+)
+def test_a_closed_output_stops_no_tuning(tmp_path, extra, unbuffered):
+    """``tune SPEC | head`` stopped at the first progress line it could not write: 2 of 6 cases tuned,
+    exit 1, nothing said. Buffered, the closed pipe is met at the end; unbuffered, at the first line."""
+    root, err = tmp_path / "root", tmp_path / "err"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update({"PYTHONUNBUFFERED": unbuffered} if unbuffered else {})
+    command = (
+        f"{sys.executable} -m triton_dejavu_like tune {SPEC} --root {root} {' '.join(extra)} 2>{err} | true; "
+        'echo "status ${PIPESTATUS[0]}"'
+    )
+    repo = Path(__file__).parent.parent  # python -m finds this package there first
+    result = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, env=env, cwd=repo, timeout=300
+    )
+    assert result.stdout.strip() == "status 0", err.read_text()
+    assert err.read_text() == "triton-dejavu-like tune: the output was closed; going on without it\n"
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == sorted(SIZES)
+
+
 def test_export_to_an_archive_or_refused_before_tuning(capsys, tmp_path):
     root, archive = tmp_path / "root", tmp_path / "ship.tar.gz"
     status, report = tune(capsys, f"{SPEC}:cases", "--root", str(root), "--export", str(archive))

@@ -11,9 +11,10 @@ arguments; ``diff`` exits 0 when the winners agree, 1 when they differ and 2 whe
 read; every command that removes or replaces stored data (``prune``, ``merge``, ``export``,
 ``import-dejavu --overwrite``) lists what it removes or replaces and takes ``--dry-run``. Every value
 read from a file is printed through :func:`printable`, so a stored name cannot send terminal control
-sequences. Output cut short by a closed pipe (``list | head -1``) ends quietly. The package's warnings
-are printed once, as ``triton-dejavu-like: WARNING: ...`` lines of the package logger (``-W
-error::UserWarning`` still makes them errors).
+sequences. Output cut short by a closed pipe (``list | head -1``) ends quietly; ``tune`` goes on
+without it (the tuning is what it is for). The package's warnings are printed once, as
+``triton-dejavu-like: WARNING: ...`` lines of the package logger (``-W error::UserWarning`` still
+makes them errors).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from ... import __version__, _env
 from ..._log import DejavuWarning
 from . import managing, reading, roots, tuning
-from .output import PROG, CliError, CommandParser, UsageError, printable
+from .output import PROG, CliError, CommandParser, UsageError, printable, stdout_to_devnull
 
 __all__ = ["build_parser", "main", "printable"]
 
@@ -72,10 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return status
     except BrokenPipeError:
-        # The recipe of Python's signal docs (note on SIGPIPE): whoever read our output is gone
-        # (``list | head -1``); point stdout at devnull so that the interpreter's final flush is
-        # quiet, and exit 1 as Python does on EPIPE.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # whoever read our output is gone (``list | head -1``): the interpreter's final flush is made
+        # quiet, and the exit status is 1, as Python's on EPIPE
+        stdout_to_devnull()
         return 1
     except KeyboardInterrupt:
         print(f"{PROG} {args.command}: interrupted", file=sys.stderr)

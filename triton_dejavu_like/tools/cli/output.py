@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
+import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
 
 from ...store import StoredEntry, inventory
 
@@ -118,3 +120,53 @@ def left_out_text(counts: dict[str, int]) -> str:
 def report_problems(problems: Sequence[inventory.Problem]) -> None:
     for p in problems:
         print(f"{PROG}: cannot use {printable(p.source)}: {printable(p.reason)}", file=sys.stderr)
+
+
+def stdout_to_devnull() -> None:
+    """Point stdout at /dev/null: its reader is gone (``list | head -1``), so that what is still written
+    or buffered goes nowhere, quietly (the recipe of Python's signal docs, note on SIGPIPE)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+class _OutlivingStdout:
+    """``sys.stdout`` for a command whose work must not stop when its reader goes (``tune | head``):
+    the first write or flush that meets the closed pipe points stdout at /dev/null and says so once
+    on stderr; the command goes on."""
+
+    def __init__(self, stream: TextIO, command: str) -> None:
+        self._stream, self._command, self.closed_pipe = stream, command, False
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def _gone(self) -> None:
+        stdout_to_devnull()
+        if not self.closed_pipe:
+            self.closed_pipe = True
+            print(f"{PROG} {self._command}: the output was closed; going on without it", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def outliving_closed_stdout(command: str) -> Iterator[None]:
+    """Within the block, a closed stdout stops nothing (:class:`_OutlivingStdout`); what is buffered is
+    flushed before the block ends, so that a closed pipe is met here, not at exit."""
+    original = sys.stdout
+    sys.stdout = _OutlivingStdout(original, command)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stdout = original

@@ -30,6 +30,7 @@ from .output import (
     CliError,
     UsageError,
     emit,
+    outliving_closed_stdout,
     path_text,
     positive_int,
     printable,
@@ -222,6 +223,24 @@ def _spec_and_ray(args: argparse.Namespace) -> tuple[str, str | None]:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    request = _tune_request(args)
+    with outliving_closed_stdout("tune"):  # a reader gone (tune | head) stops no tuning, no merge
+        try:
+            with _terminated_as_interrupted():
+                report = aot.tune(request, quiet=args.json)
+        except SpecError as exc:
+            raise CliError(str(exc)) from exc
+        except RuntimeError as exc:  # Ray missing or unreachable
+            raise CliError(str(exc)) from exc
+        emit(args, report.to_json(), tune_summary(report))
+    for message in report.errors:
+        print(f"{PROG} tune: {message}", file=sys.stderr)
+    report_problems(report.problems)
+    return 0 if report.ok else 1
+
+
+def _tune_request(args: argparse.Namespace) -> aot.TuneRequest:
+    """What ``tune`` is asked, checked before anything is tuned."""
     args.spec, args.ray = _spec_and_ray(args)
     if _env.deterministic():  # it turns tuning off whatever tuning() says: every case would tune nothing
         raise UsageError(f"{_env.DETERMINISTIC}=1 turns tuning off; unset it to tune")
@@ -257,18 +276,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         refuse_inside(export, request.root, f"--export {export}")
         if inventory.is_archive(export) and export.exists():
             raise UsageError(f"--export {export} already exists; nothing was tuned (remove it first)")
-    try:
-        with _terminated_as_interrupted():
-            report = aot.tune(request, quiet=args.json)
-    except SpecError as exc:
-        raise CliError(str(exc)) from exc
-    except RuntimeError as exc:  # Ray missing or unreachable
-        raise CliError(str(exc)) from exc
-    emit(args, report.to_json(), tune_summary(report))
-    for message in report.errors:
-        print(f"{PROG} tune: {message}", file=sys.stderr)
-    report_problems(report.problems)
-    return 0 if report.ok else 1
+    return request
 
 
 def tune_summary(report: aot.TuneReport) -> str:
