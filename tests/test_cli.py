@@ -584,6 +584,28 @@ def test_prune_refuses_a_keep_value_that_matches_nothing(capsys, root, option, v
     assert {p: p.read_bytes() for p in root.rglob("cache.json")} == before
 
 
+def test_prune_refuses_keep_values_each_stored_but_never_together(capsys, root):
+    """Each value was in some file, so the guard let through values that no file has together: every
+    file was removed."""
+    cache_file(root, {**OTHER_GPU, "triton": "3.4.0"}).record(entries_for([(1,)]))
+    before = stored_bytes(root)
+    assert run("prune", "--root", str(root), "--keep-triton", "3.4.0", "--keep-gpu", IDENTITY["gpu"]) == 2
+    err = capsys.readouterr().err
+    assert "no stored result has these values together" in err and "--force" in err
+    assert "triton 3.4.0, gpu NVIDIA_A100-SXM4-80GB; triton 3.9.0, gpu NVIDIA_A100-SXM4-80GB" in err
+    assert stored_bytes(root) == before
+
+
+def test_prune_keep_values_are_checked_against_the_kernel_pruned(capsys, root):
+    """--kernel softmax --keep-gpu A100: softmax is stored for the H100 only, so all of it would go."""
+    before = stored_bytes(root)
+    assert run("prune", "--root", str(root), "--kernel", "softmax", "--keep-gpu", OTHER_GPU["gpu"]) == 2
+    assert f"stored values: {IDENTITY['gpu']} (" in capsys.readouterr().err
+    assert stored_bytes(root) == before
+    assert run("prune", "--root", str(root), "--kernel", "matmul", "--keep-gpu", OTHER_GPU["gpu"]) == 0
+    assert not cache_file(root).path.exists() and cache_file(root, SOFTMAX).path.exists()
+
+
 def test_prune_with_force_removes_what_a_non_matching_keep_value_says(capsys, root):
     assert run("prune", "--root", str(root), "--keep-gpu", "NONEXISTENT", "--force") == 0
     assert list(root.rglob("cache.json")) == []

@@ -33,6 +33,7 @@ from .output import (
 )
 from .roots import (
     existing_root,
+    named_values,
     nothing_selected,
     refuse_inside,
     refuse_other_archive,
@@ -133,7 +134,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         if args.kernel is not None:
             _check_kernel(root, stored, args.kernel)
         if keep and not args.force:
-            _check_keep_values(stored, keep)
+            _check_keep_values([f for f in stored if args.kernel in (None, f.identity["kernel"])], keep)
     report = inventory.prune(
         root,
         keep=keep,
@@ -201,15 +202,24 @@ def _check_kernel(root: Path, files: Sequence[inventory.StoredFile], kernel: str
 
 
 def _check_keep_values(files: Sequence[inventory.StoredFile], keep: dict[str, str]) -> None:
-    """Refuse a ``--keep-*`` value that no stored file has: it would remove everything (a typo)."""
+    """Refuse ``--keep-*`` values that no file of ``files`` (those pruned) has together: they would
+    remove everything (a typo, or values each stored, but never in one file)."""
+    if not files or any(all(f.identity[n] == v for n, v in keep.items()) for f in files):
+        return
+    force = "use --force to remove them all anyway"
     for name, value in keep.items():
         stored = sorted({f.identity[name] for f in files})
-        if stored and value not in stored:
-            listed = ", ".join(stored)
+        if value not in stored:
             raise UsageError(
                 f"--keep-{name} {value!r} matches no stored result, so every result would be removed; "
-                f"stored values: {listed} (use --force to remove them all anyway)"
+                f"stored values: {', '.join(stored)} ({force})"
             )
+    given = " ".join(f"--keep-{n} {v!r}" for n, v in keep.items())
+    together = sorted({", ".join(f"{n} {f.identity[n]}" for n in keep) for f in files})
+    raise UsageError(
+        f"{given}: no stored result has these values together, so every result would be removed; "
+        f"stored together: {named_values(together, '; ')} ({force})"
+    )
 
 
 def cmd_export(args: argparse.Namespace) -> int:

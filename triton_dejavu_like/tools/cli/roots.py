@@ -141,9 +141,13 @@ def selected(args: argparse.Namespace, files: list[inventory.StoredFile]) -> lis
 
 def stored_values(files: Sequence[inventory.StoredFile], name: str) -> str:
     """The values of one identity field in ``files``, for a message (the first few)."""
-    values = sorted({f.identity[name] for f in files})
-    more = f", ... ({len(values) - NAMED_VALUES} more)" if len(values) > NAMED_VALUES else ""
-    return ", ".join(values[:NAMED_VALUES]) + more
+    return named_values(sorted({f.identity[name] for f in files}))
+
+
+def named_values(values: Sequence[str], separator: str = ", ") -> str:
+    """The first :data:`NAMED_VALUES` of ``values``, and how many more, for a message."""
+    more = f"{separator}... ({len(values) - NAMED_VALUES} more)" if len(values) > NAMED_VALUES else ""
+    return separator.join(values[:NAMED_VALUES]) + more
 
 
 def nothing_selected(args: argparse.Namespace, files: Sequence[inventory.StoredFile]) -> CliError:
