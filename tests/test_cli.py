@@ -28,6 +28,7 @@ from triton_dejavu_like import DejavuStorageWarning, _env
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import cache_file as storage
 from triton_dejavu_like.store import inventory, layout
+from triton_dejavu_like.store.identity import stable_hash
 from triton_dejavu_like.tools import cli
 
 OTHER_GPU = {**IDENTITY, "gpu": "NVIDIA_A100-SXM4-80GB"}
@@ -183,6 +184,41 @@ def test_show_with_an_empty_selector_is_an_error_not_everything(capsys, root, mo
 def test_show_fails_clearly_when_nothing_matches(capsys, root):
     assert run("show", "no_such_kernel", "--root", str(root)) == 1
     assert "nothing stored matches 'no_such_kernel'" in capsys.readouterr().err
+
+
+def identity_with_id_prefix(prefix: str) -> dict[str, str]:
+    """Another kernel's identity whose ID starts with ``prefix`` (found by trying tags)."""
+    for i in range(100_000):
+        ident = {**IDENTITY, "kernel": "mul", "tag": f"team{i}"}
+        if stable_hash(ident).startswith(prefix):
+            return ident
+    raise AssertionError(f"no tag gives an ID starting with {prefix!r}")
+
+
+def test_show_prefers_a_kernel_name_to_an_id_prefix(capsys, tmp_path):
+    """``show add`` also showed an unrelated kernel whose ID happens to start with "add" (hex)."""
+    root = tmp_path / "root"
+    cache_file(root, {**IDENTITY, "kernel": "add"}).record(entries_for([(1,)]))
+    mul = identity_with_id_prefix("add")
+    cache_file(root, mul).record(entries_for([(2,)]))
+    shown = run_json(capsys, "show", "add", "--root", str(root))["files"]
+    assert [f["identity"]["kernel"] for f in shown] == ["add"]
+    by_id = run_json(capsys, "show", stable_hash(mul)[:6], "--root", str(root))["files"]
+    assert [f["identity"] for f in by_id] == [mul]
+    assert run("show", stable_hash(mul)[:5], "--root", str(root)) == 1  # too short to be an ID
+    assert "an ID prefix has 6 characters or more" in capsys.readouterr().err
+
+
+def test_show_reads_a_path_only_when_it_is_written_as_one(capsys, root, tmp_path, monkeypatch):
+    """A folder of the working directory named like the kernel shadowed the store."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "softmax").mkdir()
+    [shown] = run_json(capsys, "show", "softmax", "--root", str(root))["files"]
+    assert shown["identity"] == SOFTMAX
+    assert run("show", "./softmax", "--root", str(root)) == 1  # a path: the empty folder's files
+    capsys.readouterr()
+    assert run("show", "gone/cache.json", "--root", str(root)) == 2
+    assert "no such file or directory: gone/cache.json" in capsys.readouterr().err
 
 
 # --- merge --------------------------------------------------------------------------------------------

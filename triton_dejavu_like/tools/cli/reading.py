@@ -143,23 +143,37 @@ def entry_lines(entry: StoredEntry, *, top: bool) -> list[str]:
     return lines
 
 
+#: The shortest ID prefix ``show`` takes (IDs are hex: a kernel named ``add`` or ``f`` is no ID).
+MIN_ID_PREFIX = 6
+
+
+def _is_path(selector: str) -> bool:
+    """A selector that names a path: one with a path separator, or a file name (``cache.json``, an
+    archive); never a bare word, which a folder of the working directory would shadow."""
+    separators = [sep for sep in (os.sep, os.altsep) if sep]
+    named = selector.lower().endswith(".json") or inventory.is_archive(Path(selector))
+    return named or any(sep in selector for sep in separators)
+
+
 def _files_for(
     selector: str, args: argparse.Namespace
 ) -> list[tuple[tuple[int, Path] | None, inventory.StoredFile]]:
-    """The files ``selector`` names, each with its layer (index and root; None for a path given)."""
-    path = Path(selector).expanduser()
-    if path.exists():
+    """The files ``selector`` names, each with its layer (index and root; None for a path given): a
+    path's, else the files of the kernel of that name, else those whose ID starts with it."""
+    if _is_path(selector):
+        path = Path(selector).expanduser()
+        if not path.exists():
+            raise UsageError(f"no such file or directory: {selector}")
         files, problems = inventory.read_sources([path])
         if problems:
             report_problems(problems)
             raise CliError(f"{len(problems)} unreadable file(s) in {path}")
         return [(None, f) for f in files]
     roots, layered = layered_files(args)
-    return [
-        ((i, roots[i]), f)
-        for i, f in layered
-        if f.identity_id.startswith(selector) or f.identity["kernel"] == selector
-    ]
+    named = [((i, roots[i]), f) for i, f in layered if f.identity["kernel"] == selector]
+    if named or len(selector) < MIN_ID_PREFIX:
+        return named
+    return [((i, roots[i]), f) for i, f in layered if f.identity_id.startswith(selector)]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -167,7 +181,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     wanted = set(map(id, selected(args, [f for _, f in found])))
     found = [(layer, f) for layer, f in found if id(f) in wanted]
     if not found:
-        raise CliError(f"nothing stored matches {args.selector!r} (see '{PROG} list')")
+        short = (
+            f"; an ID prefix has {MIN_ID_PREFIX} characters or more"
+            if len(args.selector) < MIN_ID_PREFIX
+            else ""
+        )
+        raise CliError(f"nothing stored matches {args.selector!r} (see '{PROG} list'{short})")
     named = [n for n in listed_fields([f for _, f in found]) if n not in LISTED_FIELDS]
     out: list[str] = []
     # the files of the roots that could not be read (layered_files said them on stderr without --json)
@@ -281,7 +300,12 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("show", parents=[common, selection], help="show one kernel's entries")
-    p.add_argument("selector", type=path_text, help="an ID from 'list', a kernel name, or a cache.json path")
+    p.add_argument(
+        "selector",
+        type=path_text,
+        help=f"a kernel name, else an ID from 'list' (its first {MIN_ID_PREFIX} characters or more), or a "
+        "path (with a '/', or a .json or .tar.gz name)",
+    )
     p.add_argument("--top", action="store_true", help="also show the best candidates of each key")
     p.set_defaults(func=cmd_show)
 
