@@ -116,6 +116,20 @@ def test_a_case_that_calls_sys_exit_fails_only_that_case(capsys, tmp_path):
     assert status == 1 and "SystemExit" in report["cases"][1]["error"]
 
 
+def test_progress_lines_escape_what_the_spec_names(capsys, tmp_path):
+    """Case names and errors reached the terminal raw in the progress lines (the table escaped them)."""
+    spec = tmp_path / "spec.py"
+    spec.write_text(
+        "import triton_dejavu_like as tdl\n"
+        "def boom():\n    raise ValueError('bad\\x1b[31m red')\n"
+        "CASES = [tdl.TuneCase('fails\\x1b[2J', boom)]\n"
+    )
+    assert cli.main(["tune", str(spec), "--root", str(tmp_path / "root")]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "[1/1] fails\\x1b[2J: failed in " in out and "ValueError: bad\\x1b[31m red" in out
+
+
 def test_bad_specs_are_reported(capsys, tmp_path):
     assert cli.main(["tune", str(tmp_path / "missing.py"), "--root", str(tmp_path)]) == 1
     assert "no such spec file" in capsys.readouterr().err

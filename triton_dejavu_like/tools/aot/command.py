@@ -14,6 +14,7 @@ from typing import Any
 
 from ... import _env
 from ...store import inventory
+from ..text import printable
 from . import pool
 from .case import load_cases
 from .ray_backend import START_TIMEOUT_S
@@ -101,7 +102,9 @@ class Progress:
         where = f" [{result.worker}]" if result.worker else ""
         detail = f"{len(result.tuned)} key(s) tuned" if result.status == "tuned" else (result.error or "")
         line = f"[{self.done}/{self.total}] {result.name}: {result.status} in {result.seconds:.2f} s{where}"
-        self.bar.write(f"{line}  {detail.splitlines()[0] if detail else ''}".rstrip(), file=sys.stdout)
+        # a case's name and error come from the user's code: escaped, as in the summary's table
+        line = f"{line}  {detail.splitlines()[0] if detail else ''}".rstrip()
+        self.bar.write(printable(line), file=sys.stdout)
 
     def close(self) -> None:
         self.bar.close()

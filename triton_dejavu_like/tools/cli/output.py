@@ -1,4 +1,5 @@
-"""What every command shares: its errors, and how values read from stored files are printed."""
+"""What every command shares: its errors, and how values read from stored files are printed
+(:func:`~..text.printable`, shared with ``tune``'s progress lines)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from ...store import StoredEntry, inventory
+from ..text import printable
 
 PROG = "triton-dejavu-like"
 
@@ -49,22 +51,6 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a whole number >= 1: {text!r}")
     return value
-
-
-def _escaped(char: str) -> str:
-    return repr(char)[1:-1]  # \x1b, \x00, \n, \u200b: a non-printable character as Python writes it
-
-
-def printable(value: object, *, newlines: bool = False) -> str:
-    """``str(value)`` with every non-printable character escaped (ESC, NUL, CR, other controls).
-
-    Used for every value printed from a stored file, so that a crafted name cannot drive the
-    terminal; ``newlines`` keeps line breaks (messages of several lines).
-    """
-    text = str(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() or (newlines and c == "\n") else _escaped(c) for c in text)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
