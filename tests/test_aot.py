@@ -131,10 +131,22 @@ def test_progress_lines_escape_what_the_spec_names(capsys, tmp_path):
 
 
 def test_bad_specs_are_reported(capsys, tmp_path):
-    assert cli.main(["tune", str(tmp_path / "missing.py"), "--root", str(tmp_path)]) == 1
-    assert "no such spec file" in capsys.readouterr().err
-    assert cli.main(["tune", f"{SPEC}:nothing", "--root", str(tmp_path)]) == 1
-    assert "has no attribute 'nothing'" in capsys.readouterr().err
+    """A SPEC that is not there is a typo (exit 2, as a --kernel of import-dejavu that cannot be
+    loaded; it exited 1); one whose code raises is an input that cannot be used (exit 1)."""
+    for spec, says in (
+        (str(tmp_path / "missing.py"), "no such spec file"),
+        ("no_such_module_here", "no such spec file or module: no_such_module_here"),
+        ("no_such_package_here.cases", "no such spec file or module"),
+        (f"{SPEC}:nothing", "has no attribute 'nothing'"),
+    ):
+        assert cli.main(["tune", spec, "--root", str(tmp_path / "root")]) == 2, spec
+        assert says in capsys.readouterr().err
+    raising = tmp_path / "raising_spec.py"
+    raising.write_text("import no_such_dependency_here\n")
+    for spec in (str(raising), "raising_spec"):
+        assert cli.main(["tune", spec, "--root", str(tmp_path / "root")]) == 1
+        assert "ModuleNotFoundError: No module named 'no_such_dependency_here'" in capsys.readouterr().err
+    assert not (tmp_path / "root").exists()
     assert cli.main(["tune", SPEC, "--workers", "2", "--gpus", "0"]) == 2
     with pytest.raises(tdl.tools.aot.case.SpecError):
         tdl.TuneCase("", print)

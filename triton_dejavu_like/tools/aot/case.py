@@ -23,6 +23,10 @@ class SpecError(ValueError):
     """A SPEC that cannot be loaded, or whose cases are not valid."""
 
 
+class SpecNotFound(SpecError):
+    """A SPEC that names nothing there: no such file, module, or function in it (a typo)."""
+
+
 @dataclass(frozen=True)
 class TuneCase:
     """One unit of ahead-of-time tuning: ``fn(*args, **kwargs)`` builds its inputs on the current
@@ -76,9 +80,14 @@ def _import(target: str) -> ModuleType:
     if target.endswith(".py") or Path(target).is_file():
         path = Path(target).expanduser()
         if not path.is_file():
-            raise SpecError(f"no such spec file: {target}")
+            raise SpecNotFound(f"no such spec file: {target}")
         return _import_file(path)
-    return importlib.import_module(target)
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:  # the module named, not one it imports
+        if exc.name and (target == exc.name or target.startswith(f"{exc.name}.")):
+            raise SpecNotFound(f"no such spec file or module: {target}") from exc
+        raise
 
 
 def _source(spec: str) -> tuple[str, str | None]:
@@ -102,14 +111,15 @@ def absolute_spec(spec: str) -> str:
 def load_cases(spec: str) -> list[TuneCase]:
     """The cases of ``spec`` (see the module's doc), checked: TuneCase objects with unique names.
 
-    Raises :class:`SpecError`; an exception raised by the user's code is wrapped in one.
+    Raises :class:`SpecError` (:class:`SpecNotFound` for a file, module or function that is not
+    there); an exception raised by the user's code is wrapped in one.
     """
     target, attr = _source(spec)
     try:
         module = _import(target)
         if attr is not None:
             if not hasattr(module, attr):
-                raise SpecError(f"{target} has no attribute {attr!r}")
+                raise SpecNotFound(f"{target} has no attribute {attr!r}")
             produced: Any = getattr(module, attr)
         elif hasattr(module, "cases"):
             produced = module.cases

@@ -24,7 +24,8 @@ class CliError(Exception):
 
 class UsageError(CliError):
     """A mistake in the command line (a --root or an import source that is not there, a --kernel that
-    cannot be loaded, a selection to narrow, an output that exists): nothing was done; exit status 2."""
+    cannot be loaded, a SPEC that is not there, a selection to narrow, an output that exists): nothing
+    was done; exit status 2."""
 
 
 class CommandParser(argparse.ArgumentParser):

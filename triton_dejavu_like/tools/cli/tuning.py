@@ -23,7 +23,7 @@ from ...store.cache_file import atomic_write
 from ...tuner import misses as miss_log
 from .. import dejavu_import, dejavu_origin, heuristic
 from ..aot import command as aot
-from ..aot.case import SpecError
+from ..aot.case import SpecError, SpecNotFound
 from ..aot.ray_backend import START_TIMEOUT_S
 from .output import (
     PROG,
@@ -228,7 +228,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         try:
             with _terminated_as_interrupted():
                 report = aot.tune(request, quiet=args.json)
-        except SpecError as exc:
+        except SpecNotFound as exc:  # a typo in the command line
+            raise UsageError(str(exc)) from exc
+        except SpecError as exc:  # the SPEC's code raised, or its cases are not valid
             raise CliError(str(exc)) from exc
         except RuntimeError as exc:  # Ray missing or unreachable
             raise CliError(str(exc)) from exc
