@@ -109,6 +109,16 @@ def test_list_reports_unreadable_files_without_touching_them(capsys, root):
     assert bad.read_bytes() == b"{not json"  # list never moves anything
 
 
+def test_an_unreadable_files_reason_reads_as_a_sentence(capsys, root):
+    """json's "Invalid control character at" became "... at at line 1"."""
+    bad = root / "dejavu_0.1" / "junk" / "cache.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b'{"broken\n')
+    assert run("list", "--root", str(root)) == 0
+    err = capsys.readouterr().err
+    assert "not JSON (Invalid control character at line 1, column 9)" in err and "at at" not in err
+
+
 def test_list_reports_each_unreadable_file_once(capsys, root):
     bad = root / "dejavu_0.1" / "junk" / "cache.json"
     bad.parent.mkdir(parents=True)

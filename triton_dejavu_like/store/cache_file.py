@@ -139,7 +139,9 @@ def _load_json(raw: bytes) -> tuple[Any, bool]:
     try:
         doc = json.loads(text, parse_float=number, parse_constant=number)
     except json.JSONDecodeError as exc:
-        raise InvalidCacheFile(f"not JSON ({exc.msg} at line {exc.lineno})") from exc
+        # some of json's messages end in "at" ("Invalid control character at"): not "at at line 1"
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise InvalidCacheFile(f"not JSON ({exc.msg.removesuffix(' at')} at {where})") from exc
     except RecursionError as exc:
         raise InvalidCacheFile("JSON nested too deeply") from exc
     except ValueError as exc:  # e.g. an integer over Python's digit limit
