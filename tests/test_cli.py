@@ -167,6 +167,23 @@ def test_show_gives_each_key_its_config_time_and_how_it_was_found(capsys, root):
     assert all(line.startswith("top        1 ms (p20 0.9, p80 1.1): BLOCK=64, num_warps=4") for line in top)
 
 
+def test_show_lists_keys_in_the_order_of_their_values(capsys, tmp_path):
+    """Sorted as text, (112, ...) came before (16, ...)."""
+    root = tmp_path / "root"
+    cache_file(root).record(
+        entries_for([(1008, "f16"), (112, "f16"), (16, "f16"), (16, "bf16"), ("x", "f16")])
+    )
+    assert run("show", "matmul", "--root", str(root)) == 0
+    keys = [line.strip() for line in capsys.readouterr().out.splitlines() if line.startswith("  key ")]
+    assert keys == [
+        "key (16, 'bf16')",
+        "key (16, 'f16')",
+        "key (112, 'f16')",
+        "key (1008, 'f16')",
+        "key ('x', 'f16')",
+    ]
+
+
 def test_show_by_id_or_path_and_as_json(capsys, root):
     [softmax] = [
         f

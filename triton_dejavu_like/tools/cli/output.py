@@ -69,6 +69,15 @@ def key_text(entry: StoredEntry) -> str:
     return repr(entry.key)
 
 
+def key_order(entry: StoredEntry) -> tuple[tuple[int, float, str], ...]:
+    """Keys in the order of their values: numbers by value, before any other value, which goes by its
+    text (``(16, ...)`` before ``(112, ...)``, where text puts ``(112,`` first)."""
+    return tuple(
+        (0, value, "") if isinstance(value, (int, float)) and value == value else (1, 0.0, repr(value))
+        for value in entry.key
+    )
+
+
 def times_text(timings: Sequence[float]) -> str:
     median, *rest = timings
     spread = f" (p20 {rest[0]:.4g}, p80 {rest[1]:.4g})" if len(rest) >= 2 else ""

@@ -16,6 +16,7 @@ from .output import (
     CliError,
     UsageError,
     emit,
+    key_order,
     key_text,
     path_text,
     problems_payload,
@@ -193,7 +194,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     payload: dict[str, Any] = {"files": [], "problems": problems_payload(getattr(args, "problems", []))}
     for layer, f in sorted(found, key=lambda p: (p[0] or (0, Path()), p[1].source)):
         said = layer if layer is not None and len(args.roots) > 1 else None  # said only with layers
-        entries = sorted(f.entries.values(), key=key_text)
+        entries = sorted(f.entries.values(), key=key_order)
         out += _file_lines(f, named, said)
         for entry in entries:
             out.extend(entry_lines(entry, top=args.top))
