@@ -278,6 +278,20 @@ def test_merge_unions_keys_and_reports_conflicts(capsys, tmp_path, prefer, block
     assert out["added"] == 3 and out["problems"] == []
 
 
+def test_merge_lists_the_first_conflicts_of_each_file_and_counts_the_rest(capsys, tmp_path):
+    """A dry run of 20,000 conflicting entries printed 40,000 lines."""
+    rank0, rank1 = tmp_path / "rank0", tmp_path / "rank1"
+    keys = [(n,) for n in range(13)]
+    cache_file(rank0).record(entries_for(keys, block=16))
+    cache_file(rank1).record(entries_for(keys, block=32, tuned_at="2025-06-01T00:00:00+00:00"))
+    argv = ["merge", str(rank0), str(rank1), "--root", str(tmp_path / "dest"), "--dry-run"]
+    assert run(*argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("  conflict matmul key ") == 10
+    assert "  ... and 3 more conflict(s) of matmul (--json lists every one)" in out
+    assert len(run_json(capsys, *argv)["conflicts"]) == 13
+
+
 @pytest.mark.parametrize("prefer", ["newest", "fastest"])
 def test_a_merge_that_ties_keeps_the_entry_already_there(capsys, tmp_path, prefer):
     """Two results for one key, equally new and equally fast: the one in the destination (or from

@@ -86,10 +86,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         f"{len(report.conflicts)} conflict(s) (prefer {args.prefer}); {left_out_text(skipped)}",
         *replaced_lines(report.replaced_in, args.dry_run),
     ]
-    for c in report.conflicts:
-        lines.append(f"  conflict {c.kernel} key {c.key}:")
-        lines.append(f"    kept     {side_text(c.kept, c.kept_from)}")
-        lines.append(f"    dropped  {side_text(c.dropped, c.dropped_from)}")
+    lines += _conflict_lines(report.conflicts)
     payload = {
         "root": str(root),
         "dry_run": args.dry_run,
@@ -105,6 +102,24 @@ def cmd_merge(args: argparse.Namespace) -> int:
     emit(args, payload, lines)
     report_problems([*problems, *report.problems])
     return 1 if report.problems else 0
+
+
+def _conflict_lines(conflicts: Sequence[inventory.Conflict]) -> list[str]:
+    """The conflicts of each destination file, the first :data:`LISTED_KEYS` of each (``--json``
+    lists every one)."""
+    by_file: dict[str, list[inventory.Conflict]] = {}
+    for c in conflicts:
+        by_file.setdefault(c.identity_id, []).append(c)
+    lines = []
+    for listed in by_file.values():
+        for c in listed[:LISTED_KEYS]:
+            lines.append(f"  conflict {c.kernel} key {c.key}:")
+            lines.append(f"    kept     {side_text(c.kept, c.kept_from)}")
+            lines.append(f"    dropped  {side_text(c.dropped, c.dropped_from)}")
+        if len(listed) > LISTED_KEYS:
+            more = len(listed) - LISTED_KEYS
+            lines.append(f"  ... and {more} more conflict(s) of {listed[0].kernel} (--json lists every one)")
+    return lines
 
 
 def parse_moment(text: str) -> _dt.datetime:
