@@ -324,6 +324,17 @@ def test_none_for_a_search_budget_argument_is_its_default():
         make_tuner(use_random_search=True, search_seed="7")
 
 
+@pytest.mark.parametrize(
+    ("value", "error"), [(-1, ValueError), (1.5, TypeError), (True, TypeError), ("7", TypeError)]
+)
+@pytest.mark.parametrize("strategy", [{}, {"use_random_search": True}])
+def test_a_bad_search_budget_value_is_an_error_whatever_the_strategy(value, error, strategy):
+    """Exhaustive search (the default) accepted search_seed=-1 or 1.5, at most warning that the
+    seed has no effect: the same code then failed once random search was turned on."""
+    with pytest.raises(error, match="search_seed"):
+        make_tuner(search_seed=value, **strategy)
+
+
 def test_timing_arguments_without_do_bench_are_not_warned_about():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DejavuConfigWarning)

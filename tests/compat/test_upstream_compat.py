@@ -109,10 +109,13 @@ def test_do_bench_attribute_is_the_users_function(autotune):
 
 def test_our_do_bench_attribute_answers_one_number_without_quantiles():
     """Without a user's function, ``.do_bench`` is our benchmarker: the times at the quantiles
-    given, or one time for ``quantiles=None``, as Triton's ``do_bench`` answers then."""
+    given, or one time for ``quantiles=None``, the default, as Triton's ``do_bench`` answers then
+    (upstream's ``.do_bench`` is ``triton.testing.do_bench``: code calling ``tuner.do_bench(fn)``
+    expects one number)."""
     tuner = tdl.autotune(configs=Bench().configs(), key=["n"])(add_kernel)
     calls = []
     assert isinstance(tuner.do_bench(lambda: calls.append(1), quantiles=None), float)
+    assert isinstance(tuner.do_bench(lambda: calls.append(1)), float)
     assert len(tuner.do_bench(lambda: calls.append(1), quantiles=(0.5, 0.2))) == 2
     assert calls
 

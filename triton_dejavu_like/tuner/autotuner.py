@@ -18,7 +18,6 @@ from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import short_repr
 from ..measure import KernelRecipe
-from ..measure.bench import QUANTILES
 from ..store import Platform, detect_platform
 from ..store.identity import callable_name
 from ..store.layered import registrations
@@ -294,11 +293,11 @@ class Autotuner(
     # --- measuring ------------------------------------------------------------------------------------
 
     def _bench_dispatch(
-        self, kernel_call: Callable[[], Any], quantiles: Sequence[float] | None = QUANTILES
+        self, kernel_call: Callable[[], Any], quantiles: Sequence[float] | None = None
     ) -> Any:
         """``.do_bench`` when the user gave none: our benchmarker for this process, answering the
-        times at ``quantiles``, or one time (the median) for None, as Triton's ``do_bench`` answers
-        one number then."""
+        times at ``quantiles``, or one time (the median) for None, the default, as upstream's
+        ``.do_bench`` (``triton.testing.do_bench``) answers one number then."""
         if quantiles is None:
             return self._process_state().benchmarker(kernel_call, (0.5,))[0]
         return self._process_state().benchmarker(kernel_call, quantiles)

@@ -79,16 +79,14 @@ class TunerSettings:
         share = _number(b["search_max_share"])
         if share is None and b["search_max_search_t"] is not None:
             share = 1.0  # a time alone is a fixed budget (no adaptive stop): the whole space within it
-        budget = (
-            Budget()
-            if strategy == "exhaustive"
-            else Budget(
-                max_time_s=_number(b["search_max_search_t"]),
-                max_share=share,
-                max_repeat=_whole(b["search_max_repeat"], "search_max_repeat"),
-                seed=_whole(b["search_seed"], "search_seed"),
-            )
+        # checked whatever the strategy (exhaustive search uses none of it: a warning says so)
+        asked = Budget(
+            max_time_s=_number(b["search_max_search_t"]),
+            max_share=share,
+            max_repeat=_whole(b["search_max_repeat"], "search_max_repeat"),
+            seed=_whole(b["search_seed"], "search_seed"),
         )
+        budget = Budget() if strategy == "exhaustive" else asked
         outputs = a.get("check_outputs")
         storage = a.get("custom_data_storage")
         return cls(
@@ -171,6 +169,8 @@ def _names(value: Sequence[str] | str | None) -> tuple[str, ...] | None:
 
 
 def _whole(value: Any, what: str) -> int:
+    if isinstance(value, bool):  # an int to Python, a slip here
+        raise TypeError(f"{what} must be a whole number, got {value!r}")
     try:
         return operator.index(value)
     except TypeError:
