@@ -211,6 +211,74 @@ def test_code_version_covers_the_heuristics_under_the_tuner(tmp_path, even, spli
     assert "code_version-" in str(base.kern.cache_path())
 
 
+HELPER_HEURISTICS_MODULE = """
+import functools
+
+import triton
+import triton.language as tl
+
+import triton_dejavu_like as tdl
+
+
+@functools.lru_cache
+def rows_for(n):
+    return {rows}
+
+
+def rows_per_program(args):
+    return rows_for(args["n"])
+
+
+@triton.constexpr_function
+def scaled(rows):
+    return factor(rows)
+
+
+def factor(rows):
+    return rows * {factor}
+
+
+@tdl.autotune(key=["n"], configs=[triton.Config({{"BLOCK": 16}})])
+@triton.heuristics({{"ROWS": rows_per_program}})
+@triton.jit
+def kern(x_ptr, n, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) * scaled(ROWS))
+"""
+
+
+@pytest.mark.parametrize(
+    ("rows", "factor", "same"),
+    [
+        ("max(1, n // 64)", "2", True),
+        ("max(1,\n        n//64)  # layout and comments aside", "2", True),
+        ("max(1, n // 128)", "2", False),  # the code of a helper the heuristic calls
+        ("max(1, n // 64)", "3", False),  # of a helper a constexpr_function the kernel calls calls
+    ],
+)
+def test_code_version_covers_the_python_helpers_heuristics_call(tmp_path, rows, factor, same):
+    """A heuristic's meta-parameter is what its helpers compute: a result tuned with another helper
+    (in the heuristic's own package) is not restored as if it were this one's."""
+    base_source = HELPER_HEURISTICS_MODULE.format(rows="max(1, n // 64)", factor=2)
+    base = load_module(tmp_path / "base.py", base_source)
+    other = load_module(tmp_path / "other.py", HELPER_HEURISTICS_MODULE.format(rows=rows, factor=factor))
+    assert (other.kern.cache_path() == base.kern.cache_path()) is same
+
+
+def test_code_version_leaves_the_libraries_a_heuristic_calls_out():
+    """A library's function (numpy's, the standard library's) is not the user's code: an upgrade of
+    the library does not tune again."""
+    import numpy as np
+
+    from triton_dejavu_like.store.identity import _own_helper
+
+    def rows(args):
+        return int(np.ceil(args["n"] / 64)) + len(textwrap.dedent("x"))
+
+    assert _own_helper(np.ceil, rows) is None and _own_helper(textwrap.dedent, rows) is None
+    assert _own_helper(load_module, rows) is load_module
+
+
 JIT_OPTIONS_MODULE = """
 import triton
 import triton.language as tl

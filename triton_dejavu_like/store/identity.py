@@ -251,7 +251,8 @@ def code_version(kernel: Any) -> str:
     (``do_not_specialize``, ``do_not_specialize_on_alignment``, ``noinline``, ``debug``), the @jit
     functions it calls (recursively, with the methods of the ``@triton.aggregate`` classes it uses),
     the constexpr or scalar globals and closure values it reads, and the functions of the
-    ``@triton.heuristics`` under the tuner (the meta-parameters they set are compiled in). Names
+    ``@triton.heuristics`` under the tuner (the meta-parameters they set are compiled in), with the
+    plain Python functions of their own package that they (or a ``constexpr_function``) call. Names
     that resolve to triton itself are covered by the Triton version in the storage path.
     """
     description = _describe_function(kernel, {})
@@ -302,6 +303,9 @@ def _describe_function(obj: Any, seen: dict[Any, str]) -> Any:
             dependencies[dotted] = {"aggregate": _describe_aggregate(*aggregate, seen)}
             continue
         if not _compat.is_constexpr(value) and (_is_module_or_builtin(value) or callable(value)):
+            helper = _own_helper(value, fn)
+            if helper is not None:
+                dependencies[dotted] = {"python": _describe_helper(helper, seen)}
             continue
         plain = _plain_value(value)
         if plain is not None:
@@ -311,6 +315,33 @@ def _describe_function(obj: Any, seen: dict[Any, str]) -> Any:
     if options:  # only when given, so that the identity of a function without them is unchanged
         description["jit"] = options
     return description
+
+
+def _top_module(fn: Any) -> str:
+    return str(getattr(fn, "__module__", None) or "").partition(".")[0]
+
+
+def _own_helper(value: Any, fn: Any) -> Any:
+    """The plain Python function ``value`` (under ``functools`` wrappers such as ``lru_cache``) when
+    it is written in the package of ``fn``, whose code it runs (a heuristic's or a
+    ``constexpr_function``'s helper), else None: a library's functions (torch, numpy, the standard
+    library) are not the user's code, and Triton's are covered by its version."""
+    try:
+        target = inspect.unwrap(value)
+    except ValueError:  # a cycle of __wrapped__
+        return None
+    if not inspect.isfunction(target) or _top_module(target) != _top_module(fn):
+        return None
+    return target
+
+
+def _describe_helper(fn: Any, seen: dict[Any, str]) -> Any:
+    """A Python helper as a kernel's function (its code and what it reads); by its name when its
+    source cannot be read."""
+    try:
+        return _describe_function(fn, seen)
+    except (OSError, TypeError, ValueError, SyntaxError):
+        return {"name": callable_name(fn)}
 
 
 def _describe_aggregate(fields: dict[str, Any], members: list[Any], seen: dict[Any, str]) -> Any:
