@@ -9,6 +9,7 @@ import pickle
 import weakref
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import triton
@@ -773,6 +774,23 @@ def test_scalar_kernel_argument_with_key_on_float():
     tuner[grid(40)](x, out, 40, 2.5)
     assert torch.equal(out, x * 2.5)
     assert list(tuner.cache) == [(2.5, "torch.float32", "torch.float32")]
+
+
+@pytest.mark.parametrize("nan", [float, np.float64], ids=["float", "float64"])
+def test_a_nan_key_value_is_decided_once_and_its_tables_stay_small(nan):
+    """A NaN equals no other NaN: each call's fresh NaN missed the launch table, was decided again
+    (restored, reported) and added an entry to ``.cache`` and the launch table, every call."""
+    bench = FakeBench()
+    tuner = tdl.autotune(key=["alpha"], configs=block_configs((16, 32)), do_bench=bench)(scale_kernel)
+    x = torch.arange(40.0)
+    out = torch.empty(40)
+    decisions = []
+    for _ in range(4):
+        tuner.last_decision = None
+        tuner[grid(40)](x, out, 40, nan("nan"))
+        decisions.append(tuner.last_decision)
+    assert decisions == ["tuned", None, None, None]
+    assert bench.calls == 2 and len(tuner.cache) == 1 and len(tuner._launch) == 1
 
 
 def test_print_autotuning_summary(monkeypatch, capsys):

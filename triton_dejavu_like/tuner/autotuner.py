@@ -26,7 +26,7 @@ from .attributes import UpstreamAttributes, changes
 from .config_space import ConfigSpace
 from .deciding import KeyDecision, ProcessState
 from .dejavu_extras import MetadataRecorder, post_hook_as_called
-from .key import KeyPlan, TuningKey
+from .key import KeyPlan, TuningKey, same_nan
 from .launching import Launch, LaunchPath
 from .mode import tuning_enabled
 from .nearest import RestoredEntries
@@ -192,6 +192,7 @@ class Autotuner(
     # --- a miss ---------------------------------------------------------------------------------------
 
     def _on_miss(self, lookup: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Launch:
+        lookup = same_nan(lookup)  # a call with a NaN key value finds its launch here
         with self._lock:
             hit = self._launch.get(lookup)
             if hit is not None:

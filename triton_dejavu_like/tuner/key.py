@@ -7,13 +7,15 @@ positional then keyword (not only key arguments); ``ignore_dtypes`` leaves the d
 A :class:`KeyPlan` computes, from one call:
 
 - :meth:`KeyPlan.lookup`: the in-memory lookup tuple, with dtype *objects* (no string formatting on
-  the hot path); equal calls give equal tuples;
+  the hot path); equal calls give equal tuples (a NaN, equal to no other, is made the one
+  :data:`NAN` by a miss, which then finds the call's launch; the key's values likewise);
 - :meth:`KeyPlan.key`: the :class:`TuningKey`, upstream's tuple (dtype strings, what ``.cache`` is
   keyed by and what ``fallback_heuristic`` receives) with its stored form (:attr:`TuningKey.id`).
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +27,20 @@ from ..codec import EncodingError, key_id
 #: Types that never carry a dtype: skipped without an attribute lookup on the hot path.
 NO_DTYPE = frozenset({int, float, bool, str, type(None)})
 Tensor = torch.Tensor
+#: The one NaN of the keys a miss files: a NaN equals no other (a fresh NaN per call would miss every
+#: table and add an entry each time), so every NaN key value is filed as this one object.
+NAN = float("nan")
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, int) and value != value
+
+
+def same_nan(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``values`` with every NaN replaced by :data:`NAN` (the tuple itself when it holds none)."""
+    if not any(_is_nan(v) for v in values):
+        return values
+    return tuple(NAN if _is_nan(v) else v for v in values)
 
 
 @dataclass(frozen=True)
@@ -91,4 +107,4 @@ class KeyPlan:
 
     def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TuningKey:
         """The tuning key as upstream builds it, with its stored form."""
-        return TuningKey.of(self._values(args, kwargs, dtype_strings=True))
+        return TuningKey.of(same_nan(self._values(args, kwargs, dtype_strings=True)))
