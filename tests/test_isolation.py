@@ -510,6 +510,41 @@ def test_a_worker_that_survives_sigkill_is_reported():
     theirs.close()
 
 
+def leave_a_thread(nargs):
+    """A config pre_hook that leaves a non-daemon thread running (a library's background pool)."""
+    import threading
+
+    threading.Thread(target=threading.Event().wait, name="left-behind").start()
+
+
+def test_threads_a_candidate_leaves_in_its_worker_do_not_hold_up_its_stop(monkeypatch):
+    """multiprocessing joins a process's non-daemon threads before it exits: a worker that a hook
+    left a thread in did not exit when stopped, and the tuning run waited GRACE_S for it."""
+    from triton_dejavu_like.measure.isolation import parent
+
+    monkeypatch.setattr(parent, "GRACE_S", 120.0)  # the wait that fails this test, made obvious
+    stopped: list[int | None] = []
+    real_stop = parent._Worker.stop
+
+    def stop(worker):
+        real_stop(worker)
+        stopped.append(worker.process.exitcode)
+
+    monkeypatch.setattr(parent._Worker, "stop", stop)
+    configs = [triton.Config({"BLOCK": 16}, pre_hook=leave_a_thread), triton.Config({"BLOCK": 32})]
+    tuner = tdl.autotune(
+        key=["n"],
+        configs=configs,
+        do_bench=lambda call, quantiles: (call(), [1.0, 1.0, 1.0])[-1],
+        use_isolated_process=True,
+        isolation_timeout_s=60,
+    )(add_kernel)
+    begin = time.monotonic()
+    launch_add(tuner)
+    assert time.monotonic() - begin < 60
+    assert stopped == [0]  # it left on its own, not killed
+
+
 HANGS_IN_A_WORKER = """
 import os, sys, torch, triton, triton.language as tl
 import triton_dejavu_like as tdl

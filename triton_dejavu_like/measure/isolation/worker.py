@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import pickle
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -148,13 +150,26 @@ class _Session:
 
 
 def worker_main(conn: Connection, inherited: Connection | None, bootstrap: Any, owner: int) -> None:
-    """A worker's loop; ``owner``: the pid of the tuning process, whose end ends the worker."""
+    """A worker's process; ``owner``: the pid of the tuning process, whose end ends the worker.
+
+    It leaves with ``os._exit`` once the parent stops it: multiprocessing would otherwise wait for
+    every non-daemon thread a candidate or a hook left running before the process ends, and the
+    parent would wait :data:`~.settings.GRACE_S` for it, then kill it."""
     if inherited is not None:
         inherited.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills its workers
     die_with_parent()
     exit_with_process(owner)  # a fork server's child outlives the tuning process without this
     relay_warnings(functools.partial(_send_warning, conn))
+    _serve(conn, bootstrap)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
+
+
+def _serve(conn: Connection, bootstrap: Any) -> None:
+    """Start the session and answer requests until the parent stops the worker or goes away."""
     try:
         session = bootstrap.open(conn)
     except Exception as exc:
