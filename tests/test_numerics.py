@@ -120,6 +120,32 @@ def test_a_replacement_worker_recomputes_the_reference():
     assert set(reasons) == {256, 96}  # 64/32 matched the reference the new worker recomputed
 
 
+def log_and_exit_4(nargs):
+    """A config pre_hook that records each run (in $TDL_TEST_RUNS), then kills its worker."""
+    with open(os.environ["TDL_TEST_RUNS"], "a") as f:
+        f.write(f"{os.getpid()}\n")
+    os._exit(4)
+
+
+def test_a_first_config_that_kills_its_worker_for_the_reference_is_not_run_again(tmp_path, monkeypatch):
+    """Tried as the reference, the first config kills its worker: it was measured again later, which
+    cost another worker start (and, for a hang, its timeout once more)."""
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("TDL_TEST_RUNS", str(runs))
+    configs = [
+        triton.Config({"BLOCK": 256, "TILE": 256}, pre_hook=log_and_exit_4),
+        triton.Config({"BLOCK": 32, "TILE": 16}),
+        triton.Config({"BLOCK": 96, "TILE": 64}),
+    ]
+    tuner = tiled_tuner(configs=configs, numerical_check=True, use_isolated_process=True)
+    x, out = run_tiled(tuner)
+    assert torch.equal(out, 2 * x)
+    assert len(runs.read_text().split()) == 1
+    reasons = ruled_out(tuner)
+    assert reasons[256] == "CandidateCrashed: worker exited with code 4"
+    assert set(reasons) == {256, 96}
+
+
 def reference_double(x_ptr, out_ptr, n):
     out_ptr.copy_(2 * x_ptr)
 

@@ -97,6 +97,9 @@ class IsolatedEvaluator(Evaluator):
         #: Candidates whose launch grid the grid function failed to give (computed here for a
         #: forkserver/spawn worker): measuring one ends tuning.
         self._stops: dict[Config, TuningStopped] = {}
+        #: Candidates that killed their worker or timed out while run for the numerical reference:
+        #: ruled out with that reason, not run again (another worker start, another timeout).
+        self._lost: dict[Config, CandidateCrashed | CandidateTimedOut] = {}
 
     # --- the Evaluator interface --------------------------------------------------------------------
 
@@ -109,6 +112,10 @@ class IsolatedEvaluator(Evaluator):
         ruled_out: dict[Config, Failure] = {}
         sendable: list[Config] = []
         for config in configs:
+            lost = self._lost.get(config)
+            if lost is not None:
+                ruled_out[config] = lost
+                continue
             try:
                 self._describe(config)
                 sendable.append(config)
@@ -138,6 +145,9 @@ class IsolatedEvaluator(Evaluator):
         return ruled_out
 
     def measure(self, config: Config) -> list[float]:
+        lost = self._lost.get(config)
+        if lost is not None:
+            raise type(lost)(str(lost))
         description = self._describe(config)
         _, timings, became_reference, unchecked, mismatch = self._request(
             ("measure", description), self.timeout_s, "compiling and timing it"
@@ -170,7 +180,12 @@ class IsolatedEvaluator(Evaluator):
             return False
         description = self._describe(config)
         what = "computing the numerical reference"
-        _, has_reference, became_reference = self._request(("reference", description), self.timeout_s, what)
+        try:
+            reply = self._request(("reference", description), self.timeout_s, what)
+        except (CandidateCrashed, CandidateTimedOut) as exc:
+            self._lost[config] = exc
+            raise
+        _, has_reference, became_reference = reply
         if became_reference:
             self._reference = description
         return has_reference
