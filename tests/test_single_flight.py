@@ -181,6 +181,25 @@ def test_a_stale_lease_is_taken_over_at_once(tmp_path, holder):
     assert not path.exists()
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="zombies are told apart through /proc")
+def test_a_lease_of_a_killed_holder_not_yet_reaped_is_stale(tmp_path):
+    """A holder killed while its parent waits for another child first is a zombie until reaped: its
+    pid still answers kill(pid, 0), and waiters kept waiting STALE_AFTER_S for its heartbeat to age."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        stat = Path(f"/proc/{proc.pid}/stat")
+        while b") Z" not in stat.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)  # it ends; nobody reaps it until the finally below
+        now = time.time()
+        info = lease_mod.LeaseInfo(socket.gethostname(), proc.pid, now, "t", now)
+        assert lease_mod.is_stale(info, now=now)
+        live = lease_mod.LeaseInfo(socket.gethostname(), LIVE_PID, now, "t", now)
+        assert not lease_mod.is_stale(live, now=now)
+    finally:
+        proc.wait(timeout=TIMEOUT_S)
+
+
 @pytest.mark.parametrize("kind", ["another user's", "a folder"])
 def test_an_old_lease_that_cannot_be_read_is_taken_over(tmp_path, monkeypatch, kind):
     """A lease left by another user's killed process (mode 600 under umask 077), or a folder where a

@@ -9,7 +9,8 @@ replaced by another process's at a heartbeat (it was taken over: it looked dead)
 and warns: that key may be tuned twice.
 
 A lease is *stale* when its holder is gone: on the same host and in the same pid namespace (a
-container with the host's name, ``--network host``, has its own), its pid no longer exists, or it
+container with the host's name, ``--network host``, has its own), its pid no longer exists (or is a
+zombie, not yet reaped by its parent), or it
 is this process's pid but none of its leases (an earlier process of a restarted container); else,
 its heartbeat is older than :data:`STALE_AFTER_S`. A stale lease is taken over by renaming it
 to a unique ``cache.json.stale-*`` name (one rename succeeds, the others find it gone); the taker
@@ -96,11 +97,21 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # exists, owned by someone else
-        return True
+    except OSError:  # PermissionError: exists, owned by someone else
+        pass
+    return not _exited(pid)
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has ended and only waits for its parent to reap it (a zombie: a holder killed
+    whose launcher waits for its children one by one); False where that cannot be told (no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read(4096)
     except OSError:
-        return True
-    return True
+        return False
+    end = stat.rfind(b")")  # the state follows the command name, which may hold any character
+    return end >= 0 and stat[end + 2 : end + 3] in (b"Z", b"X")
 
 
 def read_lease(path: Path) -> LeaseInfo | None:
