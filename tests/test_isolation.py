@@ -510,11 +510,16 @@ def test_a_worker_that_survives_sigkill_is_reported():
     theirs.close()
 
 
+_TEST_PROCESS = os.getpid()
+
+
 def leave_a_thread(nargs):
-    """A config pre_hook that leaves a non-daemon thread running (a library's background pool)."""
+    """A config pre_hook that leaves a non-daemon thread running (a library's background pool) in an
+    isolated worker; never in the test's process, which would then wait for it at exit."""
     import threading
 
-    threading.Thread(target=threading.Event().wait, name="left-behind").start()
+    if os.getpid() != _TEST_PROCESS:
+        threading.Thread(target=threading.Event().wait, name="left-behind").start()
 
 
 def test_threads_a_candidate_leaves_in_its_worker_do_not_hold_up_its_stop(monkeypatch):
