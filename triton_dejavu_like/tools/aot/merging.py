@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ...store import cache_file as storage
@@ -24,12 +24,18 @@ def merge_paths(target: Path, root: Path, files: Iterable[str] | None = None) ->
 HeldKeys = Mapping[str, set[str]]
 
 
-def held_keys(layers: Sequence[Path]) -> dict[str, set[str]]:
-    """The keys the read-only ``layers`` hold, by identity (unreadable files hold none)."""
-    found, _ = inventory.read_sources(layer for layer in layers if layer.exists())
+def held_keys(layers: Iterable[Mapping[str, bytes]]) -> dict[str, set[str]]:
+    """The keys the read-only ``layers`` hold (each as :func:`read_tree` read it), by identity
+    (files that cannot be parsed hold none)."""
     held: dict[str, set[str]] = {}
-    for stored in found:
-        held.setdefault(stored.identity_id, set()).update(stored.entries)
+    for files in layers:
+        for data in files.values():
+            try:
+                doc = storage.parse_document(data)
+            except storage.InvalidCacheFile:
+                continue
+            identity_id = inventory.StoredFile("", doc.identity, doc.entries).identity_id
+            held.setdefault(identity_id, set()).update(doc.entries)
     return held
 
 

@@ -263,10 +263,10 @@ class _Scheduler:
         )
         self.collector = ray.remote(num_cpus=0, max_retries=0)(collect_root)
         self.known = ray.put(merging.read_tree(target))
-        layers = _env.storage_roots()[1:]
+        layers = [merging.read_tree(layer) for layer in _env.storage_roots()[1:]]
         # sent to the actors, which restore what they hold; what an actor still tunes that a layer
         # holds (the layer changed meanwhile) is not merged
-        self.layers = ray.put([merging.read_tree(layer) for layer in layers])
+        self.layers = ray.put(layers)
         self.held = merging.held_keys(layers)
         self.todo: deque[list[str]] = deque()
         self.actors: list[Any] = []
