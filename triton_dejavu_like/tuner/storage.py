@@ -161,7 +161,7 @@ class StorageIdentity:
         root of the variable that is not a folder is reported once and skipped, as by ``add_store``."""
         env = [StoreLayer(p) for p in _env.storage_roots()[1:] if p != root]
         env = [layer for layer in env if usable(layer, _env.STORAGE)]
-        return env + [layer for layer in registered_stores() if layer.location != root]
+        return env + _registered_layers(root)
 
     def _read_late_stores(self, state: ProcessState) -> None:
         """Stores registered with :func:`~triton_dejavu_like.add_store` after this kernel opened its
@@ -173,7 +173,7 @@ class StorageIdentity:
             return
         have = {layer.label for layer in store.layers} if isinstance(store, LayeredStore) else set()
         root = self._root()
-        late = [layer for layer in registered_stores() if layer.location != root and layer.label not in have]
+        late = [layer for layer in _registered_layers(root) if layer.label not in have]
         if not late:
             return
         if not isinstance(store, LayeredStore):
@@ -187,3 +187,9 @@ class StorageIdentity:
             ", ".join(layer.label for layer in late),
             len(found),
         )
+
+
+def _registered_layers(root: Path) -> list[StoreLayer]:
+    """The stores registered with :func:`~triton_dejavu_like.add_store`, but ``root`` (the writable
+    root is never a layer)."""
+    return [layer for layer in registered_stores() if layer.location != root]
