@@ -103,6 +103,15 @@ def exit_4(nargs):
     os._exit(4)
 
 
+def checked_in_workers(configs: list[triton.Config]) -> dict[int, str]:
+    """Tune ``configs`` with the numerical check in isolated workers; the output must be right. The
+    reasons the candidates were ruled out for, by BLOCK."""
+    tuner = tiled_tuner(configs=configs, numerical_check=True, use_isolated_process=True)
+    x, out = run_tiled(tuner)
+    assert torch.equal(out, 2 * x)
+    return ruled_out(tuner)
+
+
 def test_a_replacement_worker_recomputes_the_reference():
     """The reference (the first config) ran in a worker that a later candidate killed."""
     configs = [
@@ -111,10 +120,7 @@ def test_a_replacement_worker_recomputes_the_reference():
         triton.Config({"BLOCK": 96, "TILE": 64}),
         triton.Config({"BLOCK": 64, "TILE": 32}),
     ]
-    tuner = tiled_tuner(configs=configs, numerical_check=True, use_isolated_process=True)
-    x, out = run_tiled(tuner)
-    assert torch.equal(out, 2 * x)
-    reasons = ruled_out(tuner)
+    reasons = checked_in_workers(configs)
     assert reasons[256] == "CandidateCrashed: worker exited with code 4"
     assert reasons[96].startswith("NumericalMismatch: 'out_ptr'")
     assert set(reasons) == {256, 96}  # 64/32 matched the reference the new worker recomputed
@@ -137,11 +143,8 @@ def test_a_first_config_that_kills_its_worker_for_the_reference_is_not_run_again
         triton.Config({"BLOCK": 32, "TILE": 16}),
         triton.Config({"BLOCK": 96, "TILE": 64}),
     ]
-    tuner = tiled_tuner(configs=configs, numerical_check=True, use_isolated_process=True)
-    x, out = run_tiled(tuner)
-    assert torch.equal(out, 2 * x)
+    reasons = checked_in_workers(configs)
     assert len(runs.read_text().split()) == 1
-    reasons = ruled_out(tuner)
     assert reasons[256] == "CandidateCrashed: worker exited with code 4"
     assert set(reasons) == {256, 96}
 
