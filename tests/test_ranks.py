@@ -598,6 +598,44 @@ def test_without_the_leader_s_decision_the_members_agree_on_one_config(caplog):
     assert "member 1 of the group chose the best of the timings of 2 of its 3 members' shares" in caplog.text
 
 
+class LateLeader(Rank):
+    """A leader whose careful re-measurement ends after the members gave up waiting for its decision
+    (and chose without it), and ranks the finalists otherwise than the shares did."""
+
+    def __init__(self, times, candidates, members: list[Rank], careful_times: dict[int, float]) -> None:
+        super().__init__(times, candidates)
+        self.members, self.careful_times = members, careful_times
+
+    def measure(self, subset, reference=None, *, careful=False) -> Outcome:
+        if not careful:
+            return super().measure(subset, reference)
+        for member in self.members:
+            member.done.wait(10.0)
+        times, self.times = self.times, {**self.times, **self.careful_times}
+        try:
+            return super().measure(subset, reference, careful=True)
+        finally:
+            self.times = times
+
+
+@pytest.mark.filterwarnings("ignore::triton_dejavu_like.DejavuTuningWarning")  # read in the log
+def test_a_leader_that_decides_after_the_members_chose_without_it_uses_their_choice(caplog):
+    """The members' wait for the decision ran out while the leader re-measured its finalists, so
+    member 1 chose from the shares; the leader's later verdict (another config) must not split the
+    group: every rank launches member 1's choice, and the leader records nothing, as the members."""
+    candidates = blocks(16, 32, 64, 128, 256, 512)
+    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 3.0, 256: 1.0, 512: 2.0}
+    members = [Rank(times, candidates), Rank(times, candidates)]
+    leader = LateLeader(times, candidates, members, careful_times={256: 2.5, 512: 2.0})
+    group = [leader, *members]
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        tune_in_threads(group, timeout_s=0.2, name="late_leader")
+    assert [rank.raised for rank in group] == [None] * 3
+    assert launched(group) == [256] * 3
+    assert [rank.recorded for rank in group] == [[], [], []]
+    assert "chose without this rank's decision" in caplog.text
+
+
 class Clock:
     """``ranks``' view of time: the join window's sleeps advance a fake clock, and are summed."""
 

@@ -35,6 +35,8 @@ Per key (see docs/consensus.md):
    leader fails (it publishes an error) or does not answer in time, the first member that delivered
    its share gathers every share published within the wait, picks by the same rule and publishes
    its choice (``backup/j``), which the later members use: they still agree. Nothing is recorded.
+   The leader's decision and a member's choice are settled (``add(settled, 1)``, the first decides):
+   a leader that decides after the members chose uses their choice, so all ranks launch one config.
 """
 
 from __future__ import annotations

@@ -120,11 +120,24 @@ class KeyTuning:
         self.candidates = listed
         return self.alone("no decision of the ranks that tuned it")
 
-    def decide(self, winner: Config, entry: StoredEntry | None, timings: list[float] | None = None) -> None:
-        """Publish the decision: the winner, its timings, and the entry to store (every rank that
+    def decision(
+        self, winner: Config, entry: StoredEntry | None, timings: list[float] | None = None
+    ) -> dict[str, Any]:
+        """The leader's decision: the winner, its timings, and the entry to store (every rank that
         uses the decision records it, so each rank's own storage holds it)."""
         decision = {"index": self.candidates.index(winner), "entry": entry.to_json() if entry else None}
-        self.meeting.publish("decision", decision if timings is None else {**decision, "timings": timings})
+        return decision if timings is None else {**decision, "timings": timings}
+
+    def settle(self, choice: dict[str, Any]) -> Any:
+        """Make ``choice`` (the leader's decision, or a member's choice without it) the group's, unless
+        another rank settled one first: of a leader that decides late and the member that chose after
+        the members' wait for it ran out, the first to settle decides for every member. Returns
+        ``choice`` itself if it is the group's, else the one settled before."""
+        if int(self.meeting.store.add(self.meeting.key("settled"), 1)) == 1:
+            self.meeting.publish("final", choice)
+            return choice
+        final = self.meeting.read("final")
+        return final if decided(final, len(self.candidates)) is not None else choice
 
     def by_config(self, timings: Timings) -> dict[Config, list[float]]:
         """Timings by position, as an outcome holds them: by config."""
@@ -182,7 +195,7 @@ class KeyTuning:
         """No other rank missed the key in time: an ordinary tuning, then the decision."""
         with failure_published(self.meeting, "decision"):
             outcome = self.measure(self.candidates)
-        self.decide(outcome.config, outcome.entry)
+        self.meeting.publish("decision", self.decision(outcome.config, outcome.entry))
         self.record(outcome)
         late = int(self.meeting.store.add(self.meeting.key("joined"), 0)) - CLOSED - 1
         company.note(others=late > 0)  # ranks that missed the key after the window: they miss ours
@@ -252,7 +265,12 @@ class KeyTuning:
                 **self.merged_lists(gathered, careful),
             }
             entry = StoredEntry.from_json(entry.key_id, data)
-        self.decide(careful.config, entry, gathered[winner])
+        decision = self.decision(careful.config, entry, gathered[winner])
+        final = self.settle(decision)
+        if final is not decision:  # the members chose without it: their choice, stored nowhere
+            self.warn_overtaken(careful.config, final)
+            return Outcome(candidates[decided(final, len(candidates)) or 0], "tuned", timings, duration)
+        self.meeting.publish("decision", decision)
         outcome = Outcome(careful.config, "tuned", timings, duration, entry)
         self.record(outcome)
         return outcome
@@ -305,11 +323,20 @@ class KeyTuning:
             if not delivered(self.meeting.read(f"timings/{member}", max(wait, 0.001))):
                 continue
             backup = self.meeting.read(f"backup/{member}", wait + timeout)  # it gathers, then decides
-            index = decided(backup, len(self.candidates))
-            if index is not None:
-                self.warn_without_leader(why, member, backup.get("shares"), members)
-                return Outcome(self.candidates[index], "tuned", self.by_config(own), self.elapsed())
+            if decided(backup, len(self.candidates)) is not None:
+                return self.use(backup, own, why, member, members)
         return self.decide_without_leader(order, members, own, failed, why, wait)
+
+    def use(self, final: dict[str, Any], own: Timings, why: str, chooser: int, members: int) -> Outcome:
+        """The group's settled choice: the leader's decision (recorded with its entry), or a member's
+        choice without it (stored nowhere)."""
+        if "shares" not in final:  # the leader's, settled before the member's choice
+            adopted = self.adopt(final, own)
+            if adopted is not None:
+                return adopted
+        self.warn_without_leader(why, final.get("by", chooser), final.get("shares"), members)
+        index = decided(final, len(self.candidates)) or 0
+        return Outcome(self.candidates[index], "tuned", self.by_config(own), self.elapsed())
 
     def decide_without_leader(
         self, order: int, members: int, own: Timings, failed: AutotuningError | None, why: str, wait: float
@@ -322,16 +349,31 @@ class KeyTuning:
             gathered = merged(own, shares)
             # raised as this rank's share failed
             ranked = self.ranked(gathered, failed, "no rank measured a valid candidate")
-        used = len(shares) + 1
-        self.meeting.publish(f"backup/{order}", {"index": ranked[0], "shares": used})
-        self.warn_without_leader(why, order, used, members)
-        return Outcome(candidates[ranked[0]], "tuned", self.by_config(gathered), self.elapsed())
+        choice = {"index": ranked[0], "shares": len(shares) + 1, "by": order}
+        final = self.settle(choice)  # the leader's decision, if it came meanwhile, or an earlier member's
+        self.meeting.publish(f"backup/{order}", final)
+        return self.use(final, gathered, why, order, members)
+
+    def warn_overtaken(self, winner: Config, final: Any) -> None:
+        warn_once(
+            DejavuTuningWarning,
+            f"{self.kernel_name}:ranks",
+            "%s: the other ranks tuning key %s chose without this rank's decision (it came after their "
+            "wait of %g s for it ran out); this rank uses their choice (member %s chose it from %s shares) "
+            "instead of its own (%s), and stores neither",
+            self.kernel_name,
+            self.key.values,
+            2 * self.meeting.timeout_s,
+            final.get("by") if isinstance(final, dict) else "?",
+            final.get("shares") if isinstance(final, dict) else "?",
+            winner,
+        )
 
     def warn_without_leader(self, why: str, chooser: int, shares: Any, members: int) -> None:
         warn_once(
             DejavuTuningWarning,
             f"{self.kernel_name}:ranks",
-            "%s: the leading rank gave no decision for key %s (%s); member %d of the group chose the "
+            "%s: the leading rank gave no decision for key %s (%s); member %s of the group chose the "
             "best of the timings of %s of its %d members' shares for all members; not stored",
             self.kernel_name,
             self.key.values,
