@@ -365,8 +365,9 @@ def test_a_broken_hook_ends_a_member_s_tuning_at_the_reference_s_launch(monkeypa
 
 
 def test_a_rank_restores_what_another_process_stored_since_it_loaded_the_store(monkeypatch, tmp_path):
-    """Ranks read the cache file again before they meet: a key another job (or a process outside the
-    group) recorded since this rank loaded its store is restored, as the ranks that load it later do
+    """The leading rank reads the cache file again when it joins: a key another job (or a process
+    outside the group) recorded since this rank loaded its store is restored, as the ranks that load
+    it later do
     (it was tuned again, overwriting that entry, and the ranks launched different configs)."""
     from storage_helpers import InstantBench, launch, make_tuner
 
@@ -429,6 +430,63 @@ def test_a_late_rank_stores_the_decision_in_its_own_store(monkeypatch, tmp_path)
     launch(next_job, 40)
     assert next_job.last_decision == "restored" and next_job.best_config.kwargs == {"BLOCK": 64}
     assert late_bench.calls == 0
+
+
+class JoinSeen:
+    """A c10d store that remembers the name of the join counter of the key the ranks meet for."""
+
+    def __init__(self) -> None:
+        self.store = dist.HashStore()
+        self.joined: str | None = None
+
+    def add(self, key: str, amount: int) -> int:
+        if key.endswith("/joined"):
+            self.joined = key
+        return self.store.add(key, amount)
+
+    def __getattr__(self, name: str):  # set, get, wait
+        return getattr(self.store, name)
+
+
+def test_ranks_agree_when_another_process_records_the_key_while_one_of_them_waits_to_meet(
+    monkeypatch, tmp_path
+):
+    """The first rank misses the key and waits for the other in the join window; meanwhile processes
+    outside the group record the key (another config) in each rank's root (another group, whose
+    leader held the key's lease; here without single flight); then the second rank joins. Both
+    launch the recorded config and measure nothing (the second restored it from its file before it
+    met, and the first, left with a member that never measured, tuned and launched another config).
+    The second rank's join is added by hand and its launch comes after the first's: the interpreter
+    runs one kernel at a time."""
+    from kernels import FakeBench, observe_block
+    from storage_helpers import launch, make_tuner
+
+    def tuner(bench: FakeBench, rank: int) -> tdl.Autotuner:
+        root = tmp_path / f"rank{rank}"
+        return make_tuner(bench=bench, pre_hook=observe_block(bench), custom_data_storage=root)
+
+    store = JoinSeen()
+    monkeypatch.setattr(ranks, "active_store", lambda: (store, 2))
+    monkeypatch.setattr(ranks_meeting, "JOIN_WINDOW_S", 60.0)  # until the second rank joins
+    monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "2")  # bounds the wait for its share
+    first, second = FakeBench(), FakeBench()  # alone, each rank would choose 64
+    ranks_ = [tuner(first, 0), tuner(second, 1)]
+    for rank in ranks_:
+        rank._process_state()  # both loaded the store at start: nothing for key 40 then
+    thread = threading.Thread(target=launch, args=(ranks_[0], 40))
+    thread.start()
+    while store.joined is None:  # the first rank joined the meeting
+        time.sleep(0.01)
+    with monkeypatch.context() as outside:
+        outside.setattr(ranks, "active_store", lambda: None)
+        outside.setenv("TRITON_DEJAVU_SINGLE_FLIGHT", "0")
+        for rank in range(2):
+            launch(tuner(FakeBench({16: 1.0, 32: 2.0, 64: 3.0}), rank), 40)  # records 16
+    store.add(store.joined, 1)  # the second rank joins
+    thread.join(30)
+    launch(ranks_[1], 40)
+    assert [rank.best_config.kwargs for rank in ranks_] == [{"BLOCK": 16}] * 2
+    assert (first.calls, second.calls) == (0, 0)
 
 
 def test_timings_are_gathered_within_one_wait_however_many_members_are_gone():

@@ -82,11 +82,6 @@ class KeyDecision:
         )
         meeting_place = ranks.active_store()
         if meeting_place is not None:
-            # recorded since this rank loaded the store (another job, a process outside the group,
-            # a rank that missed it earlier): what the other ranks that read it now launch too
-            meanwhile = stored_meanwhile(self.state.store, self.key, self._adopt)
-            if meanwhile is not None:
-                return meanwhile
             kernel = self.state.identity or {"kernel": self.name, "gpu": self.state.platform.gpu}
             scope = [kernel, self.key.id or repr(self.key.values), self.candidates_hash]
             timeout = wait_timeout_s(len(answer), self.state.restored)
@@ -101,6 +96,9 @@ class KeyDecision:
                 timeout,
                 lead=lambda: lease_held(self.state.store, self.key),
                 config_id=self.config_id,
+                # recorded since this rank loaded the store (another job, a process outside the
+                # group): the leader makes it the group's decision, so that every member launches it
+                stored=lambda: stored_meanwhile(self.state.store, self.key, self._adopt),
             )
         return tune_once(
             self.state.store, self.key, self.name, len(answer), self.state.restored, self._tune, self._adopt

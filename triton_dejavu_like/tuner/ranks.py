@@ -132,6 +132,7 @@ def tune_together(
     timeout_s: float,
     lead: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
     config_id: Callable[[Config], str] = codec_config_id,
+    stored: Callable[[], Outcome | None] = lambda: None,
 ) -> Outcome:
     """Tune ``key`` with the other ranks that miss it (see the module's description).
 
@@ -139,11 +140,15 @@ def tune_together(
     ``measure(subset)`` runs the search over a subset; ``record(outcome)`` stores the group's result
     (the leader's entry, on every rank that uses the decision);
     the leader runs under ``lead()`` (the key's single-flight lease, for processes outside the group);
-    ``config_id`` names a config (the ranks' lists hold the same configs, perhaps in other orders).
+    ``config_id`` names a config (the ranks' lists hold the same configs, perhaps in other orders);
+    ``stored()``: what another process recorded for the key since this rank loaded its store, which
+    the leader makes the group's decision (None: nothing).
     """
     store, size = meeting_place
     meeting = Meeting(store, f"{PREFIX}{stable_hash(scope)}/", timeout_s)
-    tuning = KeyTuning(meeting, key, kernel_name, candidates, measure, record, config_id, time.perf_counter())
+    tuning = KeyTuning(
+        meeting, key, kernel_name, candidates, measure, record, config_id, time.perf_counter(), stored=stored
+    )
     order = int(store.add(meeting.key("joined"), 1)) - 1
     if 0 < order < CLOSED:  # named in the leader's warning if this rank's share does not arrive
         meeting.publish(f"rank/{order}", _global_rank())

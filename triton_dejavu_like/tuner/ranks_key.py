@@ -59,6 +59,8 @@ class KeyTuning:
     start: float
     #: The reasons of the candidates ruled out, by position: this rank's, then (leader) the members'
     failures: dict[int, str] = field(default_factory=dict)
+    #: What another process recorded for the key since this rank loaded its store (None: nothing)
+    stored: Callable[[], Outcome | None] = lambda: None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -70,11 +72,15 @@ class KeyTuning:
         if order >= CLOSED:  # the group closed before we missed the key: use its decision
             return self.late()
         if order == 0:
-            members = self.close(size)
+            members, found = self.close(size)
+            if found is not None:
+                return found
         else:
             members = self.join(self.meeting.read("members", configured_window_s() + MEMBERS_TIMEOUT_S))
-            if members is None or not 0 < order < members:
+            if members is None:
                 return self.alone("the group of ranks did not form")
+            if not 0 < order < members:  # the leader found the key recorded: its decision
+                return self.late()
         if members == 1:
             return self.solo()
         return self.share(order, members)
@@ -175,21 +181,27 @@ class KeyTuning:
             )
             return None
 
-    def close(self, size: int) -> int:
+    def close(self, size: int) -> tuple[int, Outcome | None]:
         """As the leader: wait for the others to miss the key (until all ranks joined, or the window
-        ends), close the group and publish the number of members."""
+        ends), close the group and publish the number of members. If another process recorded the
+        key (before the window or during it), that is the decision, with no members: the ranks that
+        joined use it as late ranks do (a rank that restored it itself launches it too). Returns the
+        number of members and that outcome (None: the group tunes the key)."""
         store, joined = self.meeting.store, self.meeting.key("joined")
-        window_end = time.monotonic() + company.window_s()
+        found = self.stored()
+        window_end = time.monotonic() + (0.0 if found is not None else company.window_s())
         while int(store.add(joined, 0)) < size and time.monotonic() < window_end:
             time.sleep(0.01)
         members = int(store.add(joined, CLOSED)) - CLOSED
         if members > 1:
             company.note(others=True)
+        found = found or self.stored()
         position = {id(c): p for p, c in enumerate(self.canonical())}
-        self.meeting.publish(
-            "members", {"members": members, "order": [position[id(c)] for c in self.candidates]}
-        )
-        return members
+        order = [position[id(c)] for c in self.candidates]
+        self.meeting.publish("members", {"members": 1 if found else members, "order": order})
+        if found is not None:
+            self.meeting.publish("decision", self.decision(found.config, found.entry))
+        return members, found
 
     def solo(self) -> Outcome:
         """No other rank missed the key in time: an ordinary tuning, then the decision."""
