@@ -191,8 +191,12 @@ def _jit_arguments(fn: Any) -> dict[str, Any]:
     for wrapper in _wrappers(fn):
         if isinstance(wrapper, JITFunction):
             return {name: getattr(wrapper, name, None) for name in _JIT_OPTIONS}
-        if type(wrapper).__name__ == "InterpretedFunction":  # keeps the arguments it was given
-            return dict(getattr(wrapper, "kwargs", None) or {})
+        if type(wrapper).__name__ == "InterpretedFunction":  # keeps the arguments it was given:
+            # 3.5+ as ``kwargs``, 3.2-3.4 only in its ``rewriter`` (a FunctionRewriter)
+            given = getattr(wrapper, "kwargs", None)
+            if given is None:
+                given = getattr(getattr(wrapper, "rewriter", None), "kwargs", None)
+            return dict(given or {})
     return {}
 
 
