@@ -29,6 +29,7 @@ from kernels import (
 from triton.compiler.errors import CompilationError
 from triton.runtime.autotuner import Autotuner as UpstreamAutotuner
 from triton.runtime.errors import OutOfResources
+from triton_release import needs_upstream_run, since_triton
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like import _compat
@@ -119,6 +120,7 @@ def _record_keys(tuner_factory, calls):
     return keys
 
 
+@needs_upstream_run
 @pytest.mark.parametrize("ignore_dtypes", [False, True])
 def test_tuning_key_matches_upstream(ignore_dtypes):
     """Key argument values (in key order, skipped when left at their default), then str(dtype) of
@@ -394,7 +396,26 @@ def test_passthrough_launches_given_meta_parameters_without_tuning():
     assert (tuner.best_config.kwargs, tuner.best_config.num_warps) == ({"BLOCK": 32}, 2)
 
 
-def test_a_warmup_launch_of_a_new_key_compiles_the_candidates_and_decides_nothing():
+def _heuristics_warmup(tuner, *args, grid):
+    triton.heuristics({})(tuner).warmup(*args, grid=grid)
+
+
+def _run_warmup(tuner, *args, grid):
+    tuner.run(*args, grid=grid, warmup=True)
+
+
+@pytest.mark.parametrize(
+    "warm_up",
+    [
+        pytest.param(
+            _heuristics_warmup,
+            id="heuristics.warmup",
+            marks=since_triton((3, 6), "@triton.heuristics has .warmup()"),
+        ),
+        pytest.param(_run_warmup, id="run(warmup=True)"),
+    ],
+)
+def test_a_warmup_launch_of_a_new_key_compiles_the_candidates_and_decides_nothing(warm_up):
     """A warmup launch runs no kernel: it was timed as a tuning, and its random winner was stored and
     restored by every later process. ``.warmup()`` of @triton.heuristics above the autotuner and
     ``kernel.run(..., warmup=True)`` both come here."""
@@ -414,8 +435,8 @@ def test_a_warmup_launch_of_a_new_key_compiles_the_candidates_and_decides_nothin
         CountingCompiles(add_kernel)
     )
     x, y, out = torch.arange(100.0), torch.ones(100), torch.empty(100)
-    triton.heuristics({})(tuner).warmup(x, y, out, 100, grid=grid(100))
-    tuner.run(x, y, out, 100, grid=grid(100), warmup=True)
+    warm_up(tuner, x, y, out, 100, grid=grid(100))
+    warm_up(tuner, x, y, out, 100, grid=grid(100))
     assert compiled == [16, 32, 64, 128] * 2
     assert bench.calls == 0 and not tuner.cache and tuner.last_decision is None
     assert not tuner.cache_path().exists()
@@ -877,6 +898,7 @@ def _scaled_by_warps(x_ptr, out_ptr, n, BLOCK: tl.constexpr, WARPS: tl.constexpr
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * WARPS, mask=mask)
 
 
+@since_triton((3, 3), "an interpreter that drops a GPU launch's options (3.2's passes them to the kernel)")
 def test_a_heuristic_under_the_tuner_sees_every_option_of_the_winner(monkeypatch):
     """A ``@triton.heuristics`` under the tuner reading ``num_warps`` (AMD's gluon kernels do): on a
     GPU the winner launched without the options equal to the backend's defaults, and the heuristic

@@ -15,27 +15,9 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton_release import TRITON
 
 import triton_dejavu_like as tdl
-
-
-def parse_version(text: str) -> tuple[int, int]:
-    """``major.minor`` of a version string such as ``3.4.0`` or ``3.6.0+git1234``."""
-    parts = []
-    for piece in text.split("+")[0].split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    while len(parts) < 2:
-        parts.append(0)
-    return parts[0], parts[1]
-
-
-#: The installed Triton release, read as the package reads it (``triton.__version__``).
-TRITON = parse_version(triton.__version__)
-
-#: Upstream's decorator drops ``do_bench`` on 3.2, so its Autotuner asks the driver for a benchmarker,
-#: which needs a GPU: under the interpreter on a CPU, upstream can only run from 3.3 on.
-UPSTREAM_RUNS = TRITON >= (3, 3)
 
 
 def both(since: tuple[int, int] = (3, 3), why: str = "") -> list[Any]:

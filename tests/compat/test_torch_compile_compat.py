@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import triton
-from compat_helpers import TRITON, UPSTREAM_RUNS, add_kernel
+from compat_helpers import TRITON, add_kernel
+from triton_release import needs_upstream_run
 
 import triton_dejavu_like as tdl
 
@@ -60,7 +61,7 @@ def upstream_buildable(options: dict[str, Any]) -> dict[str, Any]:
     return {**options, "do_bench": lambda call, quantiles=None: 1.0}
 
 
-@pytest.mark.skipif(not UPSTREAM_RUNS, reason="Triton 3.2's Autotuner asks a GPU driver for a benchmarker")
+@needs_upstream_run
 @pytest.mark.parametrize("case", list(CASES))
 def test_torch_compile_reads_our_autotuner_as_upstreams(case):
     options = dict(CASES[case])
