@@ -507,11 +507,15 @@ def stop_compiles_over_shared_memory(answers: DriverAnswers) -> bool:
     return True
 
 
-#: ``triton.AsyncCompileMode`` exists (3.6 and 3.9 have it; 3.2 and 3.3 do not).
+#: ``triton.AsyncCompileMode`` exists and can leave failed compiles to the caller (3.6+; 3.2-3.4 have
+#: no such mode, and 3.5's takes no ``ignore_errors``: its exit raises the first failure).
 # the compiles handed over are read from the mode's ``raw_futures`` (their failures, Ctrl-C cancelling
-# them): a release whose mode does not keep that list compiles in the calling thread instead
-HAS_ASYNC_COMPILE: bool = hasattr(triton, "AsyncCompileMode") and (
-    "raw_futures" in triton.AsyncCompileMode.__init__.__code__.co_names
+# them): a release whose mode does not keep that list, or cannot ignore errors, compiles in the
+# calling thread instead
+HAS_ASYNC_COMPILE: bool = (
+    hasattr(triton, "AsyncCompileMode")
+    and "raw_futures" in triton.AsyncCompileMode.__init__.__code__.co_names
+    and "ignore_errors" in inspect.signature(triton.AsyncCompileMode.__init__).parameters
 )
 
 
