@@ -107,6 +107,22 @@ def test_do_bench_attribute_is_the_users_function(autotune):
     assert tuner.do_bench is bench
 
 
+@pytest.mark.parametrize("given", [False, True], ids=["ours", "users"])
+@pytest.mark.parametrize("autotune", both())
+def test_a_do_bench_assigned_after_decoration_times_the_candidates(autotune, given):
+    """Upstream's ``_bench`` times with whatever ``.do_bench`` holds, so code written for it assigns
+    a timing function to a decorated kernel (``kernel.do_bench = my_bench``); it times every later
+    tuning, also in place of one given to the decorator."""
+    first, assigned = Bench(), Bench()
+    configs = assigned.configs()
+    tuner = autotune(configs=configs, key=["n"], **({"do_bench": first} if given else {}))(add_kernel)
+    tuner.do_bench = assigned
+    assert tuner.do_bench is assigned
+    run_add(tuner)
+    assert sorted(assigned.timed) == list(BLOCKS) and first.timed == []
+    assert tuner.best_config is configs[1]
+
+
 def test_our_do_bench_attribute_answers_one_number_without_quantiles():
     """Without a user's function, ``.do_bench`` is our benchmarker: the times at the quantiles
     given, or one time for ``quantiles=None``, the default, as Triton's ``do_bench`` answers then
