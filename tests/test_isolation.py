@@ -421,6 +421,21 @@ def test_forkserver_workers_import_the_kernel_and_receive_the_tensors(tmp_path, 
     assert [t.data_ptr() for t in (x, y, out)] == pointers  # not moved to shared memory
 
 
+def timed_here(kernel_call, quantiles):
+    """A do_bench that ``fs_add``'s module does not give it (assigned by a test)."""
+    kernel_call()
+    return [1.0] * len(quantiles)
+
+
+def test_a_do_bench_a_fresh_worker_cannot_see_fails_tuning_instead_of_timing_with_another(monkeypatch):
+    """A do_bench assigned to the kernel outside its module (``kernel.do_bench = ...`` in a test or a
+    main function) is not the one a forkserver worker finds when it imports the module: tuning
+    fails naming both, rather than timing every candidate with the function the user replaced."""
+    monkeypatch.setattr(fs_add, "do_bench", timed_here)
+    with pytest.raises(IsolationError, match=r"kernels\.FakeBench.*test_isolation\.timed_here"):
+        launch_add(fs_add)
+
+
 def test_kernels_a_fresh_process_cannot_import_fail_before_any_worker_starts():
     @triton.jit
     def local_kernel(x_ptr, n, BLOCK: tl.constexpr):

@@ -43,6 +43,7 @@ from ... import _env
 from ..._compat import Config
 from ..._log import DejavuTuningWarning, DejavuWarning, warn_once
 from ...codec import EncodingError, config_id, encode_config
+from ...store.identity import callable_name
 from ..evaluate import Evaluator
 from ..launch import Failure, LaunchContext, TuningStopped, one_line
 from ..numerics import rule_out_unwritten
@@ -321,7 +322,8 @@ class _Link:
         if not self.remote:
             return _Worker("fork", ForkBootstrap(self.ctx, self.recipe, reference))
         assert self.ref is not None
-        bootstrap = RemoteBootstrap(self.ref, dict(os.environ), current_device(), reference)
+        timer = callable_name(self.recipe.timing.do_bench)
+        bootstrap = RemoteBootstrap(self.ref, dict(os.environ), current_device(), reference, timer)
         worker = _Worker(self.method, bootstrap)
         with _starting(worker, self.ctx.kernel_name):
             hello = worker.receive(STARTUP_TIMEOUT_S, "starting")

@@ -18,6 +18,7 @@ from ... import _compat
 from ..._compat import Config
 from ..._log import log, relay_warnings
 from ...codec import config_id, decode_config
+from ...store.identity import callable_name
 from ..evaluate import Evaluator, InProcessEvaluator
 from ..launch import LaunchContext, TuningStopped, one_line
 from ..numerics import CheckedEvaluator
@@ -56,6 +57,8 @@ class RemoteBootstrap:
     env: dict[str, str]
     device: int | None
     reference: Description | None
+    #: The name of the user's ``do_bench`` the tuning process times with (None: the package's timer).
+    do_bench: str | None = None
 
     def open(self, conn: Connection) -> _Session:
         os.environ.clear()  # a fork server keeps the environment it was started with
@@ -65,6 +68,7 @@ class RemoteBootstrap:
         if self.device is not None:
             torch.cuda.set_device(self.device)
         recipe = self.ref.resolve()
+        self._check_timer(recipe)
         conn.send(("hello",))
         _, args, kwargs = conn.recv()
         args, kwargs = private_copies((args, kwargs))  # the originals (IPC mappings) are dropped here
@@ -77,6 +81,25 @@ class RemoteBootstrap:
         if table:  # a grid missing from the table is the candidate's failure, not the user's grid's
             ctx = dataclasses.replace(ctx, users_grid=False)
         return _Session.of(ctx, recipe, self.reference)
+
+    def _check_timer(self, recipe: KernelRecipe) -> None:
+        """:class:`IsolationError` when the kernel this worker imported times with another function
+        than the tuning process (a ``do_bench`` assigned to the kernel outside its module): its
+        timings would not be the user's."""
+        found = callable_name(recipe.timing.do_bench)
+        # a main script's functions are __mp_main__'s here (multiprocessing imports it under that name)
+        found = found.replace("__mp_main__.", "__main__.") if found is not None else None
+        if found != self.do_bench:
+            raise IsolationError(
+                f"the kernel {self.ref.module}.{self.ref.qualname} imported by the worker times with "
+                f"{_timer(found)}, the tuning process with {_timer(self.do_bench)}: a worker that imports "
+                "the kernel sees a do_bench given to autotune or assigned in the kernel's module, not one "
+                "assigned elsewhere (assign it there, or tune without isolation)"
+            )
+
+
+def _timer(name: str | None) -> str:
+    return f"do_bench {name}" if name is not None else "the package's timer"
 
 
 class _Session:
