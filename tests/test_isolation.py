@@ -150,6 +150,30 @@ def test_one_worker_serves_candidates_until_one_kills_it(tmp_path, monkeypatch):
     assert len(set(first)) == 1 and len(set(second)) == 1 and first[0] != second[0]
 
 
+@pytest.mark.parametrize("numbers", [True, False], ids=["numbers", "lists"])
+def test_configs_timings_hold_what_do_bench_answered_in_a_worker(numbers):
+    """``.configs_timings`` holds what the user's do_bench answered (upstream's attribute): one number
+    per config for a do_bench that answers numbers, in a worker as in process, so that code reading
+    it works whether or not TRITON_DEJAVU_USE_ISOLATED_PROCESS is set."""
+    times = {16: 4.0, 32: 1.0, 64: 2.0, 128: 3.0}
+
+    def do_bench(call, quantiles):
+        call()
+        return 1.0 if numbers else [1.0, 0.5, 2.0]
+
+    def answered(isolated):
+        tuner = tdl.autotune(
+            key=["n"],
+            configs=[triton.Config({"BLOCK": b}) for b in times],
+            do_bench=do_bench,
+            use_isolated_process=isolated,
+        )(add_kernel)
+        launch_add(tuner, n=200 if isolated else 300)  # two keys: isolation shares the stored results
+        return list(tuner.configs_timings.values())
+
+    assert answered(True) == answered(False) == [1.0 if numbers else [1.0, 0.5, 2.0]] * len(times)
+
+
 def test_hooks_run_in_the_worker_around_each_launch_on_its_own_copies(tmp_path):
     """acc += x, timed three launches per candidate: the hooks must restore acc around each one."""
     n = 64

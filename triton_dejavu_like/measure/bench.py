@@ -204,6 +204,10 @@ class Benchmarker:
     #: The argument that gave the user's timing function (``do_bench``), or None for a timer of ours:
     #: an error of the user's own (not a launch's it passes on) ends tuning (see ``stops_tuning``).
     user_function: str | None = None
+    #: Whether the timing function's last answer was one number (a user's ``do_bench`` may answer
+    #: one): upstream's ``configs_timings`` then holds numbers (see :meth:`as_answered`). Set by the
+    #: benchmarker that timed, or from an isolated worker's reply.
+    answers_numbers: bool = False
 
     def __call__(self, kernel_call: KernelCall, quantiles: Sequence[float] = QUANTILES) -> list[float]:
         raise NotImplementedError
@@ -219,7 +223,9 @@ class Benchmarker:
     def as_answered(self, timings: dict[Any, list[float]]) -> dict[Any, Any]:
         """``timings`` (per config, at :attr:`quantiles`) as the timing function answered them, which
         upstream's ``configs_timings`` holds: lists, except for a ``do_bench`` that answers numbers."""
-        return timings
+        if not self.answers_numbers:
+            return timings
+        return {config: t[0] for config, t in timings.items()}
 
 
 class UserBenchmarker(Benchmarker):
@@ -229,17 +235,11 @@ class UserBenchmarker(Benchmarker):
 
     def __init__(self, do_bench: DoBench) -> None:
         self.do_bench = do_bench
-        self._answers_numbers = False
 
     def __call__(self, kernel_call: KernelCall, quantiles: Sequence[float] = QUANTILES) -> list[float]:
         result = self.do_bench(kernel_call, quantiles=tuple(quantiles))
-        self._answers_numbers = is_number(result)
+        self.answers_numbers = is_number(result)
         return normalise(result, len(quantiles))
-
-    def as_answered(self, timings: dict[Any, list[float]]) -> dict[Any, Any]:
-        if not self._answers_numbers:
-            return timings
-        return {config: t[0] for config, t in timings.items()}
 
 
 class CpuBenchmarker(Benchmarker):

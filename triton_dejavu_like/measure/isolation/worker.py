@@ -132,14 +132,16 @@ class _Session:
 
     def _measure(self, description: Description) -> tuple[Any, ...]:
         """The timings, whether the candidate became the numerical check's reference (and then why a
-        candidate that writes nothing mismatches it), and whether it was timed with no reference."""
+        candidate that writes nothing mismatches it), whether it was timed with no reference, and
+        whether the timing function answered one number."""
         config = self.decode(description)
         timings = self.evaluator.measure(config)
         check = self.evaluator if isinstance(self.evaluator, CheckedEvaluator) else None
         became_reference = check is not None and check.reference_config is config
         unchecked = check is not None and config in check.unchecked
         mismatch = check.unwritten_mismatch() if check is not None and became_reference else None
-        return ("ok", [float(t) for t in timings], became_reference, unchecked, mismatch)
+        number = self.evaluator.ctx.benchmarker.answers_numbers
+        return ("ok", [float(t) for t in timings], became_reference, unchecked, mismatch, number)
 
     def _adopt_reference(self, description: Description) -> tuple[Any, ...]:
         """Whether the check has a reference after running the candidate for it, and whether the
