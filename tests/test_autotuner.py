@@ -834,6 +834,21 @@ def test_listener_is_called_where_triton_has_one(monkeypatch):
     assert seen and seen[0]["cache_hit"] is False and seen[0]["best_config"].kwargs == {"BLOCK": 128}
 
 
+def test_the_listener_gets_the_timings_as_do_bench_answered_them(monkeypatch):
+    """Upstream passes its ``configs_timings`` (what do_bench answered) to the listener: numbers for a
+    do_bench that answers numbers."""
+    knobs = pytest.importorskip("triton.knobs")
+    if not hasattr(knobs.autotuning, "listener"):
+        pytest.skip("this Triton has no autotuning listener")
+    seen = []
+    monkeypatch.setattr(knobs.autotuning, "listener", lambda **kw: seen.append(kw))
+    bench = FakeBench()
+    tuner = tuned_add(bench, do_bench=lambda call, quantiles: bench(call, quantiles)[0])
+    run_add(tuner)
+    assert [kw["configs_timings"] for kw in seen] == [tuner.configs_timings]
+    assert tuner.configs_timings[tuner.best_config] == 1000.0 / 128
+
+
 def test_config_pre_hook_gets_every_argument_and_config_value_at_launch():
     seen = []
     configs = [

@@ -213,8 +213,9 @@ class Autotuner(
                     if choice and generation == self._generation:
                         dict.__setitem__(self.cache, key.values, config)  # not a change from outside
                 self.last_decision = outcome.source
+                answered = state.benchmarker.as_answered(outcome.configs_timings)
                 if outcome.source == "tuned":
-                    self.configs_timings = state.benchmarker.as_answered(outcome.configs_timings)
+                    self.configs_timings = answered
                     self.bench_time = outcome.duration_s
                 report(
                     self._name,
@@ -223,6 +224,7 @@ class Autotuner(
                     outcome,
                     strategy=self.settings.strategy,
                     where=state.store.where(key.id),
+                    answered=answered,
                 )
             launch = (config, self._launch_kwargs(config), config.pre_hook)
             with changes:

@@ -71,10 +71,19 @@ def _notify(decision: Decision) -> None:
 
 
 def report(
-    kernel_name: str, fn: Any, key: tuple[Any, ...], outcome: Outcome, *, strategy: str, where: str
+    kernel_name: str,
+    fn: Any,
+    key: tuple[Any, ...],
+    outcome: Outcome,
+    *,
+    strategy: str,
+    where: str,
+    answered: dict[Any, Any],
 ) -> None:
     """One summary line per decision when ``TRITON_PRINT_AUTOTUNING=1`` (as upstream prints it),
-    a debug log record, the listener call for tuned and restored keys, and the decision observers."""
+    a debug log record, the listener call for tuned and restored keys, and the decision observers.
+    ``answered``: the outcome's timings as the timing function answered them (upstream's
+    ``configs_timings``, which its listener gets)."""
     if _observers:
         _notify(Decision(kernel_name, key, outcome.source, outcome.config, outcome.duration_s, where))
     if outcome.source == "single":
@@ -99,7 +108,7 @@ def report(
             fn=_compat.jit_function(fn) or fn,
             key=key,
             best_config=outcome.config,
-            configs_timings=outcome.configs_timings,
+            configs_timings=answered,
             duration=outcome.duration_s if outcome.source == "tuned" else None,
             cache_hit=outcome.source == "restored",
         )
