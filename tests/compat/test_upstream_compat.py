@@ -498,6 +498,31 @@ def test_a_config_failing_with_an_error_upstream_does_not_skip(autotune):
             run_add(tuner)
 
 
+class _LimitedBench(Bench):
+    """Raises ``OutOfResources`` itself for BLOCK 32, after a launch that ran (a benchmark that checks
+    a config's resources), as ``OutOfResources`` is the class of a config that cannot run."""
+
+    def __call__(self, kernel_call: Callable[[], Any], quantiles: Any = None, **_: Any) -> Any:
+        timing = super().__call__(kernel_call, quantiles)
+        if self.timed[-1] == 32:
+            raise out_of_resources()
+        return timing
+
+
+@pytest.mark.parametrize("autotune", both())
+def test_a_do_bench_raising_an_error_upstream_skips_rules_only_that_config_out(autotune):
+    """Upstream's ``_bench`` skips a config whose ``do_bench`` raises ``OutOfResources`` (or
+    ``CompileTimeAssertionFailure``, ``PTXASError``), wherever it came from: an infinite time, and
+    tuning goes on."""
+    bench = _LimitedBench()
+    configs = bench.configs()
+    tuner = autotune(configs=configs, key=["n"], do_bench=bench)(add_kernel)
+    run_add(tuner)
+    assert tuner.best_config is configs[2]  # 64: 32, the fastest, could not run
+    assert tuner.configs_timings[configs[1]][0] == float("inf")
+    assert sorted(bench.timed) == list(BLOCKS)
+
+
 def raising_pre_hook(nargs: dict[str, Any], reset_only: bool = False) -> None:
     raise KeyError("acc_ptr")
 

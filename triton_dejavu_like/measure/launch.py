@@ -231,9 +231,10 @@ def stops_tuning(records: Sequence[LaunchRecord], timer: str | None = None) -> I
     """Raise :class:`TuningStopped` for an exception of the block that does not depend on the
     candidate: one of the tuner's hooks or the grid function raised in a launch of ``records``
     (whatever the timer made of it), or the user's timing function (``timer`` names it; None for a
-    timer of ours) raised an error of its own, no launch having failed. The candidate's errors (its
-    config's ``pre_hook``, the launch), even passed on or wrapped by the timer, pass as they are:
-    they rule it out."""
+    timer of ours) raised an error of its own, no launch having failed, other than those upstream's
+    autotuner skips a config for (``OutOfResources``, ...: a config's limits). The candidate's errors
+    (its config's ``pre_hook``, the launch), even passed on or wrapped by the timer, pass as they
+    are: they rule it out."""
     try:
         yield
     except TuningStopped:
@@ -243,7 +244,8 @@ def stops_tuning(records: Sequence[LaunchRecord], timer: str | None = None) -> I
             if record.hook_error is not None:
                 what, error = record.hook_error
                 raise TuningStopped(what, error) from error
-        if timer is not None and not any(record.candidate_failed for record in records):
+        launch_failed = any(record.candidate_failed for record in records)
+        if timer is not None and not launch_failed and not isinstance(exc, _compat.UPSTREAM_SKIPPED_ERRORS):
             raise TuningStopped(timer, exc) from exc
         raise
 
