@@ -425,6 +425,41 @@ def test_logging_and_warnings_configuration_is_left_alone(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_search_over_before_smacs_import_leaves_the_callers_warnings_filters_alone(monkeypatch):
+    """A BO search that ended before its model was needed (a small budget) returned while SMAC's
+    import still ran in its thread; the import's end then put back the warnings filters it found,
+    those of the caller's ``catch_warnings`` block, which so stayed in force after the block."""
+    import importlib
+    import threading
+    import types
+    import warnings
+
+    from triton_dejavu_like.search import _global_state
+
+    released = threading.Event()
+
+    def slow_import(name: str) -> types.ModuleType:
+        released.wait(2)  # set once the kernel call returned: the import outlives the search
+        return importlib.import_module(name)
+
+    monkeypatch.setattr(_global_state, "importlib", types.SimpleNamespace(import_module=slow_import))
+    bench = FakeBench()
+    # 2 of 16 candidates: the model is imported for the search, which ends before it is needed
+    tuner = tuned_add(bench, configs=block_configs(warps=(1, 2, 4, 8)), use_bo=True, search_max_share=0.1)
+    filters = list(warnings.filters)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what the caller silences while tuning
+        run_add(tuner)
+    released.set()
+    for thread in threading.enumerate():
+        if thread.name.startswith("import-"):
+            thread.join(10)
+    assert bench.calls == 2
+    assert list(warnings.filters) == filters
+    with pytest.warns(UserWarning, match="still shown"):
+        warnings.warn("still shown", UserWarning, stacklevel=1)
+
+
 def test_missing_smac_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "smac", None)  # as if not installed
     with pytest.raises(MissingExtraError, match=r"triton_dejavu_like\[bo\]"):

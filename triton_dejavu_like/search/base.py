@@ -158,6 +158,9 @@ class Strategy(ABC):
         """The expected relative improvement of the next proposal (adaptive stop), if known."""
         return None
 
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """The search is over: end what the strategy started in the background."""
+
 
 class BatchSearch:
     """One search: hands out candidates (``ask``), takes back results (``tell``), enforces the budget.
@@ -358,6 +361,15 @@ class BatchSearch:
                     continue
                 break
         return out
+
+    def close(self) -> None:
+        """End the search (whether or not it is ``done``): the strategy ends what it started in the
+        background. Bayesian optimisation waits for SMAC's import if it is still running: the import
+        puts the warnings configuration back as it found it when it ends, so ending after the caller
+        left a ``warnings.catch_warnings()`` block would bring that block's filters back."""
+        t = time.perf_counter()
+        self.strategy.close()
+        self.strategy_time_s += time.perf_counter() - t
 
     @property
     def out_of_time(self) -> bool:

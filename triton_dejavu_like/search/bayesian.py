@@ -14,10 +14,12 @@ after one warning. docs/search.md explains every setting and how it was chosen.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -115,6 +117,8 @@ class BayesianOptimization(Strategy):
     config: BOSettings = field(default_factory=BOSettings)
     #: What is searched (the kernel's name), for the warning when the model fails.
     label: str = ""
+    #: The models' module, imported in the background (a future) once a search needs them.
+    _model_module: cf.Future[ModuleType] | None = field(default=None, init=False, repr=False)
 
     # -- set-up -----------------------------------------------------------------------------
     def _without_model(self, space: SearchSpace, limit: int, known: int = 0) -> bool:
@@ -163,9 +167,10 @@ class BayesianOptimization(Strategy):
         self._fitted_on = (-1, -1)
         self._gain: float | None = None
         self._penalties: dict[int, np.ndarray] = {}
-        if not self._failed:
+        if not self._failed and self._model_module is None:
             # SMAC's import (seconds) runs while the initial design is compiled and timed; the first
-            # fit waits for it, and fails inside propose()'s fallback if it failed
+            # fit waits for it, and fails inside propose()'s fallback if it failed (a restarted
+            # attempt goes on with the same import)
             self._model_module = import_in_background(f"{__package__}._surrogates")
 
     # -- proposals --------------------------------------------------------------------------
@@ -317,3 +322,11 @@ class BayesianOptimization(Strategy):
 
     def expected_gain(self) -> float | None:
         return self._gain
+
+    def close(self) -> None:
+        """Wait for SMAC's import if it still runs (a search that ended before its model was needed):
+        the import restores the warnings configuration it found when it ends, which must happen
+        before the tuning run returns to the caller. A failed import was reported where the model
+        was needed, if it was."""
+        if self._model_module is not None:
+            self._model_module.exception()

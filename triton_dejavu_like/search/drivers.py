@@ -60,16 +60,16 @@ def drive(strategy: Strategy, run: SearchRun, warm_start: Sequence[int] = ()) ->
     """Run a strategy on ``run`` one measurement at a time, within the run's budget."""
     search = BatchSearch(strategy, run.space, run.budget, warm_start, known=run.results)
     run.search = search
-    while True:
-        batch = search.ask(1)
-        if not batch:
-            break
-        index = batch[0]
-        try:
-            value = run.measure(index)
-        except BudgetExhausted:
-            break
-        search.tell(index, value)
+    try:
+        while batch := search.ask(1):
+            index = batch[0]
+            try:
+                value = run.measure(index)
+            except BudgetExhausted:
+                break
+            search.tell(index, value)
+    finally:
+        search.close()
     return run
 
 
@@ -91,16 +91,19 @@ def drive_batched(
     search = BatchSearch(strategy, space, budget, warm_start)
     rng = random.Random(completion_seed)
     flight: list[int] = []
-    while True:
-        free = batch_size - len(flight)
-        if free > 0:
-            flight += search.ask(free)
-        if not flight:
-            break
-        index = flight.pop(0 if completion_seed is None else rng.randrange(len(flight)))
-        try:
-            value = evaluate(index)
-        except BudgetExhausted:
-            break
-        search.tell(index, value)
+    try:
+        while True:
+            free = batch_size - len(flight)
+            if free > 0:
+                flight += search.ask(free)
+            if not flight:
+                break
+            index = flight.pop(0 if completion_seed is None else rng.randrange(len(flight)))
+            try:
+                value = evaluate(index)
+            except BudgetExhausted:
+                break
+            search.tell(index, value)
+    finally:
+        search.close()
     return search

@@ -364,6 +364,7 @@ class TuningRun:
                     pipeline.run_batched(len(space) if self.strategy == "exhaustive" else None)
         finally:
             bar.close()
+            search.close()
         trial.rule_out_late(evaluator)  # before finalists are chosen
         with trial.phase("refine"):
             trial.refine(evaluator, self.benchmarker.finalists)
