@@ -174,6 +174,13 @@ def test_bad_key_names_and_argument_combinations_fail_at_decoration():
         tdl.autotune(key=["n"], configs=block_configs(), use_random_search=True, search_max_share=0)(
             add_kernel
         )
+    # True is no share nor time (it read as 1.0: the whole space, or a 1 s budget), nor is a string
+    slips = [("search_max_share", True), ("search_max_search_t", True), ("search_max_share", "0.5")]
+    for name, value in slips:
+        with pytest.raises(TypeError, match=f"{name} must be a number"):
+            tdl.autotune(key=["n"], configs=block_configs(), use_random_search=True, **{name: value})(
+                add_kernel
+            )
 
 
 def test_no_configs_uses_the_single_default_config_without_benchmarking():

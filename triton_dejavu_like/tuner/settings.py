@@ -8,6 +8,7 @@ is hashed into the storage path (``autotune_config``): the settings that change 
 
 from __future__ import annotations
 
+import numbers
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,12 +77,12 @@ class TunerSettings:
         # None stands for the default (a placeholder in triton-dejavu's positional order)
         b = {name: default if a.get(name) is None else a[name] for name, default in BUDGET_ARGUMENTS.items()}
         given = [name for name, default in BUDGET_ARGUMENTS.items() if b[name] != default]
-        share = _number(b["search_max_share"])
+        share = _number(b["search_max_share"], "search_max_share")
         if share is None and b["search_max_search_t"] is not None:
             share = 1.0  # a time alone is a fixed budget (no adaptive stop): the whole space within it
         # checked whatever the strategy (exhaustive search uses none of it: a warning says so)
         asked = Budget(
-            max_time_s=_number(b["search_max_search_t"]),
+            max_time_s=_number(b["search_max_search_t"], "search_max_search_t"),
             max_share=share,
             max_repeat=_whole(b["search_max_repeat"], "search_max_repeat"),
             seed=_whole(b["search_seed"], "search_seed"),
@@ -179,5 +180,10 @@ def _whole(value: Any, what: str) -> int:
         raise TypeError(f"{what} must be a whole number, got {value!r:.40}") from None
 
 
-def _number(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _number(value: Any, what: str) -> float | None:
+    """A number as given (None: the default); True (1 s, a share of 1.0) or a string is a slip."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be a number, got {value!r:.40}")
+    return float(value)
