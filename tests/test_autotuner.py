@@ -22,6 +22,7 @@ from kernels import (
     grid,
     noop_kernel,
     observe_block,
+    refused,
     run_add,
     scale_kernel,
     tuned_add,
@@ -829,6 +830,19 @@ def test_print_autotuning_summary(monkeypatch, capsys):
     assert "tuned (exhaustive, 4 configs benchmarked)" in out
     run_add(tuned_add(FakeBench()))
     assert "restored from" in capsys.readouterr().out
+
+
+def test_print_autotuning_summary_counts_the_candidates_ruled_out_apart(monkeypatch, capsys):
+    """Candidates that could not run were counted as benchmarked: 3 of 4 failing read '4 configs
+    benchmarked'."""
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    bench = FakeBench()
+    configs = [*block_configs((16, 32, 64), warps=(1,)), triton.Config({"BLOCK": 128})]
+    for config in configs[:3]:
+        config.pre_hook = refused  # the config's own error: it is ruled out, never benchmarked
+    run_add(tuned_add(bench, configs=configs))
+    assert bench.blocks == [128]  # the only launch that ran
+    assert "tuned (exhaustive, 1 config benchmarked, 3 ruled out)" in capsys.readouterr().out
 
 
 def test_listener_is_called_where_triton_has_one(monkeypatch):

@@ -70,6 +70,15 @@ def _notify(decision: Decision) -> None:
             log.exception("decision observer %r failed", observer)
 
 
+def _measured(outcome: Outcome) -> str:
+    """How many candidates a tuning benchmarked, and how many it ruled out (a compile or launch
+    error, a bad time): counted apart, so that a run where most candidates fail says so."""
+    ruled_out = sum(1 for config in outcome.configs_timings if config in outcome.failures)
+    timed = len(outcome.configs_timings) - ruled_out
+    benchmarked = f"{timed} config{'' if timed == 1 else 's'} benchmarked"
+    return f"{benchmarked}, {ruled_out} ruled out" if ruled_out else benchmarked
+
+
 def report(
     kernel_name: str,
     fn: Any,
@@ -90,7 +99,7 @@ def report(
         return
     if _compat.print_autotuning():
         how = {
-            "tuned": f"tuned ({strategy}, {len(outcome.configs_timings)} configs benchmarked)",
+            "tuned": f"tuned ({strategy}, {_measured(outcome)})",
             "restored": f"restored from {where}",
             "heuristic": "fallback heuristic, no tuning",
             "nearest": "config of the nearest tuned key, no tuning",
