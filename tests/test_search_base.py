@@ -32,6 +32,22 @@ def test_space_from_configs_has_sorted_numeric_dimensions_and_hidden_points():
     assert space.is_numeric(0) and not space.is_numeric(1)
 
 
+def test_numpy_numbers_are_numeric_dimensions_sorted_as_numbers():
+    """Values listed as NumPy scalars (``list(np.arange(...))``, ``[np.int64(64), ...]``) made a
+    categorical dimension in the order given: BO modelled them without their order, and a step to a
+    neighbour went to the next value listed, not the next larger one."""
+    np = pytest.importorskip("numpy")
+    scales = np.float32([2, 0.5])
+    space = SearchSpace.from_configs(
+        [triton.Config({"BLOCK": np.int64(b), "SCALE": s}) for b in (64, 16, 32) for s in scales]
+    )
+    assert space.values == ((16, 32, 64), (0.5, 2.0))
+    assert space.is_numeric(0) and space.is_numeric(1)
+    middle = space.index_of((1, 0))  # BLOCK=32: its neighbours are 16 and 64, listed first and last
+    blocks = [space.value_of(i)["kwargs.BLOCK"] for i in space.neighbours(middle)]
+    assert sorted(blocks) == [16, 32, 64]  # 32 with the other SCALE
+
+
 def test_budget_limits_share_and_counts_each_candidate_once():
     space = SearchSpace.from_configs(configs())
     calls = []

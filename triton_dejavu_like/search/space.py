@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 from .._compat import CONFIG_FIELDS, Config
 
 
+def _is_number(value: Any) -> bool:
+    """A number that orders (NumPy's too: ``list(np.arange(...))`` lists ``np.int64``), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _sort_values(values: list[Any]) -> list[Any]:
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    if all(_is_number(v) for v in values):
         return sorted(values)
-    if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values):
+    if all(v is None or _is_number(v) for v in values):
         return [None, *sorted(v for v in values if v is not None)]  # e.g. maxnreg: None, 128, 255
     return values
 
@@ -96,7 +102,7 @@ class SearchSpace:
         return out
 
     def is_numeric(self, dim: int) -> bool:
-        return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.values[dim])
+        return all(_is_number(v) for v in self.values[dim])
 
     def value_of(self, index: int) -> dict[str, Any]:
         return {n: self.values[d][self.points[index][d]] for d, n in enumerate(self.names)}
