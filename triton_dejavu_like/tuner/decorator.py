@@ -106,8 +106,8 @@ def autotune(
     ``use_random_search=True`` or ``use_bo=True`` (extra ``bo``) search within ``search_max_search_t``
     seconds and ``search_max_share`` of the space (both None: stop when further batches are unlikely
     to pay, under a 180 s cap; a time alone: the whole space within it; see docs/search.md),
-    restarting up to ``search_max_repeat`` times when nothing valid was found, seeded by
-    ``search_seed``. ``fallback_heuristic(key) -> triton.Config``
+    starting again while nothing valid was found, up to ``search_max_repeat`` attempts in all, seeded
+    by ``search_seed``. ``fallback_heuristic(key) -> triton.Config``
     answers a miss when ``TRITON_DEJAVU_FORCE_FALLBACK=1``. ``custom_data_storage`` stores this
     kernel's results under another root; ``tag`` (default ``$TRITON_DEJAVU_TAG`` or "default") names
     the deployment. ``ignore_dtypes=True`` leaves argument dtypes out of the tuning key.
