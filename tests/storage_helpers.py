@@ -219,6 +219,7 @@ WRITE_PATH = frozenset(
         "_dump",
         "atomic_write",
         "_temp_name",
+        "_keep_attributes",
         "_fsync_dir",
     }
 )

@@ -437,6 +437,30 @@ def test_a_replaced_file_keeps_its_permissions(tmp_path):
     assert len(cf.load()) == 2
 
 
+def _another_group() -> int | None:
+    """A group this process may give its files: any as root, else a supplementary group."""
+    if os.geteuid() == 0:
+        return os.getegid() + 4242
+    return next((g for g in os.getgroups() if g != os.getegid()), None)
+
+
+def test_a_replaced_file_keeps_its_group_and_owner(tmp_path):
+    # a store shared by a group without a set-group-ID directory: the writer's own group would
+    # take the file from the team (mode 0o660: the others could no longer read it)
+    group = _another_group()
+    if group is None:
+        pytest.skip("this process belongs to one group only")
+    cf = cache_file(tmp_path)
+    cf.record(entries_for([(1,)]))
+    owner = os.geteuid() + 4242 if os.geteuid() == 0 else os.geteuid()
+    os.chown(cf.path, owner, group)
+    cf.path.chmod(0o660)
+    cf.record(entries_for([(2,)]))
+    after = cf.path.stat()
+    assert (after.st_gid, after.st_uid, stat.S_IMODE(after.st_mode)) == (group, owner, 0o660)
+    assert len(cf.load()) == 2
+
+
 # --- nothing read is executed ------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ Guarantees (each one is exercised by the test suite, see ``docs/storage.md``):
 - A process does not parse again what it last read or wrote: a file whose bytes hash to the same
   digest holds the same entries, and an entry whose JSON is unchanged is not validated again. A new
   key recorded into a file of thousands costs a read, a hash and a write, not a parse and a dump.
-- Files and directories are created with the user's umask; a replaced file keeps its permissions.
+- Files and directories are created with the user's umask; a replaced file keeps its permissions and group.
 
 Every problem the user must act on is a :class:`~triton_dejavu_like.DejavuStorageWarning`.
 """
@@ -282,21 +282,41 @@ def _fsync_dir(directory: Path) -> None:
             os.close(dir_fd)
 
 
+def _keep_attributes(fd: int, path: Path) -> None:
+    """Give the new file ``fd`` the permission bits, group and owner of the file it replaces at
+    ``path`` (nothing when there is none). The group first: a writer of a shared store is mostly
+    not its owner, and may give the file to any group it belongs to; the owner only where this
+    process may give files away (root). What cannot be kept stays as created."""
+    try:
+        old = os.stat(path)
+    except OSError:
+        return
+    if hasattr(os, "fchown"):
+        for owner in (old.st_uid, -1):
+            try:
+                os.fchown(fd, owner, old.st_gid)
+                break
+            except OSError:
+                continue
+    if hasattr(os, "fchmod"):  # after fchown, which may clear the set-group-ID bit
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IMODE(old.st_mode))
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old or the new file, never a mix.
 
     A new file is created with mode 0o666 minus the umask, like any file the user creates; a file
-    that is replaced keeps its permission bits. A symbolic link is written through (links are
-    followed everywhere): the file it points to is replaced, and the link stays.
+    that is replaced keeps its permission bits and its group (and its owner, where this process may
+    give files away). A symbolic link is written through (links are followed everywhere): the file
+    it points to is replaced, and the link stays.
     """
     path = followed(path)
     tmp = path.with_name(_temp_name(path))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
-            if hasattr(os, "fchmod"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.fchmod(handle.fileno(), stat.S_IMODE(os.stat(path).st_mode))
+            _keep_attributes(handle.fileno(), path)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
