@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -426,6 +427,16 @@ def test_files_and_directories_follow_the_umask(tmp_path):
     assert stat.S_IMODE(cf.lock_path.stat().st_mode) == 0o640
     assert stat.S_IMODE(cf.path.parent.stat().st_mode) == 0o750
     assert stat.S_IMODE((tmp_path / "root" / "dejavu_0.1").stat().st_mode) == 0o750
+
+
+def test_the_filelock_required_leaves_the_lock_file_to_the_umask():
+    # filelock 3.12 to 3.23 create (and chmod) every lock file 0o644 whatever the umask: in a
+    # group's store the first writer's lock file then shut every other member out of writing
+    # (their results stayed in memory); the lock file stays, so for good
+    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    floor = re.search(r'"filelock>=([0-9.]+)"', text)
+    assert floor is not None
+    assert tuple(int(part) for part in floor.group(1).split(".")) >= (3, 24)
 
 
 def test_a_replaced_file_keeps_its_permissions(tmp_path):
