@@ -387,6 +387,35 @@ def test_misses_file_inside_the_default_store_is_refused(tmp_path, monkeypatch):
     assert not inside.exists()
 
 
+MISS_INTO_A_PIPE = """
+import sys, warnings
+sys.path[:0] = sys.argv[1:2]
+from kernels import FakeBench, run_add, tuned_add
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    run_add(tuned_add(FakeBench()), 100)
+print([str(w.message) for w in caught])
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_misses_file_that_is_a_pipe_nobody_reads_does_not_block_the_launch(tmp_path):
+    # a pipe to a log collector that is down: opening it for writing waited for a reader for good,
+    # in the launch that missed (the kernel never ran)
+    pipe = tmp_path / "misses.pipe"
+    os.mkfifo(pipe)
+    env = {**os.environ, "TRITON_DEJAVU_MISSES_FILE": str(pipe), "TRITON_DEJAVU_READ_ONLY": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", MISS_INTO_A_PIPE, str(Path(__file__).parent)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"cannot append misses to TRITON_DEJAVU_MISSES_FILE={pipe}" in done.stdout
+
+
 def test_cli_misses_needs_a_file(capsys):
     assert cli.main(["misses"]) == 2
 

@@ -120,8 +120,12 @@ def _append(path: Path, miss: Miss) -> None:
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
-    try:  # created when missing, in a directory that must exist
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    # created when missing, in a directory that must exist; never waited for: a named pipe nobody
+    # reads (a log collector that is down) fails at once instead of blocking the launch
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
         try:
             os.write(fd, line)
         finally:
