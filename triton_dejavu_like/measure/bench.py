@@ -76,14 +76,14 @@ REFINE_STEPS = 4
 REFINE_Z = 2.576
 
 
-def settled(samples: Sequence[Sequence[float]], margin: float, z: float = REFINE_Z) -> bool:
+def settled(samples: Sequence[Sequence[float]], margin: float) -> bool:
     """Whether interleaved samples (one list per finalist, one sample per round) settle the pick.
 
     The leader is the finalist with the best median. For every other finalist, the per-round
     ratios of its time to the leader's (paired, so drift between rounds cancels) have a
-    distribution-free confidence interval for their median (order statistics ``n/2 -+ z sqrt(n)/2``):
-    settled when it lies above 1 (the other is slower) or within ``1 -+ margin`` (either pick is
-    within ``margin`` of the other).
+    distribution-free confidence interval for their median (order statistics ``n/2 -+ z sqrt(n)/2``,
+    ``z`` being :data:`REFINE_Z`): settled when it lies above 1 (the other is slower) or within
+    ``1 -+ margin`` (either pick is within ``margin`` of the other).
     """
     medians = [quantiles_of(s, (0.5,))[0] for s in samples]
     lead = samples[min(range(len(samples)), key=medians.__getitem__)]
@@ -94,7 +94,7 @@ def settled(samples: Sequence[Sequence[float]], margin: float, z: float = REFINE
         n = len(ratios)
         if not n:
             return False
-        half = z * math.sqrt(n) / 2
+        half = REFINE_Z * math.sqrt(n) / 2
         low = ratios[max(0, math.floor(n / 2 - half))]
         high = ratios[min(n - 1, math.ceil(n / 2 + half))]
         if not (low > 1.0 or (low > 1.0 - margin and high < 1.0 + margin)):
@@ -120,19 +120,21 @@ def normalise(result: Any, n: int) -> list[float]:
     return values[:n]
 
 
+#: The fewest and the most timed calls of :func:`cpu_do_bench`, whatever ``rep`` says.
+CPU_MIN_RUNS, CPU_MAX_RUNS = 3, 100
+
+
 def cpu_do_bench(
     kernel_call: KernelCall,
     quantiles: Sequence[float] = QUANTILES,
     *,
     warmup: float | None = None,
     rep: float | None = None,
-    min_runs: int = 3,
-    max_runs: int = 100,
 ) -> list[float]:
     """Wall-clock timing on the CPU (for ``TRITON_INTERPRET=1``): ``warmup``/``rep`` are milliseconds.
 
     One untimed call (more while ``warmup`` ms last), then timed calls until ``rep`` ms have passed,
-    at least ``min_runs`` and at most ``max_runs`` of them.
+    at least :data:`CPU_MIN_RUNS` and at most :data:`CPU_MAX_RUNS` of them.
     """
     warmup_ms = 0.0 if warmup is None else float(warmup)
     rep_ms = 20.0 if rep is None else float(rep)
@@ -142,7 +144,7 @@ def cpu_do_bench(
         kernel_call()
     samples: list[float] = []
     spent = 0.0
-    while len(samples) < max_runs and (len(samples) < min_runs or spent < rep_ms):
+    while len(samples) < CPU_MAX_RUNS and (len(samples) < CPU_MIN_RUNS or spent < rep_ms):
         t0 = time.perf_counter()
         kernel_call()
         elapsed = (time.perf_counter() - t0) * 1e3

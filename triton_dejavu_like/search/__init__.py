@@ -9,7 +9,6 @@ from .base import (
     DEFAULT_TIME_CAP_S,
     BatchSearch,
     Budget,
-    BudgetExhausted,
     Strategy,
     exhaustive_is_cheaper,
 )
@@ -65,7 +64,6 @@ __all__ = [
     "DEFAULT_TIME_CAP_S",
     "BatchSearch",
     "Budget",
-    "BudgetExhausted",
     "Exhaustive",
     "MissingExtraError",
     "RandomSearch",

@@ -60,10 +60,6 @@ def exhaustive_is_cheaper(space_size: int) -> bool:
     return space_size <= EXHAUSTIVE_MAX
 
 
-class BudgetExhausted(Exception):
-    """Raised by :meth:`SearchRun.evaluate` (or an objective) when no further evaluation may run."""
-
-
 @dataclass(frozen=True)
 class Budget:
     """How much a search may spend: wall time, a share of the space, restarts, and the seed.

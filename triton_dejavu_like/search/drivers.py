@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .base import BatchSearch, Budget, BudgetExhausted, Strategy
+from .base import BatchSearch, Budget, Strategy
 from .space import SearchSpace
 
 Objective = Callable[[int], float]
@@ -63,11 +63,7 @@ def drive(strategy: Strategy, run: SearchRun, warm_start: Sequence[int] = ()) ->
     try:
         while batch := search.ask(1):
             index = batch[0]
-            try:
-                value = run.measure(index)
-            except BudgetExhausted:
-                break
-            search.tell(index, value)
+            search.tell(index, run.measure(index))
     finally:
         search.close()
     return run
@@ -86,7 +82,7 @@ def drive_batched(
 
     The search is asked to fill the free slots; one pending candidate completes at a time, chosen
     at random (seeded by ``completion_seed``; None: the oldest first), so results arrive out of
-    order; then the free slot is refilled. ``evaluate`` raising :class:`BudgetExhausted` stops it.
+    order; then the free slot is refilled.
     """
     search = BatchSearch(strategy, space, budget, warm_start)
     rng = random.Random(completion_seed)
@@ -99,11 +95,7 @@ def drive_batched(
             if not flight:
                 break
             index = flight.pop(0 if completion_seed is None else rng.randrange(len(flight)))
-            try:
-                value = evaluate(index)
-            except BudgetExhausted:
-                break
-            search.tell(index, value)
+            search.tell(index, evaluate(index))
     finally:
         search.close()
     return search

@@ -222,13 +222,13 @@ def assemble_document(
     return f"{{\n{body}\n}}\n".encode()
 
 
-def read_bounded(path: Path, max_bytes: int | None = None) -> bytes:
+def read_bounded(path: Path) -> bytes:
     """The bytes of a regular file, refusing anything else (a FIFO would block) or a file too big.
 
     Raises :class:`InvalidCacheFile` for a file over the limit or not a regular file, ``OSError``
     when it cannot be opened or read.
     """
-    limit = MAX_FILE_BYTES if max_bytes is None else max_bytes
+    limit = MAX_FILE_BYTES
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > limit:

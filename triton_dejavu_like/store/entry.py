@@ -277,14 +277,4 @@ def _config(data: Any, parameters: Collection[str] | None, what: str) -> Config:
     return config
 
 
-def as_entries(
-    entries: Mapping[str, StoredEntry | Mapping[str, Any]], parameters: Collection[str] | None = None
-) -> dict[str, StoredEntry]:
-    """Entries by key id, validating any given as plain JSON objects (raises :class:`InvalidEntry`)."""
-    return {
-        kid: e if isinstance(e, StoredEntry) else StoredEntry.from_json(kid, e, parameters=parameters)
-        for kid, e in entries.items()
-    }
-
-
-__all__ = ["InvalidEntry", "StoredEntry", "as_entries", "parse_timestamp", "same_json"]
+__all__ = ["InvalidEntry", "StoredEntry", "parse_timestamp", "same_json"]

@@ -19,6 +19,8 @@ from .. import _compat, _env
 from ..codec import EncodingError, canonical_json, encode_value
 
 HASH_LENGTH = 16
+#: The longest path component :func:`sanitize` makes (longer names are cut and end in their hash).
+MAX_COMPONENT_LENGTH = 80
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]+")
 
 
@@ -31,13 +33,13 @@ def stable_hash(data: Any) -> str:
     return short_hash(canonical_json(data))
 
 
-def sanitize(name: str, *, max_length: int = 80) -> str:
+def sanitize(name: str) -> str:
     """A readable single path component: no separators, no '..', no spaces, never empty."""
     cleaned = _SAFE.sub("_", name.strip()).strip("._")
     if not cleaned:
         cleaned = "unnamed"
-    if len(cleaned) > max_length:
-        cleaned = f"{cleaned[: max_length - HASH_LENGTH - 1]}-{short_hash(name)}"
+    if len(cleaned) > MAX_COMPONENT_LENGTH:
+        cleaned = f"{cleaned[: MAX_COMPONENT_LENGTH - HASH_LENGTH - 1]}-{short_hash(name)}"
     return cleaned
 
 

@@ -162,15 +162,15 @@ def _by_age(mtime: float) -> LeaseInfo:
     return LeaseInfo("?", -1, mtime, "", mtime)
 
 
-def is_stale(info: LeaseInfo, *, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> bool:
+def is_stale(info: LeaseInfo, *, now: float | None = None) -> bool:
     """The holder is gone: a dead pid (or this process's pid, not holding it) where its pid can be
-    looked up, or no heartbeat for ``stale_after_s``."""
+    looked up, or no heartbeat for :data:`STALE_AFTER_S`."""
     if info.pid > 0 and info.same_pid_space():
         if info.pid == os.getpid() and info.token not in _held_tokens:
             return True
         if not _pid_alive(info.pid):
             return True
-    return info.age_s(now) > stale_after_s
+    return info.age_s(now) > STALE_AFTER_S
 
 
 class Lease:

@@ -34,23 +34,16 @@ class Decision:
     where: str
 
 
-DecisionObserver = Callable[[Decision], None]
-_observers: list[DecisionObserver] = []
+_observers: list[Callable[[Decision], None]] = []
 _observers_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def observe_decisions(observer: DecisionObserver | None = None) -> Iterator[list[Decision]]:
-    """Within the block, every decision of every autotuner in this process (any thread) is passed
-    to ``observer`` and appended to the yielded list. Hits of the in-memory cache decide nothing and
-    are not reported. An observer that raises is logged and ignored."""
+def observe_decisions() -> Iterator[list[Decision]]:
+    """Within the block, every decision of every autotuner in this process (any thread) is appended
+    to the yielded list. Hits of the in-memory cache decide nothing and are not reported."""
     seen: list[Decision] = []
-
-    def collect(decision: Decision) -> None:
-        seen.append(decision)
-        if observer is not None:
-            observer(decision)
-
+    collect = seen.append  # one bound method per block: removed by identity, however many blocks nest
     with _observers_lock:
         _observers.append(collect)
     try:
@@ -64,10 +57,7 @@ def _notify(decision: Decision) -> None:
     with _observers_lock:
         observers = list(_observers)
     for observer in observers:
-        try:
-            observer(decision)
-        except Exception:  # an observer's bug never breaks a kernel launch
-            log.exception("decision observer %r failed", observer)
+        observer(decision)
 
 
 def _measured(outcome: Outcome) -> str:
