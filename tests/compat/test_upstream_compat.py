@@ -113,6 +113,8 @@ def test_a_do_bench_assigned_after_decoration_times_the_candidates(autotune, giv
     """Upstream's ``_bench`` times with whatever ``.do_bench`` holds, so code written for it assigns
     a timing function to a decorated kernel (``kernel.do_bench = my_bench``); it times every later
     tuning, also in place of one given to the decorator."""
+    if not (given or is_ours(autotune)) and TRITON < (3, 4):
+        pytest.skip("upstream's decorator asks the driver for a benchmarker without do_bench before 3.4")
     first, assigned = Bench(), Bench()
     configs = assigned.configs()
     tuner = autotune(configs=configs, key=["n"], **({"do_bench": first} if given else {}))(add_kernel)
