@@ -748,6 +748,17 @@ def test_a_time_budget_alone_is_a_fixed_budget_without_the_adaptive_stop():
     assert not tuner.settings.budget.adaptive
 
 
+def test_no_time_limit_and_the_default_time_cap_are_stored_apart():
+    """``search_max_search_t=inf`` searches without a time limit, ``search_max_share=1.0`` alone under
+    the default cap: a result one of them stored (the other perhaps cut short by the cap) is not the
+    other's."""
+    paths = {
+        tuned_add(FakeBench(), use_random_search=True, **budget).cache_path()
+        for budget in ({"search_max_search_t": math.inf}, {"search_max_share": 1.0}, {})
+    }
+    assert len(paths) == 3
+
+
 def test_random_search_repeats_when_nothing_valid_was_found(tmp_path):
     def fail_small(nargs):
         if nargs["BLOCK"] < 128:

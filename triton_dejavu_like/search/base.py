@@ -103,14 +103,16 @@ class Budget:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "max_time_s": None if self.max_time_s is None else _finite(self.max_time_s),
+            "max_time_s": None if self.max_time_s is None else _stored_seconds(self.max_time_s),
             "max_share": self.max_share,
             "max_repeat": self.max_repeat,
             "seed": self.seed,
         }
         if self.adaptive:
             out["adaptive"] = {
-                "time_cap_s": DEFAULT_TIME_CAP_S if self.max_time_s is None else _finite(self.max_time_s),
+                "time_cap_s": DEFAULT_TIME_CAP_S
+                if self.max_time_s is None
+                else _stored_seconds(self.max_time_s),
                 "improvement": IMPROVEMENT,
                 "patience": [PATIENCE_MIN, PATIENCE_BATCHES, PATIENCE_SHARE, PATIENCE_SPACE_SHARE],
                 "negligible_gain": NEGLIGIBLE_GAIN,
@@ -121,9 +123,11 @@ class Budget:
         return out
 
 
-def _finite(seconds: float) -> float | None:
-    """A time as stored (JSON has no infinity): None for no limit."""
-    return None if math.isinf(seconds) else seconds
+def _stored_seconds(seconds: float) -> float | str:
+    """A time as stored (JSON has no infinity): ``"inf"`` for no limit, which is not None, the
+    default's cap (``search_max_search_t=inf`` and ``search_max_share=1.0`` alone, searched without
+    and with a time cap, are not one identity)."""
+    return "inf" if math.isinf(seconds) else seconds
 
 
 class Strategy(ABC):
