@@ -301,6 +301,30 @@ def _raise_key_error(nargs):
     raise KeyError("BLOCK")
 
 
+def test_a_pre_hook_passed_with_a_passthrough_call_gets_the_named_arguments():
+    """triton-dejavu's configuration passthrough takes ``pre_hook=`` in the call: it is called with
+    the arguments by name and not passed on to Triton's launch (which rejects an unknown keyword on a
+    GPU and drops it under the interpreter)."""
+    launched: list[dict] = []
+
+    class Recording:
+        def __init__(self, fn):
+            self.fn, self.arg_names = fn, fn.arg_names
+
+        def run(self, *args, **kwargs):
+            launched.append(kwargs)
+            return self.fn.run(*args, **kwargs)
+
+    bench = Bench()
+    tuner = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench)(Recording(add_kernel))
+    seen: list[dict] = []
+    x, y, out = torch.arange(50.0), torch.ones(50), torch.empty(50)
+    tuner[(4,)](x, y, out, 50, BLOCK=16, pre_hook=seen.append)
+    assert torch.equal(out, x + y) and not bench.timed
+    assert len(seen) == 1 and seen[0]["x_ptr"] is x and (seen[0]["n"], seen[0]["BLOCK"]) == (50, 16)
+    assert "pre_hook" not in seen[0] and "pre_hook" not in launched[-1]
+
+
 # --- jitcache -----------------------------------------------------------------------------------------------
 
 

@@ -131,10 +131,15 @@ class LaunchPath:
                 "of them to launch with your own config, or none to let the autotuner choose"
             )
         self.last_decision = "passthrough"
+        # triton-dejavu's passthrough takes a pre_hook with the call: it gets the named arguments and
+        # is not passed on (Triton's launch rejects an unknown keyword)
+        call_pre_hook = kwargs.pop("pre_hook", None)
         # what is launched: wrappers that read best_config after a launch see the call's values
         meta = {name: kwargs[name] for name in self._meta_names}
         options = {name: kwargs[name] for name in _OPTION_NAMES.intersection(kwargs)}
         self.best_config = Config(meta, **options)
+        if call_pre_hook is not None:
+            call_pre_hook({**dict(zip(self.arg_names, args)), **kwargs})
         return self.fn.run(*args, **kwargs)
 
     def _warm_up(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
