@@ -53,6 +53,21 @@ def test_dejavu_keywords_already_implemented(tmp_path):
     assert str(tuner.cache_path()).startswith(str(tmp_path / "custom"))
 
 
+def test_a_relative_custom_data_storage_is_taken_from_where_the_kernel_is_decorated(tmp_path, monkeypatch):
+    """triton-dejavu makes it absolute when the kernel is decorated: a program that changes its
+    working directory after importing its kernels still reads and writes the same folder."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "app")
+    bench = Bench()
+    decorate = tdl.autotune(key=["n"], configs=bench.configs(), do_bench=bench, custom_data_storage="data")
+    tuner = decorate(add_kernel)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    run_add(tuner)
+    assert tuner.cache_path().is_relative_to(tmp_path / "app" / "data")
+    assert tuner.cache_path().is_file() and not (tmp_path / "elsewhere" / "data").exists()
+
+
 def test_dejavu_positional_order():
     """dejavu: autotune(key, configs, prune_configs_by, reset_to_zero, restore_value, pre_hook,
     post_hook, warmup, rep, use_cuda_graph, config_space, fallback_heuristic, informed_fallback,

@@ -105,7 +105,8 @@ class TunerSettings:
             informed_fallback=a.get("informed_fallback"),
             prepare_informed_fallback=a.get("prepare_informed_fallback"),
             metadata_key=a.get("metadata_key"),
-            custom_data_storage=Path(storage) if storage is not None else None,
+            # where the kernel is decorated, as triton-dejavu takes it: a later chdir moves nothing
+            custom_data_storage=Path(storage).expanduser().absolute() if storage is not None else None,
             ignore_dtypes=bool(a.get("ignore_dtypes", False)),
             tag=a.get("tag"),
             isolation=IsolationSettings(
