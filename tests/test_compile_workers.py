@@ -308,6 +308,72 @@ def test_a_forked_child_neither_uses_nor_shuts_down_its_parents_compile_workers(
     assert after == before and after_pid in after  # ... untouched: the same two still answer
 
 
+IDLE = textwrap.dedent(
+    """
+    import json, os, threading, time
+    from triton.backends.compiler import GPUTarget
+
+    from triton_dejavu_like import _compat
+    from triton_dejavu_like.measure import compile_pool
+    from triton_dejavu_like.measure.compile_pool import CompilePool
+
+
+    def job():  # a compile job of the tuning process's (it compiles nothing here)
+        return None
+
+
+    def idle_timers():
+        return [t.name for t in threading.enumerate() if t.name == "compile-pool-idle"]
+
+
+    def running(pids, wait_s=0.0):  # those of pids that have not exited (within wait_s)
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = []
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/stat") as stat:
+                        if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            left.append(pid)
+                except FileNotFoundError:
+                    pass
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(0.05)
+
+
+    if __name__ == "__main__":
+        compile_pool.IDLE_RELEASE_S = 0.5
+        answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
+        with CompilePool.in_use():  # a tuning run
+            pool = CompilePool._instance = CompilePool(2, 0, "fork", answers)
+            pool.start()
+            pool.submit_job(job).result(timeout=60)
+            workers = sorted(pool._executor._processes)
+            time.sleep(2.0)  # a run that compiles nothing for a while (timing what is compiled)
+            kept = CompilePool._instance is pool
+            during = {"kept": kept, "timers": idle_timers(), "running": running(workers)}
+        just_after = {"kept": CompilePool._instance is pool, "timers": idle_timers()}
+        time.sleep(2.5)
+        kept = CompilePool._instance is not None
+        after = {"kept": kept, "timers": idle_timers(), "running": running(workers, 10)}
+        print(json.dumps({"workers": workers, "during": during, "just_after": just_after, "after": after}))
+    """
+)
+
+
+def test_an_idle_pool_is_shut_down_and_its_workers_exit(tmp_path):
+    # a serving process that tuned at its start would otherwise keep min(16, cores) idle workers
+    # (their memory) for the rest of its life
+    result = run_script(tmp_path, "idle.py", IDLE)
+    workers = result["workers"]
+    assert len(workers) == 2
+    # never shut down under a tuning run, even while it compiles nothing
+    assert result["during"] == {"kept": True, "timers": [], "running": workers}
+    assert result["just_after"] == {"kept": True, "timers": ["compile-pool-idle"]}
+    assert result["after"] == {"kept": False, "timers": [], "running": []}  # while this process lives
+
+
 CRASHING = textwrap.dedent(
     """
     import json, math, multiprocessing, os, resource, sys, time

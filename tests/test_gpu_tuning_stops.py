@@ -5,8 +5,9 @@ The scenario runs as a script in a subprocess (the test process runs Triton's in
 times. A broken tuner ``pre_hook`` (under the GPU timer of ours), a ``do_bench`` that raises an
 error of its own, and a broken hook in an isolated worker (forkserver: it imports the script to
 find the kernel) each run once; the error raised is the typed one; the isolated worker is gone, and
-the compile workers tune the next kernel. A grid function that raises (a typo: ``META["BLOCK_SIZE"]``)
-likewise ends tuning at the first candidate, in process and isolated.
+the compile workers tune the next kernel, are shut down once idle, and a later run forks new ones.
+A grid function that raises (a typo: ``META["BLOCK_SIZE"]``) likewise ends tuning at the first
+candidate, in process and isolated.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ SCENARIO = textwrap.dedent(
     import json
     import multiprocessing
     import os
+    import time
 
     import torch
     import triton
     import triton.language as tl
 
     import triton_dejavu_like as tdl
+    from triton_dejavu_like.measure import compile_pool
 
     CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 512, 1024, 2048) for w in (1, 2, 4, 8)]
     LOG = os.environ["TDL_TEST_STOP_LOG"]  # what ran where: one line per call of the functions below
@@ -114,8 +117,18 @@ SCENARIO = textwrap.dedent(
         # the compile workers that the runs in process started stay, to serve later runs
         children = multiprocessing.active_children()
         report["isolation_workers_after_grid"] = sum(p.name == "triton-dejavu-like-worker" for p in children)
+        compile_pool.IDLE_RELEASE_S = 1.0  # from the end of the next run on
         working = tdl.autotune(key=["n"], configs=CONFIGS)(body)
         report["next_ok"] = launch(working, n) and working.last_decision == "tuned"
+        pool = compile_pool.CompilePool._instance
+        before = set(pool._executor._processes) if pool is not None else set()
+        time.sleep(3.0)  # idle: the pool is shut down, and a later run forks new workers
+        report["workers_before_idle"] = len(before)
+        report["idle_shut_down"] = compile_pool.CompilePool._instance is None
+        again = tdl.autotune(key=["n"], configs=CONFIGS)(body)
+        report["after_idle_ok"] = launch(again, n) and again.last_decision == "tuned"
+        pool = compile_pool.CompilePool._instance
+        report["fresh_workers"] = pool is not None and not before & set(pool._executor._processes)
         print(json.dumps(report))
     """
 )
@@ -140,3 +153,5 @@ def test_an_error_no_candidate_escapes_ends_tuning_on_the_gpu(tmp_path):
     assert report["grid"]["here"] == [True] and report["grid_isolated"]["here"] == [True]
     assert report["isolation_workers_after_grid"] == 0
     assert report["next_ok"]
+    assert report["workers_before_idle"] > 0 and report["idle_shut_down"]
+    assert report["after_idle_ok"] and report["fresh_workers"]

@@ -43,12 +43,13 @@ from __future__ import annotations
 import ast
 import atexit
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,11 +251,23 @@ def _run_ahead(job: Callable[[], Any]) -> None:
 _FORK_WARNING = r".*use of fork\(\) may lead to deadlocks"
 
 
+#: A pool that no tuning run has used for this long is shut down (a serving process that tuned at
+#: its start holds no idle workers for the rest of its life); the next tuning run starts new ones.
+IDLE_RELEASE_S = 30.0
+
+
 class CompilePool:
-    """A pool of compile worker processes for this process, started at first use."""
+    """A pool of compile worker processes for this process, started at first use, shut down once
+    idle for :data:`IDLE_RELEASE_S` (no tuning run in :meth:`in_use`, no task in flight)."""
 
     _instance: CompilePool | None = None
     _lock = threading.Lock()
+    #: Tuning runs in :meth:`in_use` and tasks in flight, of any pool; guarded by ``_idle_lock``
+    #: (never taken while waiting for ``_lock``: a task cancelled by a shutdown under ``_lock``
+    #: releases its count)
+    _busy = 0
+    _idle_lock = threading.Lock()
+    _idle_timer: threading.Timer | None = None
 
     def __init__(
         self, workers: int, device: int, method: str, answers: _compat.DriverAnswers | None = None
@@ -326,6 +339,59 @@ class CompilePool:
                 atexit.register(pool.shutdown)
             return pool
 
+    @classmethod
+    @contextlib.contextmanager
+    def in_use(cls) -> Iterator[None]:
+        """A tuning run that may use the pool: no pool is shut down for idleness meanwhile."""
+        cls._hold()
+        try:
+            yield
+        finally:
+            cls._release()
+
+    @classmethod
+    def _hold(cls) -> None:
+        with cls._idle_lock:
+            cls._busy += 1
+            timer, cls._idle_timer = cls._idle_timer, None
+        if timer is not None:  # joined: no thread of ours runs when workers are forked
+            timer.cancel()
+            timer.join()
+
+    @classmethod
+    def _release(cls, _done: object = None) -> None:
+        with cls._idle_lock:
+            cls._busy -= 1
+            if cls._busy or cls._instance is None:
+                return
+            timer = cls._idle_timer = threading.Timer(IDLE_RELEASE_S, cls._shut_down_idle)
+            timer.name, timer.daemon = "compile-pool-idle", True
+            timer.start()
+
+    @classmethod
+    def _shut_down_idle(cls) -> None:
+        """The idle timer's end: shut the process's pool down unless something used it meanwhile."""
+        with cls._lock:
+            with cls._idle_lock:
+                if cls._busy or cls._idle_timer is not threading.current_thread():
+                    return
+                cls._idle_timer = None
+            pool, cls._instance = cls._instance, None
+        if pool is not None:
+            log.debug("compile pool: idle for %g s, shut down", IDLE_RELEASE_S)
+            pool.shutdown()
+
+    def _counted(self, submit: Callable[[], cf.Future[Any]]) -> cf.Future[Any]:
+        """``submit()``'s future, counted as in flight until it is done."""
+        CompilePool._hold()
+        try:
+            future = submit()
+        except BaseException:
+            CompilePool._release()
+            raise
+        future.add_done_callback(CompilePool._release)
+        return future
+
     def submit(self, call: CallSpec, config: Config) -> cf.Future[PackedFailure | None]:
         """Compile ``config`` for ``call`` in a worker; the future's result is None or the candidate's
         failure (:meth:`PackedFailure.failure` rebuilds its exception here)."""
@@ -333,14 +399,14 @@ class CompilePool:
             encoded = encode_config(config)
         except EncodingError as exc:
             raise Unsupported(str(exc)) from exc
-        return self._executor.submit(_compile, call, encoded, self.device)
+        return self._counted(lambda: self._executor.submit(_compile, call, encoded, self.device))
 
     def submit_job(self, job: Callable[[], Any]) -> cf.Future[None] | None:
         """Run ``job`` (a module-level function, which a fork-server worker imports; it may return
         the kernel it compiled, whose launcher the worker then builds) in a worker; None where the
         pool was shut down meanwhile."""
         try:
-            return self._executor.submit(_run_ahead, job)
+            return self._counted(lambda: self._executor.submit(_run_ahead, job))
         except RuntimeError as exc:
             log.debug("compile pool: %s not started: %s", job.__qualname__, exc)
             return None
@@ -365,6 +431,7 @@ def _forget_inherited_pool() -> None:
     tunes, and a lock held by another of the parent's threads at the fork is not inherited held."""
     CompilePool._instance = None
     CompilePool._lock = threading.Lock()
+    CompilePool._busy, CompilePool._idle_lock, CompilePool._idle_timer = 0, threading.Lock(), None
 
 
 os.register_at_fork(after_in_child=_forget_inherited_pool)

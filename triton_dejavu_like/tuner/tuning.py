@@ -26,11 +26,12 @@ from ..measure import (
     Evaluator,
     Failure,
     KernelRecipe,
+    LaunchContext,
     TuningStopped,
     one_line_reason,
     open_evaluator,
 )
-from ..measure.compile_pool import Streamed, compile_in_processes, compiled_safely
+from ..measure.compile_pool import CompilePool, Streamed, compile_in_processes, compiled_safely
 from ..measure.isolation import WorkerError
 from ..measure.pipeline import Counters, Pipeline
 from ..measure.progress import progress_bar
@@ -246,21 +247,8 @@ class TuningRun:
                 argument,
                 _env.USE_ISOLATED_PROCESS,
             )
-        streamed = compile_in_processes(self.recipe, ctx, candidates)
-        if streamed is not None:
-            streamed[0].start()  # the workers start while the strategy (SMAC's import) is set up
-            self.benchmarker.compile_ahead(streamed[0].submit_job)
-        try:
-            with open_evaluator(self.recipe, ctx) as evaluator:
-                tries = candidates[:REFERENCE_TRIES] if reference is None else reference
-                adopted, streamed = self._adopt_reference(evaluator, trial, tries, streamed)
-                if reference is not None and not adopted:
-                    self._warn_ranks_may_disagree(len(reference))
-                search = self._search(evaluator, trial, space, streamed, warm_start)
-        except TuningStopped as stop:  # the evaluator (its workers, its buffers) is closed
-            trial.drop_error()
-            error = trial.stopped(stop, self.recipe.called(stop.what), key)
-            raise error from error.__cause__  # the hook's (or do_bench's) own exception
+        with CompilePool.in_use():  # a pool that no run uses for a while is shut down
+            search = self._measure(key, ctx, trial, space, reference, warm_start)
         duration = time.perf_counter() - start
         best = trial.best()
         try:
@@ -275,6 +263,34 @@ class TuningRun:
         except Exception as exc:
             outcome.after_error = _reset_failed(name, self.recipe.called("pre_hook"), key, exc)
         return outcome
+
+    def _measure(
+        self,
+        key: TuningKey,
+        ctx: LaunchContext,
+        trial: Trial,
+        space: SearchSpace,
+        reference: Sequence[Config] | None,
+        warm_start: Sequence[int],
+    ) -> BatchSearch:
+        """Compile and measure ``trial``'s candidates (in compile workers where they can be used):
+        the numerical check's reference first, then the search; the finished search."""
+        candidates = trial.candidates
+        streamed = compile_in_processes(self.recipe, ctx, candidates)
+        if streamed is not None:
+            streamed[0].start()  # the workers start while the strategy (SMAC's import) is set up
+            self.benchmarker.compile_ahead(streamed[0].submit_job)
+        try:
+            with open_evaluator(self.recipe, ctx) as evaluator:
+                tries = candidates[:REFERENCE_TRIES] if reference is None else reference
+                adopted, streamed = self._adopt_reference(evaluator, trial, tries, streamed)
+                if reference is not None and not adopted:
+                    self._warn_ranks_may_disagree(len(reference))
+                return self._search(evaluator, trial, space, streamed, warm_start)
+        except TuningStopped as stop:  # the evaluator (its workers, its buffers) is closed
+            trial.drop_error()
+            error = trial.stopped(stop, self.recipe.called(stop.what), key)
+            raise error from error.__cause__  # the hook's (or do_bench's) own exception
 
     def search_fields(self) -> dict[str, Any]:
         """The entry's fields that say how the candidates were searched: the strategy, its budget."""
