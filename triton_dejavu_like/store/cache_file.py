@@ -228,14 +228,13 @@ def read_bounded(path: Path) -> bytes:
     Raises :class:`InvalidCacheFile` for a file over the limit or not a regular file, ``OSError``
     when it cannot be opened or read.
     """
-    limit = MAX_FILE_BYTES
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        if size > limit:
-            raise InvalidCacheFile(f"{size} bytes, over the {limit}-byte limit")
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise InvalidCacheFile(f"over the {limit}-byte limit")
+        if size > MAX_FILE_BYTES:
+            raise InvalidCacheFile(f"{size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+        data = handle.read(MAX_FILE_BYTES + 1)  # a file that grew since
+    if len(data) > MAX_FILE_BYTES:
+        raise InvalidCacheFile(f"over the {MAX_FILE_BYTES}-byte limit")
     return data
 
 
