@@ -366,6 +366,48 @@ def test_a_holder_that_loses_its_lease_says_so(tmp_path, monkeypatch, how):
     assert path.exists() == (how == "taken over")  # the new holder's lease is left in place
 
 
+class _InterruptedAt:
+    """The lease module's logger, raising KeyboardInterrupt (a Ctrl-C, a SIGINT) at the record whose
+    text starts with ``text``, once."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.raised = False
+
+    def __getattr__(self, name: str):
+        return getattr(logging.getLogger("triton_dejavu_like"), name)
+
+    def debug(self, msg: str, *args) -> None:
+        if msg.startswith(self.text) and not self.raised:
+            self.raised = True
+            raise KeyboardInterrupt
+
+
+def heartbeats() -> int:
+    return sum(t.name == "dejavu-lease-heartbeat" for t in threading.enumerate())
+
+
+def test_a_tuning_run_interrupted_as_it_takes_its_lease_leaves_none_behind(tmp_path, monkeypatch):
+    """A KeyboardInterrupt right after the lease file was created (the heartbeat thread starting)
+    left the file and a heartbeat that refreshed it for the life of the process: this process and
+    every other one sharing the store then waited for that key until their timeout (60 s to 2 h)."""
+    monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "3600")
+    before = heartbeats()
+    bench = InstantBench()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path)
+    interrupt = _InterruptedAt("took the tuning lease")
+    monkeypatch.setattr(lease_mod, "log", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        launch(tuner, 64)
+    assert interrupt.raised
+    assert not lease_of(tuner, 64).exists()
+    assert heartbeats() == before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuTuningWarning)  # no wait for a lease of its own
+        launch(tuner, 64)
+    assert tuner.last_decision == "tuned" and bench.calls == 3
+
+
 def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.5")
     bench = InstantBench()

@@ -221,16 +221,20 @@ class Lease:
                 self.path.unlink()
             raise
         self.held = True
-        self._stop.clear()
-        self._beat = threading.Thread(target=self._heartbeat, name="dejavu-lease-heartbeat", daemon=True)
-        self._beat.start()
-        log.debug("took the tuning lease %s", self.path)
+        try:  # a KeyboardInterrupt here (in the thread's start, say) must not leave a lease behind
+            self._stop.clear()
+            self._beat = threading.Thread(target=self._heartbeat, name="dejavu-lease-heartbeat", daemon=True)
+            self._beat.start()
+            log.debug("took the tuning lease %s", self.path)
+        except BaseException:
+            self.release()
+            raise
         return True
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             lost = self._refresh()
-            if lost is not None:  # taken over (we looked dead), or the directory went away
+            if lost is not None and not self._stop.is_set():  # taken over (we looked dead), or removed
                 warn_once(
                     DejavuTuningWarning,
                     str(self.path),
@@ -262,16 +266,21 @@ class Lease:
         """Stop the heartbeat and remove the lease file if it is still ours."""
         if not self.held:
             return
-        self.held = False
-        _held_tokens.discard(self.token)
         self._stop.set()
-        if self._beat is not None:
-            self._beat.join(timeout=2 * HEARTBEAT_S)
-        current = read_lease(self.path)
-        if current is not None and current.token == self.token:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            log.debug("released the tuning lease %s", self.path)
+        try:
+            # (a start interrupted before the thread said it runs cannot be joined: it sees the
+            # stop at its first wait)
+            with contextlib.suppress(RuntimeError):
+                if self._beat is not None:
+                    self._beat.join(timeout=2 * HEARTBEAT_S)
+        finally:  # also when interrupted while waiting for the heartbeat to stop
+            self.held = False
+            _held_tokens.discard(self.token)
+            current = read_lease(self.path)
+            if current is not None and current.token == self.token:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+                log.debug("released the tuning lease %s", self.path)
 
     def __enter__(self) -> Lease:
         return self

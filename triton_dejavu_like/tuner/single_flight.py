@@ -126,15 +126,15 @@ def lease_held(store: Store, key: TuningKey) -> Iterator[None]:
     Held by another process, or not creatable, the block runs without it."""
     lease: Lease | None = None
     cache_file = _writable_cache_file(store)
-    if cache_file is not None and key.id is not None and _env.single_flight():
-        candidate = Lease(lease_path(cache_file.path, key.id), key.id)
-        with contextlib.suppress(OSError):
-            lease = candidate if candidate.acquire() else None
-    try:
+    try:  # released (if taken) however the block or the taking ends, a KeyboardInterrupt included
+        if cache_file is not None and key.id is not None and _env.single_flight():
+            lease = Lease(lease_path(cache_file.path, key.id), key.id)
+            with contextlib.suppress(OSError):
+                lease.acquire()
         yield
     finally:
         if lease is not None:
-            lease.release()
+            lease.release()  # (nothing to do when it was not taken)
 
 
 class _Flight:
@@ -178,6 +178,12 @@ class _Flight:
 
     def run(self, tune: Callable[[], Outcome], adopt: Adopt) -> Outcome:
         lease = Lease(self.path, self.key_id)
+        try:
+            return self._run(lease, tune, adopt)
+        finally:  # after the result is recorded, or when tuning (or a KeyboardInterrupt) ends the run;
+            lease.release()  # nothing to do when it was not taken
+
+    def _run(self, lease: Lease, tune: Callable[[], Outcome], adopt: Adopt) -> Outcome:
         announced = False
         start = time.monotonic()
         next_progress = start + PROGRESS_EVERY_S
@@ -191,10 +197,8 @@ class _Flight:
             except OSError as exc:  # a read-only or full store: tune as without a lease
                 log.debug("%s: no tuning lease at %s (%s); tuning", self.kernel_name, self.path, exc)
                 return tune()
-            if acquired:
-                with lease:  # released after the result is recorded, or when tuning raises
-                    # recorded between our last look and the lease: use it
-                    return self._adopted(self.watcher.entry(force=True), adopt) or tune()
+            if acquired:  # (released by run) recorded between our last look and the lease: use it
+                return self._adopted(self.watcher.entry(force=True), adopt) or tune()
             holder = read_lease(self.path)
             if holder is None:
                 continue  # released just now: look for the result, or take the lease
