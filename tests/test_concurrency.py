@@ -174,6 +174,62 @@ def test_processes_tuning_different_keys_of_one_kernel_share_one_file(tmp_path):
     assert bench.calls == 0
 
 
+FORKED_MID_TUNING = """
+import faulthandler, json, os, sys, threading
+sys.path.insert(0, {tests!r})
+from storage_helpers import InstantBench, launch, make_tuner
+
+class HeldBench(InstantBench):  # the parent's tuning run stops in its first timing until released
+    started, release = threading.Event(), threading.Event()
+    def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8)):
+        self.started.set()
+        self.release.wait(60)
+        return super().__call__(kernel_call, quantiles)
+
+bench = HeldBench()
+tuner = make_tuner(bench=bench, custom_data_storage=sys.argv[1])
+tuning = threading.Thread(target=launch, args=(tuner, 100))
+tuning.start()
+bench.started.wait(60)
+child = os.fork()
+if child == 0:  # a worker forked while the other thread tunes (holding the kernel's lock)
+    faulthandler.dump_traceback_later(60, exit=True)  # a hang ends the child, not the test
+    bench.release.set()  # (the child's copy: its own tuning runs are not held)
+    decisions = []
+    for n in (200, 100):  # a key of its own; the key its parent is tuning
+        launch(tuner, n)
+        decisions.append(tuner.last_decision)
+    with open(sys.argv[2], "w") as out:
+        json.dump(decisions, out)
+    os._exit(0)
+bench.release.set()
+tuning.join(60)
+_, status = os.waitpid(child, 0)
+print(json.dumps({{"status": status, "parent": tuner.last_decision}}))
+"""
+
+
+def test_a_child_forked_while_another_thread_tunes_can_tune_and_wait_for_that_key(tmp_path):
+    """A pre-forking server whose parent tunes in a thread while it forks a worker: the worker's
+    first miss of that kernel waited forever for the lock of a thread it does not have."""
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED_MID_TUNING.format(tests=str(Path(__file__).parent)))
+    decisions = tmp_path / "child.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT": "120"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "store"), str(decisions)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"status": 0, "parent": "tuned"}, done.stderr[-3000:]
+    # its own key tuned; the parent's key waited for through its lease and restored, not tuned again
+    assert json.loads(decisions.read_text()) == ["tuned", "restored"]
+
+
 # --- threads in one process ------------------------------------------------------------------------
 
 

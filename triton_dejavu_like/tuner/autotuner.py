@@ -10,7 +10,9 @@ tuning run.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,6 +39,20 @@ from .settings import TunerSettings
 from .storage import StorageIdentity
 from .tuning import Outcome
 from .upstream import UpstreamSemantics
+
+#: Every Autotuner of this process (and copies), for the locks a forked child must not inherit held.
+_tuners: weakref.WeakSet[Autotuner] = weakref.WeakSet()
+
+
+def _unlock_in_child() -> None:
+    """A child forked while another thread decided a key (which holds its tuner's lock for the
+    whole tuning run) would wait at its first miss of that kernel for a thread it does not have:
+    each tuner gets a fresh lock (a key the parent is tuning is waited for through its lease)."""
+    for tuner in list(_tuners):
+        tuner._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_unlock_in_child)
 
 
 class Autotuner(
@@ -129,6 +145,7 @@ class Autotuner(
         self._config_ids: dict[int, tuple[Config, tuple[Any, ...], str]] = {}
         self._state: ProcessState | None = None
         self._lock = threading.RLock()
+        _tuners.add(self)
         self._launch: dict[tuple[Any, ...], Launch] = {}  # the hot path's table
         self._generation = 0  # of .configs and .cache: changed from outside, the table is emptied
         self._keys = KeyPlan(arg_names, key, ignore_dtypes=settings.ignore_dtypes)
@@ -166,6 +183,7 @@ class Autotuner(
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()  # the launch table is __getstate__'s snapshot: the copy's own
+        _tuners.add(self)
         # the hooks of reset_to_zero / restore_value are this tuner's methods: bound to the original,
         # a shallow copy's launches kept their restore_value copies in the original (two threads
         # tuning both restored each other's tensors)
