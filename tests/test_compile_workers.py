@@ -252,7 +252,7 @@ def test_workers_of_a_process_that_died_exit_and_release_its_stdout(tmp_path):
 
 INHERITED = textwrap.dedent(
     """
-    import atexit, json, os, sys, threading
+    import json, os, sys, threading
     from triton.backends.compiler import GPUTarget
 
     from triton_dejavu_like import _compat
@@ -260,8 +260,7 @@ INHERITED = textwrap.dedent(
 
     if __name__ == "__main__":
         answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
-        pool = CompilePool._instance = CompilePool(2, 0, "fork", answers)
-        atexit.register(pool.shutdown)  # as CompilePool.shared() does
+        pool = CompilePool._instance = CompilePool(2, 0, "fork", answers)  # shut down at exit
         pool.start()
 
         def workers():  # one of them answers; the pool's processes
@@ -372,6 +371,53 @@ def test_an_idle_pool_is_shut_down_and_its_workers_exit(tmp_path):
     assert result["during"] == {"kept": True, "timers": [], "running": workers}
     assert result["just_after"] == {"kept": True, "timers": ["compile-pool-idle"]}
     assert result["after"] == {"kept": False, "timers": [], "running": []}  # while this process lives
+
+
+RETIRED = textwrap.dedent(
+    """
+    import gc, json, os, time, weakref
+    from triton.backends.compiler import GPUTarget
+
+    from triton_dejavu_like import _compat
+    from triton_dejavu_like.measure import compile_pool
+    from triton_dejavu_like.measure.compile_pool import CompilePool
+
+
+    def job():
+        return None
+
+
+    if __name__ == "__main__":
+        compile_pool.IDLE_RELEASE_S = 0.2
+        answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
+        _compat.DriverAnswers.of_current_device = classmethod(lambda cls: answers)  # no GPU here
+        os.environ["TRITON_DEJAVU_COMPILE_THREADS"] = "2"
+        retired = []
+        for _ in range(3):  # a serving process that tunes now and then
+            with CompilePool.in_use():
+                pool = CompilePool.shared(0, "fork")
+                pool.start()
+                pool.submit_job(job).result(timeout=60)
+            retired.append(weakref.ref(pool))
+            del pool
+            deadline = time.monotonic() + 30
+            while CompilePool._instance is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        gc.collect()
+        with CompilePool.in_use():  # the current pool, shut down at exit
+            CompilePool.shared(0, "fork").start()
+            workers = sorted(CompilePool._instance._executor._processes)
+        print(json.dumps({"alive": sum(ref() is not None for ref in retired), "workers": workers}))
+    """
+)
+
+
+def test_pools_shut_down_when_idle_are_not_kept_for_the_life_of_the_process(tmp_path):
+    # each pool started registered its own exit handler, which kept it (its executor, queues and
+    # driver answers) alive: a process that tunes now and then kept every pool it ever started
+    result = run_script(tmp_path, "retired.py", RETIRED)
+    assert result["alive"] == 0
+    assert len(result["workers"]) == 2 and all_exit(result["workers"])  # the last one shut down at exit
 
 
 CRASHING = textwrap.dedent(

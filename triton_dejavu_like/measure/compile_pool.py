@@ -336,7 +336,6 @@ class CompilePool:
                 pool = None
             if pool is None:
                 pool = cls._instance = CompilePool(workers, device, method)
-                atexit.register(pool.shutdown)
             return pool
 
     @classmethod
@@ -435,6 +434,18 @@ def _forget_inherited_pool() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_inherited_pool)
+
+
+def _shut_down_at_exit() -> None:
+    """The process's pool, shut down at its exit (the pools retired before are shut down already;
+    one handler for the process: one per pool kept every pool ever started alive, a serving process
+    that tunes now and then starting one after each idle shutdown)."""
+    pool = CompilePool._instance
+    if pool is not None:
+        pool.shutdown()
+
+
+atexit.register(_shut_down_at_exit)
 
 
 def _is_main_guard(test: ast.expr) -> bool:
