@@ -802,3 +802,25 @@ def test_a_key_tuned_over_reassigned_configs_is_stored_with_that_list(tmp_path):
     from storage_helpers import stored_entries
 
     assert [e["key"][0] for e in stored_entries(first_file).values()] == [400]  # tuned over that list
+
+
+def test_a_result_whose_write_was_interrupted_is_written_at_the_next_call(monkeypatch):
+    """A KeyboardInterrupt while the tuned result was written (waiting for the file's lock, say) left
+    it known in memory only: the next call answered it as restored and it was never written, so
+    every later process tuned the key again."""
+    from triton_dejavu_like.store.cache_file import CacheFile
+
+    write = CacheFile.update
+
+    def interrupted(self, change):
+        monkeypatch.setattr(CacheFile, "update", write)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CacheFile, "update", interrupted)
+    tuner = tuned_add(FakeBench())
+    with pytest.raises(KeyboardInterrupt):
+        run_add(tuner, 100)
+    run_add(tuner, 100)
+    assert tuner.last_decision == "tuned"  # the interrupted run's result was not kept
+    stored = json.loads(tuner.cache_path().read_text())["entries"]
+    assert [json.loads(kid)[0] for kid in stored] == [100]

@@ -146,8 +146,10 @@ class KeyDecision:
 
     def _keep(self, outcome: Outcome) -> None:
         if self.key.id is not None and outcome.entry is not None:
-            self.state.restored[self.key.id] = outcome.entry
+            # written first: a result known here first and never written (a KeyboardInterrupt in
+            # the write) was answered from memory at the next call and never written again
             self.state.store.record({self.key.id: outcome.entry})
+            self.state.restored[self.key.id] = outcome.entry
 
     def _tune(self) -> Outcome:
         outcome = self._measure(self._tuned)
