@@ -108,10 +108,11 @@ def test_bad_budgets_are_rejected(bad):
 
 def test_a_budget_without_a_time_limit_is_stored_as_json():
     """search_max_search_t=float("inf") made the storage identity uncomputable (JSON has no infinity),
-    so nothing was ever stored."""
+    so nothing was ever stored; it is stored as "inf", not as None (the default's time cap)."""
     for budget in (Budget(max_time_s=math.inf), Budget(max_time_s=math.inf, max_share=0.5)):
         stored = json.loads(json.dumps(budget.as_dict(), allow_nan=False))
-        assert stored["max_time_s"] is None
+        assert stored["max_time_s"] == "inf"
+    assert Budget(max_time_s=math.inf).as_dict() != Budget().as_dict()
 
 
 def test_unknown_strategy():
