@@ -152,6 +152,19 @@ def test_bad_specs_are_reported(capsys, tmp_path):
         tdl.TuneCase("", print)
 
 
+@pytest.mark.parametrize(
+    "code", ["sys.exit(0)", "sys.exit('no GPU here')", "argparse.ArgumentParser().parse_args()"]
+)
+def test_a_spec_that_exits_while_loading_fails_the_run(capsys, tmp_path, code):
+    """sys.exit() while a SPEC loads (a script's argparse at import) ended tune with its status, 0
+    included: nothing tuned, no error, and a pipeline took the run for a success."""
+    spec = tmp_path / "exiting_spec.py"
+    spec.write_text(f"import argparse, sys\n{code}\nCASES = []\n")
+    assert cli.main(["tune", str(spec), "--root", str(tmp_path / "root")]) == 1
+    assert f"cannot load {spec}: SystemExit" in capsys.readouterr().err
+    assert not (tmp_path / "root").exists()
+
+
 @pytest.mark.parametrize("bad", ["args=5", "kwargs=[1, 2]", "kwargs=7"])
 def test_a_case_with_bad_arguments_is_reported_by_its_name(capsys, tmp_path, bad):
     # a bad args/kwargs gave "cannot load SPEC: TypeError: 'int' object is not iterable", naming

@@ -130,7 +130,9 @@ def load_cases(spec: str) -> list[TuneCase]:
         cases = list(produced() if callable(produced) else produced)
     except SpecError:
         raise
-    except Exception as exc:  # the user's code may raise anything
+    # the user's code may raise anything; sys.exit() (an argparse call at import) ended tune with its
+    # status, 0 included, having tuned nothing
+    except (Exception, SystemExit) as exc:
         raise SpecError(f"cannot load {spec}: {type(exc).__name__}: {exc}") from exc
     return _checked(cases, spec)
 
