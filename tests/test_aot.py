@@ -138,6 +138,8 @@ def test_bad_specs_are_reported(capsys, tmp_path):
         ("no_such_module_here", "no such spec file or module: no_such_module_here"),
         ("no_such_package_here.cases", "no such spec file or module"),
         (f"{SPEC}:nothing", "has no attribute 'nothing'"),
+        ("", "the SPEC named is empty"),  # tune "$SPEC" with SPEC unset: exit 1, "Empty module name"
+        (" ", "the SPEC named is empty"),
     ):
         assert cli.main(["tune", spec, "--root", str(tmp_path / "root")]) == 2, spec
         assert says in capsys.readouterr().err

@@ -114,6 +114,8 @@ def load_cases(spec: str) -> list[TuneCase]:
     Raises :class:`SpecError` (:class:`SpecNotFound` for a file, module or function that is not
     there); an exception raised by the user's code is wrapped in one.
     """
+    if not spec.strip():  # tune "$SPEC" with SPEC unset: a mistake in the command line
+        raise SpecNotFound(f"the SPEC named is empty ({spec!r})")
     target, attr = _source(spec)
     try:
         module = _import(target)
