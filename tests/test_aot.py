@@ -78,6 +78,26 @@ def test_tune_restores_what_a_read_only_layer_holds(capsys, tmp_path, monkeypatc
     assert os.environ["TRITON_DEJAVU_STORAGE"] == os.pathsep.join([str(local), str(team)])
 
 
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]])
+def test_tune_restores_what_the_layers_of_its_root_option_hold(capsys, tmp_path, workers):
+    """tune --root local:team (or --root repeated) dropped team: every key was tuned again into local,
+    whose entries then hid team's winners from a process serving with the same layers."""
+    local, team = tmp_path / "local", tmp_path / "team"
+    assert tune(capsys, SPEC, "--root", str(team))[0] == 0
+    environment = os.environ.get("TRITON_DEJAVU_STORAGE")
+    for root in (
+        ["--root", os.pathsep.join([str(local), str(team)])],
+        ["--root", str(local), "--root", str(team)],
+    ):
+        status, report = tune(capsys, SPEC, *root, *workers)
+        assert status == 0 and statuses(report) == {f"add-{n}": "stored" for n in SIZES}
+        assert not local.exists() or stored(local) == {}  # nothing tuned, nothing written
+    assert os.environ.get("TRITON_DEJAVU_STORAGE") == environment
+    missing = tmp_path / "no-such-layer"
+    assert cli.main(["tune", SPEC, "--root", os.pathsep.join([str(local), str(missing)])]) == 2
+    assert f"no storage at {missing}" in capsys.readouterr().err
+
+
 def test_tune_prints_a_line_per_case_and_a_summary_table(capsys, tmp_path):
     assert cli.main(["tune", f"{SPEC}:cases", "--root", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out

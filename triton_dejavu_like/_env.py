@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ._log import DejavuConfigWarning, warn_once
@@ -321,12 +321,14 @@ def user_cache_root() -> Path:
 
 
 @contextlib.contextmanager
-def storage_root_set_to(root: Path) -> Iterator[None]:
-    """Within the block, ``TRITON_DEJAVU_STORAGE`` writes into ``root`` and keeps its read-only layers
-    (for tools that tune into a chosen root in this process: kernels that open their store inside
-    the block write there, and restore what a layer holds, as a process with the variable does)."""
+def storage_root_set_to(root: Path, layers: Sequence[Path] | None = None) -> Iterator[None]:
+    """Within the block, ``TRITON_DEJAVU_STORAGE`` writes into ``root`` and keeps its read-only layers,
+    or has ``layers`` instead when given (for tools that tune into a chosen root in this process:
+    kernels that open their store inside the block write there, and restore what a layer holds, as
+    a process with the variable does; worker processes started inside it inherit it)."""
     before = os.environ.get(STORAGE)
-    os.environ[STORAGE] = os.pathsep.join([str(root), *(str(layer) for layer in storage_roots()[1:])])
+    kept = storage_roots()[1:] if layers is None else layers
+    os.environ[STORAGE] = os.pathsep.join([str(root), *(str(layer) for layer in kept)])
     try:
         yield
     finally:

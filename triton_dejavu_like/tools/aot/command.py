@@ -16,7 +16,7 @@ from ... import _env
 from ...store import inventory
 from ..text import printable
 from . import pool
-from .case import load_cases
+from .case import TuneCase, load_cases
 from .ray_backend import START_TIMEOUT_S
 from .run import CaseResult, run_case
 
@@ -32,6 +32,8 @@ class TuneRequest:
     batch_size: int = 1  # cases handed to a Ray worker at a time
     ray_start_timeout_s: float = START_TIMEOUT_S  # a Ray worker not started by then is dropped
     export: Path | None = None
+    #: The read-only layers (``--root RW:LAYER...``); None: those of ``TRITON_DEJAVU_STORAGE``
+    layers: list[Path] | None = None
 
 
 @dataclass
@@ -120,31 +122,10 @@ def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
     request.root.mkdir(parents=True, exist_ok=True)
     progress = Progress(len(cases), quiet)
     start = time.perf_counter()
-    problems: list[inventory.Problem] = []
-    errors: list[str] = []
     try:
-        if request.ray:
-            from .ray_backend import run_on_ray
-
-            results, problems, errors = run_on_ray(
-                request.spec,
-                names,
-                request.root,
-                progress,
-                address=request.ray_address,
-                batch_size=request.batch_size,
-                start_timeout_s=request.ray_start_timeout_s,
-            )
-        elif request.gpus or request.workers:
-            slots = pool.gpu_slots(request.gpus) if request.gpus else pool.cpu_slots(request.workers or 1)
-            workers = pool.WorkerPool(request.spec, slots, request.root, progress)
-            results = workers.run(names)
-            problems, errors = workers.problems, workers.errors
-        else:
-            results = []
-            for case in cases:
-                results.append(run_case(case, request.root))
-                progress(results[-1])
+        # the layers are layers here, in the workers (they inherit the variable) and for Ray's driver
+        with _env.storage_root_set_to(request.root, request.layers):
+            results, problems, errors = _run(request, cases, progress)
     finally:
         progress.close()
     order = {name: i for i, name in enumerate(names)}
@@ -153,6 +134,34 @@ def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
     if request.export is not None:
         export(report, request.root, request.export)
     return report
+
+
+def _run(
+    request: TuneRequest, cases: list[TuneCase], progress: Progress
+) -> tuple[list[CaseResult], list[inventory.Problem], list[str]]:
+    """Run the cases where the request says: the results, the problems met merging, the errors."""
+    names = [c.name for c in cases]
+    if request.ray:
+        from .ray_backend import run_on_ray
+
+        return run_on_ray(
+            request.spec,
+            names,
+            request.root,
+            progress,
+            address=request.ray_address,
+            batch_size=request.batch_size,
+            start_timeout_s=request.ray_start_timeout_s,
+        )
+    if request.gpus or request.workers:
+        slots = pool.gpu_slots(request.gpus) if request.gpus else pool.cpu_slots(request.workers or 1)
+        workers = pool.WorkerPool(request.spec, slots, request.root, progress)
+        return workers.run(names), workers.problems, workers.errors
+    results = []
+    for case in cases:
+        results.append(run_case(case, request.root))
+        progress(results[-1])
+    return results, [], []
 
 
 def export(report: TuneReport, root: Path, out: Path) -> None:

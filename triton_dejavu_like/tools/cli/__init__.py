@@ -5,11 +5,12 @@ Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu`
 store command takes ``--json`` for scripts and, but ``diff`` (its sources say what it reads), ``--root``
 (default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or the user cache directory). ``list``
 and ``show`` read every root given (``--root`` repeated or an ``os.pathsep`` list: the first is the
-written one, the others are layers) and say which layer each file came from; the other commands use the
-first root. Exit status: 0 on success, 1 when an input cannot be read or nothing matches, 2 for bad
-arguments; ``diff`` exits 0 when the winners agree, 1 when they differ and 2 when a source cannot be
-read; every command that removes or replaces stored data (``prune``, ``merge``, ``export``,
-``import-dejavu --overwrite``) lists what it removes or replaces and takes ``--dry-run``. Every value
+written one, the others are layers) and say which layer each file came from; ``tune`` keeps them as
+layers (what they hold is restored, not tuned); the other commands use the first root. Exit status: 0
+on success, 1 when an input cannot be read or nothing matches, 2 for bad arguments; ``diff`` exits 0
+when the winners agree, 1 when they differ and 2 when a source cannot be read; every command that
+removes or replaces stored data (``prune``, ``merge``, ``export``, ``import-dejavu --overwrite``) lists
+what it removes or replaces and takes ``--dry-run``. Every value
 read from a file is printed through :func:`printable`, so a stored name cannot send terminal control
 sequences. Output cut short by a closed pipe (``list | head -1``) ends quietly; ``tune`` goes on
 without it (the tuning is what it is for). The package's warnings are printed once, as
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--root",
         action="append",
-        help=f"storage root (default: ${_env.STORAGE} or the user cache directory); list and show take "
+        help=f"storage root (default: ${_env.STORAGE} or the user cache directory); list, show and tune take "
         f"several (repeated or '{os.pathsep}'-separated: the first is written, the others are layers)",
     )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")

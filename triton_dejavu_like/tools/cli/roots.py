@@ -47,6 +47,20 @@ def writable_root(args: argparse.Namespace) -> Path:
     return root
 
 
+def given_layers(args: argparse.Namespace) -> list[Path] | None:
+    """The read-only layers a ``--root`` names after the written root (``--root RW:LAYER`` or
+    repeated; each must be a folder: a typo is exit 2), or None without ``--root``. A command that
+    tunes (``tune``) restores what they hold, as ``$TRITON_DEJAVU_STORAGE``'s layers."""
+    if not args.root:
+        return None
+    layers = _storage_roots(args)[1:]
+    for layer in layers:
+        if not layer.is_dir():
+            why = "is not a folder" if layer.exists() else "does not exist"
+            raise UsageError(f"no storage at {layer}: that --root {why}")
+    return [layer.absolute() for layer in layers]
+
+
 def _read_roots(args: argparse.Namespace, *, layers: bool) -> list[Path]:
     """The roots of a command that reads them: a ``--root`` part that is no folder is a typo (exit 2,
     named), even beside one that is; with ``layers`` (the command reads them), a layer of

@@ -42,6 +42,7 @@ from .output import (
 from .roots import (
     SELECTION_FIELDS,
     existing_root,
+    given_layers,
     refuse_inside,
     refuse_other_archive,
     refuse_several,
@@ -264,6 +265,7 @@ def _tune_request(args: argparse.Namespace) -> aot.TuneRequest:
     request = aot.TuneRequest(
         spec=args.spec,
         root=writable_root(args),
+        layers=given_layers(args),
         gpus=gpus,
         workers=args.workers,
         ray=args.ray is not None,
