@@ -467,6 +467,29 @@ def test_export_writes_no_empty_archive_when_no_case_stored_anything(capsys, tmp
     assert status == 0 and archive.is_file() and len(report["exported"]) == 1
 
 
+@pytest.mark.parametrize("workers", [[], ["--workers", "1"]])
+def test_a_kernel_launched_while_the_spec_loads_stores_into_the_root(capsys, tmp_path, monkeypatch, workers):
+    """A SPEC that launched a kernel at import (a quick check) opened its store in
+    TRITON_DEJAVU_STORAGE before the cases ran: every case tuned into that root, --root stayed
+    empty, and --export wrote nothing."""
+    spec, root, ship = tmp_path / "spec.py", tmp_path / "root", tmp_path / "ship"
+    tests = str(Path(__file__).parent)  # for the workers to import the SPEC's kernels
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
+    spec.write_text(
+        "import triton_dejavu_like as tdl\n"
+        "from kernels import add_kernel, block_configs, run_add\n"
+        "ADD = tdl.autotune(key=['n'], configs=block_configs((16, 32)))(add_kernel)\n"
+        "run_add(ADD, 5)\n"
+        "CASES = [tdl.TuneCase(f'add-{n}', run_add, (ADD, n)) for n in (11, 13)]\n"
+    )
+    status, report = tune(capsys, str(spec), "--root", str(root), "--export", str(ship), *workers)
+    assert status == 0 and statuses(report) == {"add-11": "tuned", "add-13": "tuned"}
+    assert sorted(e.key[0] for e in stored(root)["add_kernel"]) == [5, 11, 13]
+    assert sorted(e.key[0] for e in stored(ship)["add_kernel"]) == [5, 11, 13]
+    environment = Path(os.environ["TRITON_DEJAVU_STORAGE"])
+    assert not environment.exists() or stored(environment) == {}
+
+
 def test_export_writes_only_the_spec_kernels(capsys, tmp_path):
     root, out = tmp_path / "root", tmp_path / "ship"
     assert tune(capsys, f"{SPEC}:cases", "--root", str(root))[0] == 0

@@ -18,7 +18,7 @@ from ..text import printable
 from . import pool
 from .case import TuneCase, load_cases
 from .ray_backend import START_TIMEOUT_S
-from .run import CaseResult, run_case
+from .run import CaseResult, run_case, tuning_into
 
 
 @dataclass
@@ -117,17 +117,17 @@ def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
 
     Raises :class:`~.case.SpecError` (the SPEC), :class:`~.ray_backend.RayUnavailable`, ValueError.
     """
-    cases = load_cases(request.spec)
-    names = [c.name for c in cases]
-    request.root.mkdir(parents=True, exist_ok=True)
-    progress = Progress(len(cases), quiet)
-    start = time.perf_counter()
-    try:
-        # the layers are layers here, in the workers (they inherit the variable) and for Ray's driver
-        with _env.storage_root_set_to(request.root, request.layers):
+    # the layers are layers here, in the workers (they inherit the variable) and for Ray's driver
+    with tuning_into(request.root, request.layers):
+        cases = load_cases(request.spec)
+        names = [c.name for c in cases]
+        request.root.mkdir(parents=True, exist_ok=True)
+        progress = Progress(len(cases), quiet)
+        start = time.perf_counter()
+        try:
             results, problems, errors = _run(request, cases, progress)
-    finally:
-        progress.close()
+        finally:
+            progress.close()
     order = {name: i for i, name in enumerate(names)}
     results.sort(key=lambda r: order.get(r.name, len(order)))
     report = TuneReport(results, time.perf_counter() - start, problems, errors)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,13 +102,22 @@ def _unstored(decisions: list[Decision]) -> list[str]:
     ]
 
 
+@contextlib.contextmanager
+def tuning_into(root: Path, layers: Sequence[Path] | None = None) -> Iterator[None]:
+    """Tuning on, into the storage root ``root`` (the layers of ``TRITON_DEJAVU_STORAGE`` kept, or
+    ``layers`` instead): where the cases run, and where the SPEC is loaded, since a kernel launched
+    while it loads (a check at import) opens its store there and keeps it for every later case."""
+    with _env.storage_root_set_to(root, layers), tuning(True):
+        yield
+
+
 def run_case(case: TuneCase, root: Path, *, worker: str | None = None) -> CaseResult:
     """Run ``case`` with ``root`` as the storage root and tuning on (``TRITON_DEJAVU_READ_ONLY=1`` in
     a serving environment must not turn ``tune`` into a no-op); never raises for the case's own
     errors (``sys.exit()`` included: it fails the case, not the run)."""
     start = time.perf_counter()
     error = None
-    with _env.storage_root_set_to(root), tuning(True), observe_decisions() as decisions:
+    with tuning_into(root), observe_decisions() as decisions:
         try:
             case.run()
             _synchronize()

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from ..._log import DejavuWarning, encode_warning, relay_warnings
 from .case import SpecError, load_cases
-from .run import run_case
+from .run import run_case, tuning_into
 
 
 class _Channel:
@@ -59,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         channel = _Channel(out)
         relay_warnings(channel.warning)  # also those of loading the SPEC (a kernel's decoration)
         try:
-            cases = {case.name: case for case in load_cases(args.spec)}
+            with tuning_into(args.root):  # a kernel launched while the SPEC loads stores into the root
+                cases = {case.name: case for case in load_cases(args.spec)}
         except SpecError as exc:
             channel.send({"kind": "error", "message": str(exc)})
             return 1
