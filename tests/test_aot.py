@@ -442,8 +442,10 @@ def test_export_to_an_archive_or_refused_before_tuning(capsys, tmp_path):
     capsys.readouterr()
     status, served = tune(capsys, f"{SPEC}:cases", "--root", str(fresh))
     assert status == 0 and set(statuses(served).values()) == {"stored"}
-    # one that exists, one of another kind, a folder inside the root (its files read as the root's)
-    for refused in (archive, tmp_path / "ship.tar", tmp_path / "r2" / "ship"):
+    # one that exists, one of another kind, a folder inside the root (its files read as the root's), a
+    # file that is no folder (the export into it failed, after the tuning)
+    (tmp_path / "notes.txt").write_text("a file\n")
+    for refused in (archive, tmp_path / "ship.tar", tmp_path / "r2" / "ship", tmp_path / "notes.txt"):
         assert (
             cli.main(["tune", f"{SPEC}:cases", "--root", str(tmp_path / "r2"), "--export", str(refused)]) == 2
         )

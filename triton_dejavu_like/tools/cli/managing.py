@@ -35,6 +35,7 @@ from .roots import (
     existing_root,
     named_values,
     nothing_selected,
+    refuse_file,
     refuse_inside,
     refuse_other_archive,
     refuse_several,
@@ -297,8 +298,7 @@ def _export_folder(
 ) -> tuple[list[str], list[tuple[str, int]]]:
     """Export into a storage root (merged into what it holds): the files written, and those whose
     entries were replaced."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} is a file; export to a storage directory or a .tar.gz archive")
+    refuse_file(out, str(out))
     if args.force:
         warn_once(
             DejavuConfigWarning,

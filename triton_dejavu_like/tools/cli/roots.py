@@ -103,6 +103,13 @@ def refuse_other_archive(out: Path, named: str) -> None:
         raise UsageError(f"{named}: a storage directory or a gzipped tar archive ({endings})")
 
 
+def refuse_file(out: Path, named: str) -> None:
+    """An export folder ``out`` (``named`` so in the message) that exists and is no folder is a usage
+    error, said before any work: results cannot be merged into it."""
+    if not inventory.is_archive(out) and out.exists() and not out.is_dir():
+        raise UsageError(f"{named} is a file; export to a storage directory or a .tar.gz archive")
+
+
 def refuse_inside(out: Path, root: Path, named: str) -> None:
     """An output folder (``named`` so in the message) inside a root a command reads, or that root, is
     a usage error: its files would be read as the root's (twice, by the next list or export)."""

@@ -43,6 +43,7 @@ from .roots import (
     SELECTION_FIELDS,
     existing_root,
     given_layers,
+    refuse_file,
     refuse_inside,
     refuse_other_archive,
     refuse_several,
@@ -277,6 +278,7 @@ def _tune_request(args: argparse.Namespace) -> aot.TuneRequest:
     export = request.export
     if export is not None:
         refuse_other_archive(export, f"--export {export}")
+        refuse_file(export, f"--export {export}")  # found after the tuning, it failed the export
         refuse_inside(export, request.root, f"--export {export}")
         if inventory.is_archive(export) and export.exists():
             raise UsageError(f"--export {export} already exists; nothing was tuned (remove it first)")
