@@ -175,7 +175,9 @@ def test_bad_specs_are_reported(capsys, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "code", ["sys.exit(0)", "sys.exit('no GPU here')", "argparse.ArgumentParser().parse_args()"]
+    # the argparse call as a script meant for another command line would meet tune's own arguments
+    "code",
+    ["sys.exit(0)", "sys.exit('no GPU here')", "argparse.ArgumentParser().parse_args(['--root'])"],
 )
 def test_a_spec_that_exits_while_loading_fails_the_run(capsys, tmp_path, code):
     """sys.exit() while a SPEC loads (a script's argparse at import) ended tune with its status, 0
