@@ -398,22 +398,29 @@ print([str(w.message) for w in caught])
 """
 
 
+def run_snippet(code: str, env: dict[str, str], *, timeout: int) -> str:
+    """Run ``code`` in a fresh Python (the tests' folder as its first argument, ``env`` added to the
+    environment); its standard output, once it exited 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parent)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
 def test_a_misses_file_that_is_a_pipe_nobody_reads_does_not_block_the_launch(tmp_path):
     # a pipe to a log collector that is down: opening it for writing waited for a reader for good,
     # in the launch that missed (the kernel never ran)
     pipe = tmp_path / "misses.pipe"
     os.mkfifo(pipe)
-    env = {**os.environ, "TRITON_DEJAVU_MISSES_FILE": str(pipe), "TRITON_DEJAVU_READ_ONLY": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", MISS_INTO_A_PIPE, str(Path(__file__).parent)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr
-    assert f"cannot append misses to TRITON_DEJAVU_MISSES_FILE={pipe}" in done.stdout
+    env = {"TRITON_DEJAVU_MISSES_FILE": str(pipe), "TRITON_DEJAVU_READ_ONLY": "1"}
+    out = run_snippet(MISS_INTO_A_PIPE, env, timeout=240)
+    assert f"cannot append misses to TRITON_DEJAVU_MISSES_FILE={pipe}" in out
 
 
 def test_cli_misses_needs_a_file(capsys):
@@ -452,16 +459,8 @@ def test_deterministic_answers_are_identical_in_fresh_processes(tmp_path):
     before = tree(storage())
     outputs = []
     for hash_seed in ("1", "2"):
-        env = {**os.environ, "TRITON_DEJAVU_DETERMINISTIC": "1", "PYTHONHASHSEED": hash_seed}
-        done = subprocess.run(
-            [sys.executable, "-c", SERVE, str(Path(__file__).parent)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
-        outputs.append(json.loads(done.stdout.splitlines()[-1]))
+        env = {"TRITON_DEJAVU_DETERMINISTIC": "1", "PYTHONHASHSEED": hash_seed}
+        outputs.append(json.loads(run_snippet(SERVE, env, timeout=300).splitlines()[-1]))
     assert outputs[0] == outputs[1]
     result = outputs[0]
     assert result["calls"] == 0
