@@ -337,7 +337,6 @@ class Autotuner(
         warn_ignored(_compat.python_function(self.fn), settings, _compat.is_interpreted(self.fn))
         with self._lock:
             self.settings = settings
-            self._do_bench = given or self._bench_dispatch
             self._state = None  # the benchmarker and the store (the identity names do_bench), made again
 
     def _bench_dispatch(
