@@ -32,6 +32,11 @@ PREFERENCES = ("newest", "fastest")
 EntryMap = dict[str, StoredEntry]
 
 
+def identity_id(identity: Mapping[str, Any]) -> str:
+    """A short, stable name for a storage identity (:attr:`StoredFile.identity_id`)."""
+    return stable_hash(identity)[:12]
+
+
 @dataclass
 class StoredFile:
     """One valid cache file: where it was read from, its identity and its entries."""
@@ -45,7 +50,7 @@ class StoredFile:
     @property
     def identity_id(self) -> str:
         """A short, stable name for the identity (what ``list`` shows and ``show`` accepts)."""
-        return stable_hash(self.identity)[:12]
+        return identity_id(self.identity)
 
     @property
     def relative_dir(self) -> Path:

@@ -34,8 +34,7 @@ def held_keys(layers: Iterable[Mapping[str, bytes]]) -> dict[str, set[str]]:
                 doc = storage.parse_document(data)
             except storage.InvalidCacheFile:
                 continue
-            identity_id = inventory.StoredFile("", doc.identity, doc.entries).identity_id
-            held.setdefault(identity_id, set()).update(doc.entries)
+            held.setdefault(inventory.identity_id(doc.identity), set()).update(doc.entries)
     return held
 
 
