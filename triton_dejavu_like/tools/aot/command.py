@@ -125,7 +125,7 @@ def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
         progress = Progress(len(cases), quiet)
         start = time.perf_counter()
         try:
-            results, problems, errors = _run(request, cases, progress)
+            results, problems, errors = _run(request, cases, names, progress)
         finally:
             progress.close()
     order = {name: i for i, name in enumerate(names)}
@@ -137,10 +137,10 @@ def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
 
 
 def _run(
-    request: TuneRequest, cases: list[TuneCase], progress: Progress
+    request: TuneRequest, cases: list[TuneCase], names: list[str], progress: Progress
 ) -> tuple[list[CaseResult], list[inventory.Problem], list[str]]:
-    """Run the cases where the request says: the results, the problems met merging, the errors."""
-    names = [c.name for c in cases]
+    """Run the cases (named ``names``) where the request says: the results, the problems met
+    merging, the errors."""
     if request.ray:
         from .ray_backend import run_on_ray
 
