@@ -424,6 +424,22 @@ def test_a_live_holder_is_waited_for_until_the_timeout(tmp_path, monkeypatch, ca
     assert path.exists()  # not ours: left in place
 
 
+def test_a_lease_not_written_yet_is_waited_for_and_its_holder_described_in_words(tmp_path, monkeypatch):
+    """A lease read between its holder's create and write (empty, fresh) is waited for; the warning
+    says its holder is not named yet (it said "pid -1 on ?")."""
+    monkeypatch.setenv("TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT", "0.2")
+    tuner = make_tuner(bench=InstantBench(), custom_data_storage=tmp_path)
+    path = lease_of(tuner, 62)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()  # created, not written
+    with pytest.warns(DejavuTuningWarning) as record:
+        launch(tuner, 62)
+    texts = [str(w.message) for w in record]
+    assert any("a process not named in its lease file yet" in t and "waiting" in t for t in texts), texts
+    assert not any("pid -1" in t for t in texts)
+    assert tuner.last_decision == "tuned"
+
+
 def test_a_heartbeat_from_the_future_is_reported_as_clocks_that_disagree(tmp_path, monkeypatch):
     """A host whose clock runs ahead writes heartbeats that never age here: its lease is waited for
     until the timeout by every process, which the user can only fix by synchronising the clocks."""

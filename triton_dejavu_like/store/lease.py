@@ -80,6 +80,8 @@ class LeaseInfo:
         return not (self.pid_namespace and _PID_NAMESPACE and self.pid_namespace != _PID_NAMESPACE)
 
     def describe(self) -> str:
+        if self.pid < 0:  # created and not written yet (or unreadable): only its age is known
+            return "a process not named in its lease file yet"
         return f"pid {self.pid} on {self.host}"
 
     def age_s(self, now: float | None = None) -> float:
