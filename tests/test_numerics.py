@@ -553,3 +553,41 @@ def test_the_first_config_listed_is_the_reference_whatever_order_the_search_meas
     assert torch.equal(out, 2 * x)
     assert tuner.best_config.kwargs == {"BLOCK": 64, "TILE": 32}
     assert set(ruled_out(tuner)) == {96, 192, 48}
+
+
+@triton.jit
+def double_in_tiles_through_a_descriptor(x_ptr, out_desc, n, BLOCK: tl.constexpr, TILE: tl.constexpr):
+    """double_in_tiles, writing through a tensor descriptor of block shape [TILE] (set by the config's
+    pre_hook, as Triton's TMA tutorials do)."""
+    pid = tl.program_id(0)
+    for t in range(BLOCK // TILE):
+        start = pid * BLOCK + t * TILE
+        offs = start + tl.arange(0, TILE)
+        out_desc.store([start], tl.load(x_ptr + offs, mask=offs < n) * 2)
+
+
+def set_descriptor_block(nargs):
+    nargs["out_desc"].block_shape = [nargs["TILE"]]
+
+
+@pytest.mark.parametrize("declared", [None, ["out_desc"]], ids=["found", "declared"])
+def test_outputs_written_through_a_tensor_descriptor_are_checked(declared):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    configs = [triton.Config({"BLOCK": b, "TILE": t}, pre_hook=set_descriptor_block) for b, t in TILED]
+    tuner = timed_by_block(
+        double_in_tiles_through_a_descriptor,
+        TILED_TIMES,
+        configs=configs,
+        numerical_check=True,
+        check_outputs=declared,
+    )
+    n = 1000
+    x = torch.arange(1, n + 1, dtype=torch.float32)
+    out = torch.zeros(n)
+    tuner[grid(n)](x, TensorDescriptor.from_tensor(out, [16]), n)
+    assert torch.equal(out, 2 * x)
+    assert tuner.best_config.kwargs == {"BLOCK": 64, "TILE": 32}
+    reasons = ruled_out(tuner)
+    assert list(reasons) == [96]
+    assert reasons[96].startswith("NumericalMismatch: 'out_desc': 320 of 1000 elements differ")

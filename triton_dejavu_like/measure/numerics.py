@@ -13,10 +13,12 @@ no reference yet is timed, and judged once a later candidate becomes the referen
 or rules it out.
 
 Outputs are the tensor arguments named in ``check_outputs``, or, without them, the tensor arguments
-whose contents the reference run changed. Every tensor argument is restored to its original
-contents before each checked run, so in-place kernels are compared on the same inputs; what a run
-changed is judged against where its launch started, after the tuner's ``pre_hook`` (zeros that
-``reset_to_zero`` put into an output are not the candidate's writes).
+whose contents the reference run changed; a tensor descriptor argument (``TensorDescriptor``: a
+dataclass that holds one tensor) stands for the tensor it describes, which the kernel writes through
+it. Every tensor argument is restored to its original contents before each checked run, so in-place
+kernels are compared on the same inputs; what a run changed is judged against where its launch
+started, after the tuner's ``pre_hook`` (zeros that ``reset_to_zero`` put into an output are not the
+candidate's writes).
 
 :class:`CheckedEvaluator` wraps any evaluator that launches kernels in the current process: the
 in-process evaluator, and the one inside an isolated worker (see :mod:`.isolation`).
@@ -202,9 +204,8 @@ class CallTensors:
     """
 
     def __init__(self, arguments: Mapping[str, Any]) -> None:
-        import torch
-
-        self.tensors = {n: _alias(v) for n, v in arguments.items() if isinstance(v, torch.Tensor)}
+        tensors = {n: tensor_of(v) for n, v in arguments.items()}
+        self.tensors = {n: _alias(t) for n, t in tensors.items() if t is not None}
         self._saved = {n: t.clone() for n, t in self.tensors.items() if _writable(t)}
         self._start = self._saved
 
@@ -236,6 +237,21 @@ class CallTensors:
         """The contents of ``names`` where a launch starts: what a launch that writes none of them
         leaves there."""
         return {n: self._start.get(n, self.tensors[n]) for n in names}
+
+
+def tensor_of(value: Any) -> Any:
+    """The tensor an argument stands for: a tensor itself, or the one tensor a dataclass argument holds
+    (a host-side ``TensorDescriptor``: what the kernel writes through it is its base tensor); else None."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        held = [getattr(value, f.name) for f in dataclasses.fields(value)]
+        tensors = [v for v in held if isinstance(v, torch.Tensor)]
+        if len(tensors) == 1:
+            return tensors[0]
+    return None
 
 
 def _alias(tensor: Any) -> Any:
