@@ -36,6 +36,11 @@ class DecodingError(ValueError):
     """Stored JSON does not describe a valid key or config."""
 
 
+class UnknownValue(DecodingError):
+    """Stored JSON of a typed value this release does not know (a tag, a torch dtype name) but a later
+    release, or a newer torch, may write: not malformed, only unreadable here."""
+
+
 _SHORT = reprlib.Repr()  # keyword arguments need Python 3.12
 _SHORT.maxstring = _SHORT.maxother = 80
 
@@ -47,6 +52,8 @@ def short_repr(value: Any) -> str:
 
 _TORCH_DTYPE = "torch.dtype"
 _TRITON_DTYPE = "triton.dtype"
+#: The tags of typed values (``{"<tag>": payload}``) this release reads
+_TAGS = ("float", "tuple", "list", _TORCH_DTYPE, _TRITON_DTYPE)
 
 
 def encode_value(value: Any) -> Any:
@@ -108,15 +115,24 @@ def decode_value(data: Any) -> Any:
             return _torch_dtype(payload)
         if tag == _TRITON_DTYPE and isinstance(payload, str):
             return _triton_dtype(payload)
+        if tag not in _TAGS and _is_tag(tag):
+            raise UnknownValue(f"a typed value of a kind this release does not read: {data!r:.200}")
     raise DecodingError(f"not a typed value: {data!r:.200}")
+
+
+def _is_tag(tag: Any) -> bool:
+    """Whether ``tag`` is shaped as the tags are (dotted names), so a later release may define it."""
+    return isinstance(tag, str) and all(part.isidentifier() for part in tag.split("."))
 
 
 def _torch_dtype(name: str) -> Any:
     import torch
 
-    dtype = getattr(torch, name, None) if name.isidentifier() else None
-    if not isinstance(dtype, torch.dtype):
-        raise DecodingError(f"unknown torch dtype {name!r:.80}")
+    if not name.isidentifier():
+        raise DecodingError(f"not a torch dtype name: {name!r:.80}")
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):  # a dtype of a newer torch, say
+        raise UnknownValue(f"unknown torch dtype {name!r:.80}")
     return dtype
 
 

@@ -16,7 +16,7 @@ from .cache_file import (
     read_bounded,
     read_document,
 )
-from .entry import InvalidEntry, StoredEntry, parse_timestamp
+from .entry import InvalidEntry, StoredEntry, UnknownEntry, parse_timestamp
 from .identity import KernelIdentity, Platform, detect_platform
 from .layered import LayeredStore, StoreLayer, add_store, registered_stores
 from .layout import CACHE_FILE_NAME, default_root, default_tag
@@ -38,6 +38,7 @@ __all__ = [
     "Store",
     "StoreLayer",
     "StoredEntry",
+    "UnknownEntry",
     "add_store",
     "atomic_write",
     "default_root",

@@ -48,7 +48,7 @@ import filelock
 
 from .._log import DejavuStorageWarning, log, warn_once
 from ..codec import canonical_json
-from .entry import InvalidEntry, StoredEntry, same_json
+from .entry import InvalidEntry, StoredEntry, UnknownEntry, same_json
 from .layout import CORRUPT_SUFFIX, IDENTITY_FIELDS, LOCK_SUFFIX, REJECTED_SUFFIX, cache_path
 
 SCHEMA_VERSION = 1
@@ -86,6 +86,9 @@ class Document:
     #: top-level members other than schema, identity and entries (a note, a later release's field):
     #: written back as they were
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the key ids among ``rejected`` of entries holding a value of a kind this release does not read
+    #: (:class:`UnknownEntry`: a later release's): kept in the file as they are, never set aside
+    unknown: set[str] = field(default_factory=set)
 
 
 def parse_document(
@@ -108,6 +111,7 @@ def parse_document(
     extra = {name: value for name, value in doc.items() if name not in _MEMBERS}
     valid: EntryMap = {}
     rejected: dict[str, tuple[Any, str]] = {}
+    unknown: set[str] = set()
     wanted = entries.items() if only is None else ((k, entries[k]) for k in only if k in entries)
     for kid, data in wanted:
         before = known.get(kid) if known is not None else None
@@ -118,7 +122,9 @@ def parse_document(
             valid[kid] = StoredEntry.from_json(kid, data, parameters=parameters, finite=finite)
         except InvalidEntry as exc:
             rejected[kid] = (data, str(exc) or "invalid")
-    return Document(identity, valid, rejected, extra)
+            if isinstance(exc, UnknownEntry):
+                unknown.add(kid)
+    return Document(identity, valid, rejected, extra, unknown)
 
 
 def _load_json(raw: bytes) -> tuple[Any, bool]:
@@ -407,6 +413,7 @@ class CacheFile:
         parameters: Collection[str] | None = None,
         lock_timeout: float = LOCK_TIMEOUT_S,
         keep_unreadable: bool = False,
+        keep_unknown: bool = True,
     ) -> None:
         self.path = Path(path)
         self.identity = dict(identity)
@@ -416,6 +423,9 @@ class CacheFile:
         #: a tool's rewrite (prune, merge, an import): entries this release cannot read stay in the
         #: file as they are (written by another Triton or a newer release, say), never set aside
         self.keep_unreadable = keep_unreadable
+        #: entries of a kind this release does not read (a later release's) stay as they are; False
+        #: for a rewrite that removes the whole file (prune of another platform), which sets them aside
+        self.keep_unknown = keep_unknown
         #: the raw entries kept as they are at the last read under the lock (with ``keep_unreadable``)
         self.unreadable: dict[str, Any] = {}
         self.writable = True
@@ -536,20 +546,46 @@ class CacheFile:
                 canonical_json(doc.identity)[:300],
             )
             return None
-        if doc.rejected and self.keep_unreadable:
-            self.unreadable = {kid: raw for kid, (raw, _) in doc.rejected.items()}
-        elif doc.rejected:
-            self._set_aside_rejected(doc, exclusive=exclusive)
+        if doc.rejected:
+            self._sort_rejected(doc, exclusive=exclusive)
         return doc
+
+    def _sort_rejected(self, doc: Document, *, exclusive: bool) -> None:
+        """Keep in the file, as they are, the entries this release cannot read but a later one may
+        (every invalid entry with ``keep_unreadable``), and set the others aside."""
+        kept = {
+            kid: raw
+            for kid, (raw, _) in doc.rejected.items()
+            if self.keep_unreadable or (self.keep_unknown and kid in doc.unknown)
+        }
+        if kept:
+            self.unreadable = kept
+        if kept and not self.keep_unreadable:
+            first_kid = next(iter(kept))
+            warn_once(
+                DejavuStorageWarning,
+                str(self.path),
+                "tuning cache %s holds %d entries of a kind this release does not read (first: %s: %s), "
+                "written by a later release or with another torch: they are not used here and stay in "
+                "the file as they are",
+                self.path,
+                len(kept),
+                first_kid[:80],
+                doc.rejected[first_kid][1],
+            )
+        if len(kept) < len(doc.rejected):
+            self._set_aside_rejected(doc, kept, exclusive=exclusive)
 
     def _refuse(self, message: str, detail: Any) -> None:
         self.writable = False
         warn_once(DejavuStorageWarning, str(self.path), message, self.path, detail)
 
-    def _set_aside_rejected(self, doc: Document, *, exclusive: bool) -> None:
-        """Move invalid entries to a ``cache.json.rejected-*`` file and keep the valid ones in place."""
-        first_kid, (_, first_reason) = next(iter(doc.rejected.items()))
-        summary = f"{len(doc.rejected)} invalid entries (first: {first_kid[:80]}: {first_reason})"
+    def _set_aside_rejected(self, doc: Document, kept: Mapping[str, Any], *, exclusive: bool) -> None:
+        """Move invalid entries but those ``kept`` (raw, left as they are) to a ``cache.json.rejected-*``
+        file and keep the valid ones in place."""
+        invalid = {kid: item for kid, item in doc.rejected.items() if kid not in kept}
+        first_kid, (_, first_reason) = next(iter(invalid.items()))
+        summary = f"{len(invalid)} invalid entries (first: {first_kid[:80]}: {first_reason})"
         if not exclusive:
             warn_once(
                 DejavuStorageWarning, str(self.path), "tuning cache %s: ignoring %s", self.path, summary
@@ -559,13 +595,12 @@ class CacheFile:
         aside = {
             "schema": SCHEMA_VERSION,
             "identity": doc.identity,
-            "rejected": {
-                kid: {"entry": raw, "reason": reason} for kid, (raw, reason) in doc.rejected.items()
-            },
+            "rejected": {kid: {"entry": raw, "reason": reason} for kid, (raw, reason) in invalid.items()},
         }
+        rewritten = new_document(doc.identity, {**kept, **doc.entries}, doc.extra)
         try:  # first the copy, then the rewrite: a crash in between duplicates, never loses
             atomic_write(target, (json.dumps(aside, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-            atomic_write(self.path, dump_document(new_document(doc.identity, doc.entries, doc.extra)))
+            atomic_write(self.path, dump_document(rewritten))
         except (OSError, ValueError) as exc:
             warn_once(
                 DejavuStorageWarning,
@@ -584,7 +619,7 @@ class CacheFile:
             summary,
             target.name,
         )
-        doc.rejected = {}
+        doc.rejected = {kid: item for kid, item in doc.rejected.items() if kid in kept}
 
     def load(self, *, repair: bool = True) -> EntryMap:
         """The stored entries by key id (empty when there is no usable file).

@@ -26,11 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._compat import Config, compile_option_names
-from ..codec import config_id, decode_config, decode_key, encode_config, encode_key, key_id
+from ..codec import UnknownValue, config_id, decode_config, decode_key, encode_config, encode_key, key_id
 
 
 class InvalidEntry(ValueError):
     """Data that is not a valid stored entry (it is set aside, never used)."""
+
+
+class UnknownEntry(InvalidEntry):
+    """An entry holding a typed value of a kind this release does not read (a later release's, or a
+    newer torch's dtype): never used here, and kept in its file as it is (never set aside)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,6 +77,8 @@ class StoredEntry:
             return cls._parse(kid, data, parameters, finite)
         except InvalidEntry:
             raise
+        except UnknownValue as exc:
+            raise UnknownEntry(str(exc)[:300]) from exc
         except ValueError as exc:  # DecodingError and friends: written for the user
             raise InvalidEntry(str(exc)[:300] or type(exc).__name__) from exc
         except Exception as exc:
@@ -277,4 +284,4 @@ def _config(data: Any, parameters: Collection[str] | None, what: str) -> Config:
     return config
 
 
-__all__ = ["InvalidEntry", "StoredEntry", "parse_timestamp", "same_json"]
+__all__ = ["InvalidEntry", "StoredEntry", "UnknownEntry", "parse_timestamp", "same_json"]

@@ -466,7 +466,11 @@ def prune(
         kept_unreadable = {} if drop_all else f.rejected
         if not dry_run and (remaining != f.entries or not (remaining or kept_unreadable)):
             target = storage.CacheFile(
-                f.path or Path(f.source), f.identity, root=root, keep_unreadable=not drop_all
+                f.path or Path(f.source),
+                f.identity,
+                root=root,
+                keep_unreadable=not drop_all,
+                keep_unknown=not drop_all,
             )
             if not target.update(change):  # nothing of it removed: counted as kept
                 report.problems.append(Problem(f.source, target.refused or "could not be rewritten"))

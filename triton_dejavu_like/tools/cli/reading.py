@@ -74,7 +74,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if invalid:
         text += (
             f"\n\n{invalid} invalid entries (INVALID) are never restored: `{PROG} show` gives their "
-            "reasons; a process that tunes with such a file moves them into cache.json.rejected-*"
+            "reasons; a process that tunes with such a file moves them into cache.json.rejected-*, "
+            "except values of a kind this release does not read (a later release's), which stay"
         )
     payload = {
         "root": str(roots[0]),
