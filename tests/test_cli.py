@@ -393,6 +393,22 @@ def test_merge_never_overwrites_a_file_of_another_identity(capsys, tmp_path, dry
     assert cache_file(dest).path.read_bytes() == squatter
 
 
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)], ids=["merge", "dry run"])
+def test_merge_into_a_file_of_a_later_release_leaves_it_and_says_so(capsys, tmp_path, dry_run):
+    rank0, _ = rank_roots(tmp_path)
+    dest = tmp_path / "dest"
+    path = cache_file(dest).path
+    write_document(path, IDENTITY, entries_for([(9,)]))
+    later = json.loads(path.read_text())
+    later["schema"] = storage.SCHEMA_VERSION + 1
+    path.write_text(json.dumps(later))
+    before = path.read_bytes()
+    assert run("merge", str(rank0), "--root", str(dest), *dry_run) == 1
+    err = capsys.readouterr().err
+    assert "newer release" in err and "another identity" not in err
+    assert path.read_bytes() == before
+
+
 def test_merge_dry_run_writes_nothing(capsys, tmp_path):
     rank0, rank1 = rank_roots(tmp_path)
     dest = tmp_path / "dest"

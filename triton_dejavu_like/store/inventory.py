@@ -291,8 +291,9 @@ def _combine(
     return result
 
 
-#: Why a destination file takes no results: it was made for another identity (or a newer schema).
+#: Why a destination file takes no results: it was made for another identity, or by a later release.
 OTHER_IDENTITY = "it holds results for another identity"
+NEWER_SCHEMA = "it was written by a newer release (a higher schema version), which it is left to"
 
 
 def destination_entries(target: storage.CacheFile, writer: str, *, dry_run: bool) -> EntryMap | str:
@@ -309,7 +310,7 @@ def destination_entries(target: storage.CacheFile, writer: str, *, dry_run: bool
     except FileNotFoundError:
         return {}
     except storage.NewerSchemaFile:
-        return OTHER_IDENTITY  # as update() refuses it
+        return NEWER_SCHEMA  # as update() refuses it
     except storage.InvalidCacheFile as exc:
         if dry_run:
             warn_once(
