@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 import importlib
 import logging
+import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -83,46 +85,108 @@ def preserved_logging() -> Iterator[None]:
             log.debug("restored the logging configuration of %s", ", ".join(sorted(changed)[:20]))
 
 
+class _NotOurs(type):
+    """Metaclass of :class:`_ThirdPartyWarning`: in a thread inside a guarded block, every category but
+    this package's is "of" it; in any other thread, none is."""
+
+    def __subclasscheck__(cls, category: type) -> bool:
+        if threading.get_ident() not in _depth or issubclass(category, DejavuWarning):
+            return False
+        caller = sys._getframe(1)  # the code that called warnings.warn (a C function, no frame)
+        where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+        log.debug("suppressed a %s raised at %s", category.__name__, where)
+        return True
+
+
+class _ThirdPartyWarning(Warning, metaclass=_NotOurs):
+    """The category of :data:`_QUIET`."""
+
+
+#: The filter put first while a block runs: it ignores what the guarded threads raise and matches
+#: nothing else (a copy that a ``catch_warnings`` of another thread brings back after the block is inert).
+_QUIET = ("ignore", None, _ThirdPartyWarning, None, 0)
+_ADDERS = ("filterwarnings", "simplefilter")
+
+
+def _recording(add: Callable[..., None]) -> Callable[..., None]:
+    """``warnings.filterwarnings`` or ``simplefilter``, noting the filters a guarded thread adds."""
+
+    @functools.wraps(add)
+    def recorded(*args: Any, **kwargs: Any) -> None:
+        added = _added.get(threading.get_ident())
+        if added is None:
+            return add(*args, **kwargs)
+        before = list(warnings.filters)
+        add(*args, **kwargs)
+        added.extend(f for f in warnings.filters if f not in before)  # one in force before only moved
+        return None
+
+    return recorded
+
+
+def _remove(filters: list[Any]) -> None:
+    """Take these very filters out of the list in force: an equal one of the user's stays, and so do
+    those that a library's ``catch_warnings`` put in a list of its own (gone with it). No version bump
+    is needed: the registries never note a warning that an "ignore" or "always" filter matched."""
+    current = warnings.filters
+    for item in filters:
+        while (i := next((i for i, f in enumerate(current) if f is item), None)) is not None:
+            del current[i]
+
+
+def _start_quieting() -> None:
+    _remove([_QUIET])
+    warnings.filters.insert(0, _QUIET)
+    for name in _ADDERS:
+        original = getattr(warnings, name)
+        _originals[name] = original
+        setattr(warnings, name, _recording(original))
+
+
+def _stop_quieting() -> None:
+    _remove([_QUIET])
+    for name, original in _originals.items():
+        if getattr(getattr(warnings, name), "__wrapped__", None) is original:
+            setattr(warnings, name, original)
+    _originals.clear()
+
+
 @contextlib.contextmanager
 def quiet_third_party() -> Iterator[None]:
     """Run library code without letting it add warnings filters or show warnings.
 
-    Warnings raised inside go to this package's debug log instead of the user's terminal; the
-    filters in force before the block are restored on exit. The warnings configuration is global:
-    a warning of this package's own (a :class:`DejavuWarning`, e.g. from another thread meanwhile)
-    is shown after the block instead of being logged.
+    While the block runs, a filter put first in ``warnings.filters`` ignores every warning that this
+    thread raises (and only this thread: those of the user's other threads go through the user's
+    filters, ``catch_warnings`` and display as they would without the block); the ignored ones go to
+    this package's debug log. The filters that this thread's code adds with ``filterwarnings`` or
+    ``simplefilter`` are taken out on exit, with the block's own; filters that other threads add
+    meanwhile stay. A warning of this package (a :class:`DejavuWarning`) is never ignored.
     """
-    global _quiet_depth, _quiet_state
-    with _quiet_lock:  # one catch_warnings for every thread inside: the first enters it, the last leaves
-        if _quiet_depth == 0:
-            context = warnings.catch_warnings(record=True)
-            _quiet_state = (context, context.__enter__())
-            warnings.simplefilter("always")
-        _quiet_depth += 1
+    ident = threading.get_ident()
+    with _quiet_lock:
+        if not _depth:
+            _start_quieting()
+        _added.setdefault(ident, [])
+        _depth[ident] = _depth.get(ident, 0) + 1
     try:
         yield
     finally:
-        caught: list[warnings.WarningMessage] = []
         with _quiet_lock:
-            _quiet_depth -= 1
-            if _quiet_depth == 0 and _quiet_state is not None:
-                context, records = _quiet_state
-                _quiet_state = None
-                context.__exit__(None, None, None)
-                caught = list(records or ())
-        for item in caught:
-            if issubclass(item.category, DejavuWarning):
-                warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-            else:
-                log.debug("suppressed %s: %s", item.category.__name__, item.message)
+            _depth[ident] -= 1
+            if not _depth[ident]:
+                del _depth[ident]
+                _remove(_added.pop(ident))
+            if not _depth:
+                _stop_quieting()
 
 
-#: :func:`quiet_third_party`'s blocks in progress (in any thread), and the one ``catch_warnings`` they
-#: share: overlapping blocks of two threads, each with its own, restored each other's filters on exit
-#: (two BO runs at once left the process recording every warning and showing none).
+#: :func:`quiet_third_party`'s blocks in progress: each thread inside one and how deep it is nested,
+#: the filters its code added, and the functions that record those while any block runs. Threads
+#: share the filter list: the first block in puts the quieting filter first, the last out takes it out.
 _quiet_lock = threading.Lock()
-_quiet_depth = 0
-_quiet_state: tuple[Any, list[warnings.WarningMessage] | None] | None = None
+_depth: dict[int, int] = {}
+_added: dict[int, list[Any]] = {}
+_originals: dict[str, Callable[..., None]] = {}
 
 
 @contextlib.contextmanager
@@ -136,9 +200,8 @@ def import_in_background(name: str) -> cf.Future[ModuleType]:
     """Import module ``name`` (a heavy third-party stack) in a thread, under :func:`isolated`; the
     future holds the module or the import's exception.
 
-    The warnings configuration is process-wide: other threads' :func:`quiet_third_party` blocks share
-    its ``catch_warnings`` (the last to leave restores the filters); a warning of this package
-    raised meanwhile by another thread is shown when the last block ends.
+    Only the import's own warnings are kept quiet: those that the program's other threads raise
+    meanwhile go through its filters as usual (see :func:`quiet_third_party`).
     """
     future: cf.Future[ModuleType] = cf.Future()
 

@@ -364,9 +364,9 @@ class BatchSearch:
 
     def close(self) -> None:
         """End the search (whether or not it is ``done``): the strategy ends what it started in the
-        background. Bayesian optimisation waits for SMAC's import if it is still running: the import
-        puts the warnings configuration back as it found it when it ends, so ending after the caller
-        left a ``warnings.catch_warnings()`` block would bring that block's filters back."""
+        background. Bayesian optimisation waits for SMAC's import if it is still running: the filter
+        that keeps the import's warnings quiet is in the list in force when it starts, and a caller's
+        ``warnings.catch_warnings()`` block that ended first would put back a list without it."""
         t = time.perf_counter()
         self.strategy.close()
         self.strategy_time_s += time.perf_counter() - t

@@ -198,9 +198,6 @@ class BayesianOptimization(Strategy):
         n = min(n, cap)
         if len(out) < n:
             try:
-                # the import's thread changes the warnings configuration until it ends: wait for it
-                # before this thread changes it too
-                self._model_module.exception()
                 with quiet_third_party():
                     out += self._propose_from_model(n - len(out), state, out)
             except Exception as exc:
@@ -325,8 +322,8 @@ class BayesianOptimization(Strategy):
 
     def close(self) -> None:
         """Wait for SMAC's import if it still runs (a search that ended before its model was needed):
-        the import restores the warnings configuration it found when it ends, which must happen
-        before the tuning run returns to the caller. A failed import was reported where the model
-        was needed, if it was."""
+        its warnings stay quiet while the filters in force are those it started with, which a caller's
+        ``catch_warnings`` block that the tuning run returns to would replace on leaving. A failed
+        import was reported where the model was needed, if it was."""
         if self._model_module is not None:
             self._model_module.exception()
