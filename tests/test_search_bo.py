@@ -222,6 +222,21 @@ def test_warm_start_candidates_are_measured_first():
     assert run.order[:3] == warm
 
 
+def test_warm_starts_as_many_as_a_small_budget_leave_the_model_half_of_it():
+    """A kernel with many stored keys has many winners: under an explicit budget of 30, 30 warm
+    starts far from the best would use it all up, and the model would never run."""
+    space = grid_space((12, 12, 12))
+    rng = np.random.default_rng(0)
+    warm = [int(i) for i in rng.choice(len(space), 30, replace=False)]
+    for seed in range(3):
+        objective = Counting(space, bowl((8, 3, 5)))
+        run = bo_run(space, objective, Budget(max_share=30 / len(space), seed=seed), warm)
+        assert run.order[:15] == warm[:15]  # the strongest first, up to half of the budget
+        assert len(run.order) == 30 and sum(i in warm for i in run.order) < 20
+        time_of = objective.time_of
+        assert time_of(space.candidates[run.best()]) < min(time_of(space.candidates[i]) for i in warm)
+
+
 def test_model_finds_the_minimum_that_random_search_rarely_hits():
     """1728 candidates, 60 evaluations: random search hits the single best one 3.5% of the time."""
     space = grid_space((12, 12, 12))

@@ -52,7 +52,10 @@ class BOSettings:
     a Gaussian process from ``gp_from_per_dim`` successful results per parameter (an initial
     design's worth) until ``gp_until`` (0: never), the forest before and after; the process has one
     length scale while it has fewer than ``gp_isotropic_per_dim`` results per parameter, and its
-    hyperparameters are fit again when the results grew by ``gp_reoptimise_growth``.
+    hyperparameters are fit again when the results grew by ``gp_reoptimise_growth``. Warm-start
+    candidates are measured first up to ``warm_start_max_share`` of the budget's evaluations (at least
+    the initial design's size): a kernel with many stored keys can have as many winners as a small
+    explicit budget, which they would use up before the model ran.
     """
 
     initial_per_dim: int = 2
@@ -73,6 +76,7 @@ class BOSettings:
     gp_until: int = 128
     gp_isotropic_per_dim: float = 3.0
     gp_reoptimise_growth: float = 0.5
+    warm_start_max_share: float = 0.5
 
     def initial_size(self, dimensions: int, max_evaluations: int, space_size: int = 0) -> int:
         wanted = max(self.initial_min, self.initial_per_dim * dimensions)
@@ -158,6 +162,9 @@ class BayesianOptimization(Strategy):
             self._points = points
             self._scaled = points / np.array([space.steps(d) for d in range(len(space.names))], dtype=float)
             self._numeric = np.array([space.is_numeric(d) for d in range(len(space.names))])
+        warm_start = list(warm_start)[
+            : max(self.n_initial, math.floor(self.config.warm_start_max_share * limit))
+        ]
         self._order = self._design(warm_start, seed)
         self._initial_len = max(len(warm_start), self.n_initial)
         share = self.config.max_in_flight_share
