@@ -842,3 +842,68 @@ def test_python_dash_m_runs_the_command_line(root):
         [sys.executable, "-m", "triton_dejavu_like", "show", "nope"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 1 and "error: nothing stored matches" in bad.stderr
+
+
+# --- layered roots (--root RW:LAYER, as serving reads them) ----------------------------------------------
+
+
+@pytest.fixture
+def served(tmp_path) -> tuple[Path, Path]:
+    """A written root and a layer: 1024 only in the root, 2048 only in the layer, 4096 in both with
+    other winners (serving takes the root's)."""
+    rw, layer = tmp_path / "rw", tmp_path / "layer"
+    cache_file(rw).record(entries_for([(1024,), (4096,)], block=32, tuned_at="2025-01-01T00:00:00+00:00"))
+    cache_file(layer).record(entries_for([(2048,), (4096,)], block=128, tuned_at="2025-06-01T00:00:00+00:00"))
+    return rw, layer
+
+
+SERVED_BLOCKS = {1024: 32, 2048: 128, 4096: 32}  # what a process serving with root rw and layer restores
+
+
+def blocks(entries) -> dict[int, int]:
+    return {e.key[0]: e.config.kwargs["BLOCK"] for e in entries}
+
+
+@pytest.mark.parametrize("given", ["joined", "repeated"])
+@pytest.mark.parametrize("out", ["deploy", "ship.tar.gz"])
+def test_export_reads_every_layer_of_the_root_as_serving_does(capsys, served, tmp_path, given, out):
+    """Only the first part of --root RW:LAYER was exported: the keys serving restores from the layer
+    were missing from the shipped results, without a word."""
+    rw, layer = served
+    roots = (
+        ["--root", f"{rw}{os.pathsep}{layer}"]
+        if given == "joined"
+        else ["--root", str(rw), "--root", str(layer)]
+    )
+    payload = run_json(capsys, "export", str(tmp_path / out), *roots)
+    assert payload["keys"] == 3 and payload["roots"] == [str(rw), str(layer)]
+    assert blocks(stored_entries_in(tmp_path / out)) == SERVED_BLOCKS
+    assert run("export", str(layer / "deploy"), *roots) == 2  # inside a root it reads: the layer's too
+    assert "the root read" in capsys.readouterr().err
+
+
+def test_heuristic_learns_from_every_layer_of_the_root_as_serving_does(capsys, served):
+    rw, layer = served
+    payload = run_json(
+        capsys, "heuristic", "matmul", "--method", "nearest", "--root", f"{rw}{os.pathsep}{layer}"
+    )
+    namespace: dict = {}
+    exec(compile(payload["source"], "heuristic", "exec"), namespace)  # the module the user imports
+    assert payload["keys"] == 3
+    assert {n: namespace["heuristic"]((n,)).kwargs["BLOCK"] for n in SERVED_BLOCKS} == SERVED_BLOCKS
+
+
+@pytest.mark.parametrize("command", [["prune", "--older-than", "0d"], ["merge", "{src}"]], ids=lambda c: c[0])
+def test_a_command_that_writes_acts_on_the_written_root_only_and_says_so(capsys, served, tmp_path, command):
+    rw, layer = served
+    source = tmp_path / "src"
+    cache_file(source).record(entries_for([(8192,)]))
+    before = stored_bytes(layer)
+    argv = [a.replace("{src}", str(source)) for a in command]
+    assert run(*argv, "--root", f"{rw}{os.pathsep}{layer}") == 0
+    err = capsys.readouterr().err
+    assert f"acts on the written root {rw} only" in err and str(layer) in err
+    assert stored_bytes(layer) == before  # never a layer
+    kept = {n for f in inventory.read_sources([rw])[0] for n in blocks(f.entries.values())}
+    assert kept == ({1024, 4096, 8192} if command[0] == "merge" else set())
+    assert run(*argv, "--root", f"{rw}{os.pathsep}{tmp_path / 'typo'}") == 2  # a layer that is not there

@@ -15,7 +15,7 @@ import json
 import os
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,26 @@ def distinct_keys(files: Iterable[StoredFile]) -> int:
     """How many keys ``files`` hold, a key stored in several files of one identity counted once (as
     merging them, or an archive of them, holds it)."""
     return sum(len({kid for f in group for kid in f.entries}) for group in group_by_identity(files).values())
+
+
+def as_served(layered: Iterable[tuple[int, StoredFile]]) -> list[StoredFile]:
+    """The files of layered roots (each with its root's index, 0 the written root) holding what a
+    serving process restores from them: a key of an identity comes from the first root that holds it,
+    so a later root's file loses the keys an earlier root holds for its identity."""
+    by_root: dict[int, list[StoredFile]] = {}
+    for index, f in layered:
+        by_root.setdefault(index, []).append(f)
+    held: dict[str, set[str]] = {}  # identity -> the key ids of the roots before this one
+    served: list[StoredFile] = []
+    for index in sorted(by_root):
+        files = by_root[index]
+        for f in files:
+            earlier = held.get(canonical_json(f.identity), set())
+            entries = {kid: e for kid, e in f.entries.items() if kid not in earlier}
+            served.append(replace(f, entries=entries) if len(entries) < len(f.entries) else f)
+        for f in files:
+            held.setdefault(canonical_json(f.identity), set()).update(f.entries)
+    return served
 
 
 # --- merging -------------------------------------------------------------------------------------------

@@ -3,10 +3,13 @@
 Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu``, ``misses``, ``tune``
 (ahead-of-time tuning, :mod:`.aot`), ``heuristic`` (:mod:`.heuristic`), ``diff`` (:mod:`.diff`). Every
 store command takes ``--json`` for scripts and, but ``diff`` (its sources say what it reads), ``--root``
-(default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or the user cache directory). ``list``
-and ``show`` read every root given (``--root`` repeated or an ``os.pathsep`` list: the first is the
-written one, the others are layers) and say which layer each file came from; ``tune`` keeps them as
-layers (what they hold is restored, not tuned); the other commands use the first root. Exit status: 0
+(default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or the user cache directory). A
+``--root`` repeated or an ``os.pathsep`` list names the written root first and read-only layers after
+it, as ``$TRITON_DEJAVU_STORAGE`` does: ``list`` and ``show`` read every root and say which layer each
+file came from; ``export`` and ``heuristic`` read every root as a serving process restores from them (a
+key from the first root that holds it); ``tune`` keeps them as layers (what they hold is restored, not
+tuned); ``merge``, ``prune`` and ``import-dejavu`` write or remove in the written root only, never in a
+layer, and say so on stderr when there are layers. Exit status: 0
 on success, 1 when an input cannot be read or nothing matches, 2 for bad arguments; ``diff`` exits 0
 when the winners agree, 1 when they differ and 2 when a source cannot be read; every command that
 removes or replaces stored data (``prune``, ``merge``, ``export``, ``import-dejavu --overwrite``) lists
@@ -40,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--root",
         action="append",
-        help=f"storage root (default: ${_env.STORAGE} or the user cache directory); list, show and tune take "
-        f"several (repeated or '{os.pathsep}'-separated: the first is written, the others are layers)",
+        help=f"storage root (default: ${_env.STORAGE} or the user cache directory); several (repeated or "
+        f"'{os.pathsep}'-separated): the first is written, the others are read-only layers, read as serving "
+        "reads them; merge, prune and import-dejavu change the first only",
     )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
     selection = CommandParser(add_help=False)

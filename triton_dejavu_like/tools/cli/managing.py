@@ -34,12 +34,14 @@ from .output import (
 from .roots import (
     existing_root,
     named_values,
+    note_layers,
     nothing_selected,
     refuse_file,
     refuse_inside,
     refuse_other_archive,
     refuse_several,
     selected,
+    served_files,
     written_root,
 )
 
@@ -70,6 +72,7 @@ def conflict_payload(c: inventory.Conflict) -> dict[str, Any]:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     root = written_root(args)
+    note_layers(args, "merge")
     files, problems = inventory.read_sources(Path(s).expanduser() for s in args.sources)
     if problems and not args.skip_invalid:
         report_problems(problems)
@@ -145,6 +148,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             "--keep-newest or --quarantined"
         )
     root = existing_root(args)
+    note_layers(args, "prune")
     if args.kernel is not None or (keep and not args.force):
         stored, _ = inventory.read_sources([root])  # read once for both checks (a file may be large)
         if args.kernel is not None:
@@ -239,11 +243,11 @@ def _check_keep_values(files: Sequence[inventory.StoredFile], keep: dict[str, st
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    root = existing_root(args)
     out = Path(args.out).expanduser()
     refuse_other_archive(out, str(out))
-    refuse_inside(out, root, str(out))
-    stored, problems = inventory.read_sources([root])
+    roots, stored, problems = served_files(args)  # every layer: what serving with these roots restores
+    for root in roots:
+        refuse_inside(out, root, str(out))
     files = selected(args, stored)
     if not files:
         raise nothing_selected(args, stored)
@@ -266,6 +270,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     ]
     payload = {
         "out": str(out),
+        "roots": [str(root) for root in roots],
         "dry_run": args.dry_run,
         "platform": platform,
         "files": written,

@@ -77,8 +77,11 @@ def _read_roots(args: argparse.Namespace, *, layers: bool) -> list[Path]:
     return roots
 
 
-def layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int, inventory.StoredFile]]]:
-    """The cache files of every existing root, each with the index of its root (0: the written one)."""
+def _read_layered(
+    args: argparse.Namespace,
+) -> tuple[list[Path], list[tuple[int, inventory.StoredFile]], list[inventory.Problem]]:
+    """The roots, the cache files of every existing one, each with the index of its root (0: the
+    written one), and the files that could not be read."""
     roots = _read_roots(args, layers=True)
     existing = [(i, root) for i, root in enumerate(roots) if root.is_dir()]
     if not existing:
@@ -89,10 +92,42 @@ def layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int,
         files, bad = inventory.read_sources([root])
         found += [(i, f) for f in files]
         problems += bad
+    return roots, found, problems
+
+
+def layered_files(args: argparse.Namespace) -> tuple[list[Path], list[tuple[int, inventory.StoredFile]]]:
+    """The cache files of every existing root, each with the index of its root (0: the written one);
+    the files that could not be read are said on stderr (without --json) and kept in ``args.problems``."""
+    roots, found, problems = _read_layered(args)
     if not args.json:
         report_problems(problems)
     args.problems, args.roots = problems, roots
     return roots, found
+
+
+def served_files(
+    args: argparse.Namespace,
+) -> tuple[list[Path], list[inventory.StoredFile], list[inventory.Problem]]:
+    """The existing roots, the cache files of every root holding what a serving process with these
+    roots restores (a key from the first root that has it: :func:`inventory.as_served`), and the
+    files that could not be read (said by the command)."""
+    roots, found, problems = _read_layered(args)
+    return [r for r in roots if r.is_dir()], inventory.as_served(found), problems
+
+
+def note_layers(args: argparse.Namespace, command: str) -> None:
+    """Say on stderr that a command that writes or removes (``merge``, ``prune``, ``import-dejavu``)
+    acts on the written root only, when the roots name layers: they are read-only. A ``--root``
+    layer that is no folder is a typo (exit 2), as for the commands that read them."""
+    roots = _storage_roots(args)
+    given_layers(args)
+    if len(roots) > 1:
+        layers = ", ".join(printable(str(layer)) for layer in roots[1:])
+        print(
+            f"{PROG} {command}: acts on the written root {printable(str(roots[0]))} only; the layers "
+            f"after it are read-only and left as they are: {layers}",
+            file=sys.stderr,
+        )
 
 
 def refuse_other_archive(out: Path, named: str) -> None:

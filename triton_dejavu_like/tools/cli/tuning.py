@@ -41,13 +41,14 @@ from .output import (
 )
 from .roots import (
     SELECTION_FIELDS,
-    existing_root,
     given_layers,
+    note_layers,
     refuse_file,
     refuse_inside,
     refuse_other_archive,
     refuse_several,
     selected,
+    served_files,
     writable_root,
     written_root,
 )
@@ -55,6 +56,7 @@ from .roots import (
 
 def cmd_import_dejavu(args: argparse.Namespace) -> int:
     root = written_root(args)
+    note_layers(args, "import-dejavu")
     missing = [s for s in args.sources if not Path(s).expanduser().exists()]
     if missing:
         raise UsageError(f"no such file or directory: {', '.join(missing)}")
@@ -333,7 +335,7 @@ def cmd_heuristic(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser() if args.out else None
     if out is not None and (out.is_dir() or (out.exists() and not args.force)):
         raise UsageError(f"{out} already exists; nothing was written (--force replaces a file)")
-    files, problems = inventory.read_sources([existing_root(args)])
+    _, files, problems = served_files(args)  # every layer: what serving with these roots restores
     files = [f for f in selected(args, files) if f.identity["kernel"] == args.kernel_name]
     if not files:
         raise CliError(f"nothing stored for kernel {args.kernel_name!r} (see '{PROG} list')")
