@@ -899,3 +899,102 @@ def test_a_ray_actor_restores_what_the_drivers_read_only_layers_hold(monkeypatch
         bare.close()
         layered.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["team"]  # roots and layer copies removed
+
+
+# --- from the keys serving missed to a SPEC (the recipe of docs/aot.md) -------------------------------------
+
+#: docs/aot.md's recipe, with this test's kernel: the label misses names it by, and how a key's values
+#: (n, then the dtypes of x, y and out) become the call that launches it.
+MISSES_SPEC = """
+import json
+import os
+
+import aot_cases
+
+import triton_dejavu_like as tdl
+from triton_dejavu_like.codec import decode_key
+
+CALLS = {"kernels.add_kernel": lambda n, *dtypes: aot_cases.add(n)}
+
+
+def cases():
+    with open(os.environ["MISSES_JSON"]) as f:
+        misses = json.load(f)["misses"]
+    seen = set()
+    for miss in misses:
+        call, values = CALLS.get(miss["label"]), miss["key_values"]
+        if call is None or values is None or (miss["label"], miss["key"]) in seen:
+            continue  # another kernel, a key the server could not record, a key answered two ways
+        seen.add((miss["label"], miss["key"]))
+        yield tdl.TuneCase(f"{miss['label']} {miss['key']}", call, decode_key(values))
+"""
+
+SERVE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import aot_cases, triton_dejavu_like as tdl
+benchmarks = []
+bench = type(aot_cases.BENCH).__call__
+type(aot_cases.BENCH).__call__ = lambda self, *a, **k: benchmarks.append(1) or bench(self, *a, **k)
+decisions = {}
+for n in (16, 300, 700, 300):
+    aot_cases.add(n)
+    decisions[n] = aot_cases.ADD.last_decision
+misses = sum(sum(keys.values()) for keys in tdl.misses().values())
+print(json.dumps({"benchmarks": len(benchmarks), "misses": misses, "decisions": decisions}))
+"""
+
+
+def operator_env(**variables: str) -> dict[str, str]:
+    """The environment of a process of the operator's loop: the tests' kernels importable."""
+    tests = str(Path(__file__).parent)
+    pythonpath = os.pathsep.join([tests, pool.worker_pythonpath(os.environ.get("PYTHONPATH", ""))])
+    return {**os.environ, "PYTHONPATH": pythonpath, **variables}
+
+
+def fresh_process(argv: list[str], env: dict[str, str]) -> str:
+    """Run ``python argv`` (a process of its own, as each step of the loop is); its output, once it
+    exited 0."""
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", *argv], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def serve(roots: str, misses: Path) -> dict:
+    env = operator_env(
+        TRITON_DEJAVU_READ_ONLY="1",
+        TRITON_DEJAVU_STORAGE=roots,
+        TRITON_DEJAVU_MISSES_FILE=str(misses),
+    )
+    return json.loads(fresh_process(["-c", SERVE, str(Path(__file__).parent)], env))
+
+
+def test_the_keys_serving_missed_are_tuned_from_the_misses_json_and_then_restored(capsys, tmp_path):
+    """Serve read-only over RW:LAYER with a misses file, `misses --json`, a SPEC that builds its cases
+    from the key values, `tune` into the same roots: a new serving process restores every key, with no
+    benchmark and no miss. The keys were Python text only (a SPEC had to parse them)."""
+    rw, layer, misses = tmp_path / "rw", tmp_path / "layer", tmp_path / "misses.jsonl"
+    (tmp_path / "sizes_spec.py").write_text("import aot_cases\nCASES = aot_cases.cases()\n")
+    tune_command = ["-m", "triton_dejavu_like", "tune", "--json"]
+    fresh_process([*tune_command, str(tmp_path / "sizes_spec.py"), "--root", str(layer)], operator_env())
+    roots = os.pathsep.join([str(rw), str(layer)])
+    served = serve(roots, misses)  # the layer holds SIZES, not 300 and 700
+    assert served["misses"] == 2 and served["decisions"]["16"] == "restored", served
+
+    assert cli.main(["misses", str(misses), "--json"]) == 0
+    out = capsys.readouterr().out
+    listed = json.loads(out)["misses"]
+    assert sorted(m["key_values"] for m in listed) == [[n, *["torch.float32"] * 3] for n in (300, 700)]
+    (tmp_path / "misses.json").write_text(out)
+    (tmp_path / "misses_spec.py").write_text(MISSES_SPEC)
+    env = operator_env(MISSES_JSON=str(tmp_path / "misses.json"))
+    report = json.loads(
+        fresh_process([*tune_command, str(tmp_path / "misses_spec.py"), "--root", roots], env)
+    )
+    assert sorted(statuses(report).values()) == ["tuned", "tuned"]
+    assert sorted(e.key[0] for e in stored(rw)["add_kernel"]) == [300, 700]  # into RW, never the layer
+
+    again = serve(roots, misses)
+    assert again == {"benchmarks": 0, "misses": 0, "decisions": {str(n): "restored" for n in (16, 300, 700)}}

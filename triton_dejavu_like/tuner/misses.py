@@ -11,7 +11,8 @@ With ``TRITON_DEJAVU_MISSES_FILE=path`` each such answer is also appended to ``p
 line (``{"label", "kernel", "key", "key_text", "answer", "config", "pid", "time"}``: ``kernel`` is
 the short name the store uses, the key is in the package's typed JSON), so that
 ``python -m triton_dejavu_like misses path`` can aggregate what several serving processes missed,
-by label (lines written before the label was added are grouped by their short name). The file is
+by label (lines written before the label was added are grouped by their short name), each key
+with its values as JSON (:attr:`MissSummary.key_values`) for a SPEC that tunes them. The file is
 kept outside the store: a path inside a storage root (of ``TRITON_DEJAVU_STORAGE``, the kernel's
 ``custom_data_storage``, an ``add_store`` folder) is refused. Its directory must exist (nothing
 is created); each line is written with one ``write`` in append mode, so processes sharing the file
@@ -154,6 +155,11 @@ class MissSummary:
     answer: str
     count: int
     configs: tuple[str, ...]
+    #: the key's values as JSON: ints, finite floats, strings, bools and None as they are, the others
+    #: in the package's typed JSON (a torch dtype ``{"torch.dtype": "float16"}``, a tuple, NaN; see
+    #: :mod:`~triton_dejavu_like.codec`, whose ``decode_key`` gives the Python values back); None when
+    #: the serving process could not encode the key (``key`` is then the only record of it)
+    key_values: list[Any] | None = None
 
 
 def read_misses_file(path: Path) -> tuple[list[MissSummary], int]:
@@ -181,6 +187,7 @@ def _lines(handle: BinaryIO) -> Iterator[str]:
 def aggregate(lines: Iterable[str]) -> tuple[list[MissSummary], int]:
     counts: Counter[tuple[str, str, str, str]] = Counter()
     configs: dict[tuple[str, str, str, str], set[str]] = {}
+    values: dict[tuple[str, str, str, str], list[Any] | None] = {}
     bad = 0
     for line in lines:
         if not line.strip():
@@ -189,16 +196,19 @@ def aggregate(lines: Iterable[str]) -> tuple[list[MissSummary], int]:
         if group is None:
             bad += 1
             continue
-        what, config = group
+        what, config, key_values = group
         counts[what] += 1
         configs.setdefault(what, set()).add(config)
-    rows = [MissSummary(*what, n, tuple(sorted(configs[what]))) for what, n in counts.items()]
+        if values.get(what) is None:
+            values[what] = key_values
+    rows = [MissSummary(*what, n, tuple(sorted(configs[what])), values[what]) for what, n in counts.items()]
     rows.sort(key=lambda r: (-r.count, r.label, r.key, r.answer))
     return rows, bad
 
 
-def _parse_line(line: str) -> tuple[tuple[str, str, str, str], str] | None:
-    """``((label, kernel, key text, answer), config)`` of one line, or None if it is no miss record."""
+def _parse_line(line: str) -> tuple[tuple[str, str, str, str], str, list[Any] | None] | None:
+    """``((label, kernel, key text, answer), config, key values)`` of one line (the values as
+    :attr:`MissSummary.key_values`), or None if it is no miss record."""
     try:
         record = json.loads(line)
     except (ValueError, RecursionError):
@@ -209,10 +219,12 @@ def _parse_line(line: str) -> tuple[tuple[str, str, str, str], str] | None:
     label = record.get("label", kernel)  # lines written before the label: the short name
     if answer not in ANSWERS or not all(isinstance(v, str) for v in (kernel, label, config)):
         return None
+    key_values: list[Any] | None = None
     try:  # the typed key when it could be stored; its text otherwise
-        key_text = repr(decode_key(record.get("key")))
-    except (DecodingError, ValueError, TypeError):
+        key = decode_key(record.get("key"))
+        key_text, key_values = repr(key), encode_key(key)
+    except (DecodingError, EncodingError, ValueError, TypeError):
         key_text = record.get("key_text")
         if not isinstance(key_text, str):
             return None
-    return (label[:1000], kernel[:1000], key_text[:1000], answer), config[:300]
+    return (label[:1000], kernel[:1000], key_text[:1000], answer), config[:300], key_values
