@@ -427,6 +427,18 @@ def test_cli_misses_needs_a_file(capsys):
     assert cli.main(["misses"]) == 2
 
 
+def test_cli_misses_before_any_miss_is_no_error(tmp_path, monkeypatch, capsys):
+    """Serving processes create the misses file at their first miss: before one, `misses --json` (an
+    operator's cron job, under `set -e`) exited 1 with an error where nothing was missed."""
+    misses = tmp_path / "misses.jsonl"
+    monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(misses))
+    assert cli.main(["misses", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["misses"] == [] and "no miss recorded" in captured.err
+    assert cli.main(["misses", str(tmp_path / "no-such-folder" / "misses.jsonl")]) == 1  # nowhere to write it
+    assert "No such file or directory" in capsys.readouterr().err
+
+
 # --- deterministic selection -------------------------------------------------------------------------------
 
 SERVE = """

@@ -172,6 +172,12 @@ def cmd_misses(args: argparse.Namespace) -> int:
         rows, bad = miss_log.read_misses_file(source)
     except InvalidCacheFile as exc:
         raise CliError(f"cannot read {source}: {exc}") from exc
+    except FileNotFoundError:
+        if not source.parent.is_dir():  # no serving process could write it there either
+            raise
+        # a serving process creates the file at its first miss: none yet is no miss, not an error
+        print(f"{PROG} misses: {printable(str(source))} does not exist: no miss recorded", file=sys.stderr)
+        rows, bad = [], 0
     table_rows = [[r.label, r.key, r.answer, str(r.count), ", ".join(r.configs)] for r in rows]
     text = (
         table(["KERNEL", "KEY", "ANSWER", "COUNT", "CONFIG"], table_rows)
