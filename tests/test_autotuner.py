@@ -184,6 +184,25 @@ def test_bad_key_names_and_argument_combinations_fail_at_decoration():
             )
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("use_bo", "no", "use_bo must be True or False"),  # a string is always true: BO turned on
+        ("ignore_dtypes", "False", "ignore_dtypes must be True or False"),
+        ("warmup", "25", "warmup must be a number"),
+        ("isolation_timeout_s", "5", "isolation_timeout_s must be a number"),
+        ("check_rtol", "1e-3", "check_rtol must be a number"),
+        ("do_bench", 3, "do_bench must be callable"),
+        ("timing", {"finalists": 2}, "timing must be a TimingPolicy"),
+        ("tag", 3, "tag must be a string"),
+        ("custom_data_storage", 3, "custom_data_storage must be a path"),
+    ],
+)
+def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it_at_decoration(name, value, expected):
+    with pytest.raises(TypeError, match=expected):
+        tdl.autotune(key=["n"], configs=block_configs(), **{name: value})
+
+
 def test_no_configs_uses_the_single_default_config_without_benchmarking():
     bench = FakeBench()
 

@@ -12,6 +12,7 @@ import numbers
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,19 @@ BUDGET_ARGUMENTS = {
     "search_max_repeat": 1,
     "search_seed": 0,
 }
+#: Arguments that are numbers when given (None: the default).
+NUMBER_ARGUMENTS = ("warmup", "rep", "isolation_timeout_s", "check_rtol", "check_atol")
+#: Arguments that are True or False when given (None: the default, or the environment's value).
+FLAG_ARGUMENTS = (
+    "use_bo",
+    "use_random_search",
+    "use_cuda_graph",
+    "ignore_dtypes",
+    "use_isolated_process",
+    "numerical_check",
+    "cache_results",
+    "use_jitcache",
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,7 @@ class TunerSettings:
     def from_arguments(cls, arguments: Mapping[str, Any]) -> TunerSettings:
         """Settings from the decorator's arguments by name (those it does not know are ignored)."""
         a = dict(arguments)
+        _check_types(a)
         use_bo, use_random = bool(a.get("use_bo")), bool(a.get("use_random_search"))
         if use_bo and use_random:
             raise ValueError("use_bo and use_random_search exclude each other")
@@ -144,6 +159,27 @@ class TunerSettings:
         if self.numerical_check.configured():
             settings["numerical_check"] = self.numerical_check.settings()
         return settings
+
+
+def _check_types(a: Mapping[str, Any]) -> None:
+    """A ``TypeError`` naming the argument for a value of the wrong type, at decoration (a string
+    given for a flag is always true; one given for a number failed deep inside tuning)."""
+    for name in NUMBER_ARGUMENTS:
+        _number(a.get(name), name)
+    for name in FLAG_ARGUMENTS:
+        if isinstance(a.get(name), (str, bytes)):
+            raise TypeError(f"{name} must be True or False, got the string {a[name]!r:.40}")
+    if a.get("do_bench") is not None and not callable(a["do_bench"]):
+        raise TypeError(
+            f"do_bench must be callable (do_bench(kernel_call, quantiles=...)), got {a['do_bench']!r:.40}"
+        )
+    if a.get("timing") is not None and not isinstance(a["timing"], TimingPolicy):
+        raise TypeError(f"timing must be a TimingPolicy, got {type(a['timing']).__name__}")
+    if a.get("tag") is not None and not isinstance(a["tag"], str):
+        raise TypeError(f"tag must be a string, got {a['tag']!r:.40}")
+    storage = a.get("custom_data_storage")
+    if storage is not None and not isinstance(storage, (str, PathLike)):
+        raise TypeError(f"custom_data_storage must be a path (str or os.PathLike), got {storage!r:.40}")
 
 
 def _quantiles(value: Any) -> tuple[float, ...] | None:
