@@ -184,6 +184,24 @@ def test_bad_key_names_and_argument_combinations_fail_at_decoration():
             )
 
 
+def test_configs_from_a_generator_are_all_candidates():
+    """A generator of configs was read by the decoration's checks, leaving the kernel none: it
+    launched upstream's single default config without tuning."""
+    tuner = tuned_add(FakeBench(), configs=(c for c in block_configs()))
+    run_add(tuner)
+    assert [c.kwargs for c in tuner.configs] == [c.kwargs for c in block_configs()]
+    assert tuner.best_config.kwargs == {"BLOCK": 128}
+
+
+def test_configs_or_key_that_is_no_list_is_a_type_error_saying_what_to_write():
+    with pytest.raises(
+        TypeError, match=r"configs must be a list of triton.Config, got a Config; write configs=\[config\]"
+    ):
+        tdl.autotune(configs=block_configs()[0], key=["n"])(add_kernel)
+    with pytest.raises(TypeError, match="key must be a list of argument names, got 3"):
+        tdl.autotune(configs=block_configs(), key=3)(add_kernel)
+
+
 @pytest.mark.parametrize(
     ("name", "value", "expected"),
     [

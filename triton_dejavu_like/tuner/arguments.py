@@ -4,7 +4,7 @@ set, and a warning for arguments that have no effect with the others."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import _compat
@@ -29,6 +29,8 @@ def argument_names(arg_names: list[str], what: str, names: Sequence[str] | str |
                 f"(the kernel's arguments are: {', '.join(arg_names)})"
             )
         return [names]
+    if not isinstance(names, Iterable):
+        raise TypeError(f"{what} must be a list of argument names, got {names!r:.40}")
     names = list(names)
     unknown = [n for n in names if n not in arg_names]
     if unknown:
@@ -90,6 +92,17 @@ def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> N
 
 def _have(names: Sequence[str]) -> str:
     return f"{', '.join(names)} {'has' if len(names) == 1 else 'have'}"
+
+
+def config_list(configs: Iterable[Config] | None) -> list[Config] | None:
+    """``configs`` as a list (an iterator is read once here); a single ``Config``, a string or a
+    mapping is a ``TypeError``."""
+    if configs is None:
+        return None
+    if isinstance(configs, (Config, str, bytes, Mapping)) or not isinstance(configs, Iterable):
+        hint = "; write configs=[config]" if isinstance(configs, Config) else ""
+        raise TypeError(f"configs must be a list of triton.Config, got a {type(configs).__name__}{hint}")
+    return list(configs)
 
 
 def check_configs(
