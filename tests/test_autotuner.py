@@ -203,6 +203,38 @@ def test_configs_or_key_that_is_no_list_is_a_type_error_saying_what_to_write():
 
 
 @pytest.mark.parametrize(
+    ("options", "error", "expected"),
+    [
+        # a typo upstream ignores: nothing pruned, every config benchmarked
+        (
+            {"prune_configs_by": {"early_prune": lambda c, a, **k: c}},
+            ValueError,
+            "did you mean 'early_config_prune'",
+        ),
+        ({"prune_configs_by": lambda c, a, **k: c}, TypeError, "prune_configs_by must be a dict"),
+        (
+            {"prune_configs_by": {"perf_model": 3}},
+            TypeError,
+            r"prune_configs_by\['perf_model'\] must be callable",
+        ),
+        ({"pre_hook": "reset"}, TypeError, "pre_hook must be callable"),
+        ({"post_hook": 3}, TypeError, "post_hook must be callable"),
+    ],
+)
+def test_hooks_and_pruning_of_the_wrong_kind_fail_at_decoration(options, error, expected):
+    with pytest.raises(error, match=expected):
+        tdl.autotune(configs=block_configs(), key=["n"], **options)(add_kernel)
+
+
+def test_decorating_a_plain_function_says_to_put_triton_jit_under_autotune():
+    def plain(x_ptr, n):
+        pass
+
+    with pytest.raises(TypeError, match=r"decorates a @triton.jit kernel.*put @triton.jit under @autotune"):
+        tdl.autotune(configs=block_configs(), key=["n"])(plain)
+
+
+@pytest.mark.parametrize(
     ("name", "value", "expected"),
     [
         ("use_bo", "no", "use_bo must be True or False"),  # a string is always true: BO turned on

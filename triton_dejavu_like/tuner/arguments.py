@@ -4,6 +4,7 @@ set, and a warning for arguments that have no effect with the others."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,35 @@ def argument_names(arg_names: list[str], what: str, names: Sequence[str] | str |
             f"Valid argument names are: {', '.join(arg_names)}."
         )
     return names
+
+
+#: The keys of ``prune_configs_by`` (upstream's; it ignores any other).
+PRUNE_KEYS = ("early_config_prune", "perf_model", "top_k")
+
+
+def check_callables(pre_hook: Any, post_hook: Any, prune_configs_by: Mapping[str, Any] | None) -> None:
+    """The hooks and ``prune_configs_by`` checked at decoration: a value that is no function, or no
+    dict, is a ``TypeError``; a key ``prune_configs_by`` does not know (a typo, which upstream ignores:
+    nothing pruned) is a ``ValueError`` naming the closest one."""
+    for name, hook in (("pre_hook", pre_hook), ("post_hook", post_hook)):
+        if hook is not None and not callable(hook):
+            raise TypeError(f"{name} must be callable, got {hook!r:.40}")
+    if prune_configs_by is None:
+        return
+    if not isinstance(prune_configs_by, Mapping):
+        raise TypeError(
+            f"prune_configs_by must be a dict with any of {', '.join(PRUNE_KEYS)}, "
+            f"got a {type(prune_configs_by).__name__}"
+        )
+    for name, value in prune_configs_by.items():
+        if name not in PRUNE_KEYS:
+            close = difflib.get_close_matches(str(name), PRUNE_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"prune_configs_by has an unknown key {name!r}{hint} (its keys are {', '.join(PRUNE_KEYS)})"
+            )
+        if name != "top_k" and value is not None and not callable(value):
+            raise TypeError(f"prune_configs_by[{name!r}] must be callable, got {value!r:.40}")
 
 
 def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> None:

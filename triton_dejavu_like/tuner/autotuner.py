@@ -24,7 +24,7 @@ from ..measure import KernelRecipe
 from ..store import Platform, detect_platform
 from ..store.identity import callable_name
 from ..store.layered import registrations
-from .arguments import argument_names, check_configs, config_list, warn_ignored
+from .arguments import argument_names, check_callables, check_configs, config_list, warn_ignored
 from .attributes import UpstreamAttributes, changes
 from .config_space import ConfigSpace
 from .deciding import KeyDecision, ProcessState
@@ -89,6 +89,7 @@ class Autotuner(
         reset_to_zero = argument_names(arg_names, "reset_to_zero", reset_to_zero)
         restore_value = argument_names(arg_names, "restore_value", restore_value)
         configs = config_list(configs)  # a generator is read once, here
+        check_callables(pre_hook, post_hook, prune_configs_by)
         check_configs(fn, arg_names, configs, config_space)
         if settings is None:
             settings = TunerSettings.from_arguments(

@@ -155,6 +155,11 @@ def autotune(
     a = arguments  # what the Autotuner takes itself (upstream's arguments)
 
     def decorator(fn: Any) -> Autotuner:
+        if not hasattr(fn, "arg_names"):
+            raise TypeError(
+                f"autotune() decorates a @triton.jit kernel, got {fn!r:.60}: "
+                "put @triton.jit under @autotune(...)"
+            )
         return Autotuner(
             fn,
             fn.arg_names,
