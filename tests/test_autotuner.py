@@ -253,6 +253,22 @@ def test_an_argument_of_the_wrong_type_is_a_type_error_naming_it_at_decoration(n
         tdl.autotune(key=["n"], configs=block_configs(), **{name: value})
 
 
+@pytest.mark.parametrize("answer", [None, "fast", [1.0, "slow"]])
+def test_a_do_bench_answering_no_time_stops_tuning_saying_what_it_must_return(answer):
+    """None failed as "'NoneType' object is not iterable", a string as "could not convert string to
+    float: 'f'" (its characters were read as times)."""
+
+    def do_bench(kernel_call, quantiles):
+        kernel_call()
+        return answer
+
+    tuner = tdl.autotune(configs=block_configs(), key=["n"], do_bench=do_bench)(add_kernel)
+    with pytest.raises(tdl.AutotuningError, match="must return a time in ms or a list of times") as info:
+        run_add(tuner)
+    assert info.value.stopped_by == "do_bench"
+    assert isinstance(info.value, TypeError)
+
+
 def test_no_configs_uses_the_single_default_config_without_benchmarking():
     bench = FakeBench()
 

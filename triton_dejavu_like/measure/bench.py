@@ -15,7 +15,7 @@ import math
 import numbers
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +112,13 @@ def normalise(result: Any, n: int) -> list[float]:
     sequence is taken as is."""
     if is_number(result):
         return [float(result)] * n
-    values = [float(v) for v in result]
+    listed = list(result) if isinstance(result, Iterable) and not isinstance(result, (str, bytes)) else None
+    if listed is None or not all(map(is_number, listed)):
+        raise TypeError(
+            f"do_bench returned {result!r:.60}: it must return a time in ms or a list of times "
+            "(one per quantile asked)"
+        )
+    values = [float(v) for v in listed]
     if not values:
         raise ValueError("do_bench returned no timings")
     if len(values) < n:
