@@ -269,6 +269,18 @@ def test_a_do_bench_answering_no_time_stops_tuning_saying_what_it_must_return(an
     assert isinstance(info.value, TypeError)
 
 
+def test_a_key_naming_a_tuned_meta_parameter_warns_at_decoration():
+    """BLOCK, set by every config, is never passed at launch: it was silently left out of the key,
+    and every size shared one tuning."""
+
+    @triton.jit
+    def keyed_by_block(x_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+    with pytest.warns(tdl.DejavuConfigWarning, match="key names BLOCK, which the configs set"):
+        tdl.autotune(configs=block_configs(), key=["n", "BLOCK"])(keyed_by_block)
+
+
 def test_no_configs_uses_the_single_default_config_without_benchmarking():
     bench = FakeBench()
 

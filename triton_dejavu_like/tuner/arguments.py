@@ -120,6 +120,23 @@ def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> N
         )
 
 
+def warn_tuned_key(function: Any, key: Sequence[str], tuned: Iterable[str]) -> None:
+    """Key names that configs set: never passed at launch (a call that passes them launches as given,
+    untuned), so they separate no keys; said once per kernel, at decoration."""
+    names = [name for name in key if name in set(tuned)]
+    if names:
+        place = callable_name(function)
+        warn_once(
+            DejavuConfigWarning,
+            f"{place}:key:{names}",
+            "%s: key names %s, which the configs set: a tuned meta-parameter is not passed at launch, "
+            "so it is left out of the tuning key and every call shares one tuning; key the arguments "
+            "whose values change the best config (sizes, strides, flags)",
+            place,
+            ", ".join(names),
+        )
+
+
 def _have(names: Sequence[str]) -> str:
     return f"{', '.join(names)} {'has' if len(names) == 1 else 'have'}"
 

@@ -24,7 +24,14 @@ from ..measure import KernelRecipe
 from ..store import Platform, detect_platform
 from ..store.identity import callable_name
 from ..store.layered import registrations
-from .arguments import argument_names, check_callables, check_configs, config_list, warn_ignored
+from .arguments import (
+    argument_names,
+    check_callables,
+    check_configs,
+    config_list,
+    warn_ignored,
+    warn_tuned_key,
+)
 from .attributes import UpstreamAttributes, changes
 from .config_space import ConfigSpace
 from .deciding import KeyDecision, ProcessState
@@ -135,6 +142,7 @@ class Autotuner(
             "post_hook" if post_hook or not self.restore_value else "the hook of restore_value",
         )
         self._init_state(arg_names, key, settings)
+        warn_tuned_key(_compat.python_function(fn), key, self._meta_names)
 
     def _init_state(self, arg_names: list[str], key: list[str], settings: TunerSettings) -> None:
         """Upstream's result attributes, the hot path's table and the helpers a miss uses."""
