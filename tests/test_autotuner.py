@@ -33,7 +33,7 @@ from triton.runtime.errors import OutOfResources
 from triton_release import needs_upstream_run, since_triton
 
 import triton_dejavu_like as tdl
-from triton_dejavu_like import _compat
+from triton_dejavu_like import DejavuConfigWarning, _compat
 from triton_dejavu_like.measure import one_line_reason
 from triton_dejavu_like.measure.bench import Benchmarker
 from triton_dejavu_like.tuner.tuning import Trial
@@ -205,12 +205,6 @@ def test_configs_or_key_that_is_no_list_is_a_type_error_saying_what_to_write():
 @pytest.mark.parametrize(
     ("options", "error", "expected"),
     [
-        # a typo upstream ignores: nothing pruned, every config benchmarked
-        (
-            {"prune_configs_by": {"early_prune": lambda c, a, **k: c}},
-            ValueError,
-            "did you mean 'early_config_prune'",
-        ),
         ({"prune_configs_by": lambda c, a, **k: c}, TypeError, "prune_configs_by must be a dict"),
         (
             {"prune_configs_by": {"perf_model": 3}},
@@ -224,6 +218,18 @@ def test_configs_or_key_that_is_no_list_is_a_type_error_saying_what_to_write():
 def test_hooks_and_pruning_of_the_wrong_kind_fail_at_decoration(options, error, expected):
     with pytest.raises(error, match=expected):
         tdl.autotune(configs=block_configs(), key=["n"], **options)(add_kernel)
+
+
+def test_an_unknown_prune_configs_by_key_warns_at_decoration_and_is_ignored_as_upstream_does():
+    """A typo prunes nothing: upstream ignores the key silently; it is accepted here too (code written
+    for upstream keeps working), with a warning naming the closest key."""
+    with pytest.warns(
+        DejavuConfigWarning, match=r"unknown key 'early_prune' \(did you mean 'early_config_prune'\?\)"
+    ):
+        tuner = tdl.autotune(configs=block_configs(), key=["n"], prune_configs_by={"early_prune": print})(
+            add_kernel
+        )
+    assert tuner.early_config_prune is None
 
 
 def test_decorating_a_plain_function_says_to_put_triton_jit_under_autotune():

@@ -46,10 +46,13 @@ def argument_names(arg_names: list[str], what: str, names: Sequence[str] | str |
 PRUNE_KEYS = ("early_config_prune", "perf_model", "top_k")
 
 
-def check_callables(pre_hook: Any, post_hook: Any, prune_configs_by: Mapping[str, Any] | None) -> None:
+def check_callables(
+    pre_hook: Any, post_hook: Any, prune_configs_by: Mapping[str, Any] | None, place: str
+) -> None:
     """The hooks and ``prune_configs_by`` checked at decoration: a value that is no function, or no
     dict, is a ``TypeError``; a key ``prune_configs_by`` does not know (a typo, which upstream ignores:
-    nothing pruned) is a ``ValueError`` naming the closest one."""
+    nothing pruned) is a :class:`DejavuConfigWarning` naming the closest one (upstream accepts it, so
+    it is no error); ``place`` names the kernel."""
     for name, hook in (("pre_hook", pre_hook), ("post_hook", post_hook)):
         if hook is not None and not callable(hook):
             raise TypeError(f"{name} must be callable, got {hook!r:.40}")
@@ -63,11 +66,16 @@ def check_callables(pre_hook: Any, post_hook: Any, prune_configs_by: Mapping[str
     for name, value in prune_configs_by.items():
         if name not in PRUNE_KEYS:
             close = difflib.get_close_matches(str(name), PRUNE_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"prune_configs_by has an unknown key {name!r}{hint} (its keys are {', '.join(PRUNE_KEYS)})"
+            warn_once(
+                DejavuConfigWarning,
+                f"{place}:prune_configs_by:{name}",
+                "%s: prune_configs_by has an unknown key %r%s, which is ignored (its keys are %s)",
+                place,
+                name,
+                f" (did you mean {close[0]!r}?)" if close else "",
+                ", ".join(PRUNE_KEYS),
             )
-        if name != "top_k" and value is not None and not callable(value):
+        elif name != "top_k" and value is not None and not callable(value):
             raise TypeError(f"prune_configs_by[{name!r}] must be callable, got {value!r:.40}")
 
 

@@ -96,7 +96,7 @@ class Autotuner(
         reset_to_zero = argument_names(arg_names, "reset_to_zero", reset_to_zero)
         restore_value = argument_names(arg_names, "restore_value", restore_value)
         configs = config_list(configs)  # a generator is read once, here
-        check_callables(pre_hook, post_hook, prune_configs_by)
+        check_callables(pre_hook, post_hook, prune_configs_by, callable_name(_compat.python_function(fn)))
         check_configs(fn, arg_names, configs, config_space)
         if settings is None:
             settings = TunerSettings.from_arguments(
