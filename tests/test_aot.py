@@ -21,7 +21,7 @@ from triton_dejavu_like import DejavuStorageWarning
 from triton_dejavu_like.codec import key_id
 from triton_dejavu_like.store import StoredEntry, identity, inventory, layout
 from triton_dejavu_like.tools import cli, heuristic
-from triton_dejavu_like.tools.aot import pool
+from triton_dejavu_like.tools.aot import command, pool
 
 SPEC = str(Path(__file__).with_name("aot_cases.py"))
 SIZES = (16, 40, 100, 200, 500, 1000)
@@ -172,6 +172,23 @@ def test_bad_specs_are_reported(capsys, tmp_path):
     assert cli.main(["tune", SPEC, "--workers", "2", "--gpus", "0"]) == 2
     with pytest.raises(tdl.tools.aot.case.SpecError):
         tdl.TuneCase("", print)
+
+
+def test_gpu_indices_number_the_gpus_this_process_sees(monkeypatch, capsys, tmp_path):
+    """--gpus 0,1 under CUDA_VISIBLE_DEVICES=2,3 gave the workers the host's GPUs 0 and 1, which the
+    job does not own; an index of no visible GPU, or an empty --gpus ("$GPUS" unset: the cases ran
+    in this process), was accepted."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert command.parse_gpus("all") == ["2", "3"]
+    assert command.parse_gpus("1,0") == ["3", "2"]
+    assert [slot.env for slot in pool.gpu_slots(command.parse_gpus("1"))] == [{"CUDA_VISIBLE_DEVICES": "3"}]
+    for gpus, says in (("2", "no GPU 2 among the 2"), ("", "distinct indices"), ("0,0", "distinct indices")):
+        assert cli.main(["tune", SPEC, "--root", str(tmp_path / "root"), "--gpus", gpus]) == 2, gpus
+        assert says in capsys.readouterr().err
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert cli.main(["tune", SPEC, "--root", str(tmp_path / "root"), "--gpus", "0"]) == 2
+    assert "no GPU is visible" in capsys.readouterr().err
+    assert not (tmp_path / "root").exists()
 
 
 @pytest.mark.parametrize(

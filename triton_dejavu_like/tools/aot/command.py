@@ -71,20 +71,35 @@ class TuneReport:
 
 
 def parse_gpus(text: str) -> list[str]:
-    """``all`` (the visible GPUs) or a comma-separated list of GPU indices."""
-    if text.strip() == "all":
-        visible = _env.visible_gpus()
-        if visible is None:
-            import torch
-
-            visible = [str(i) for i in range(torch.cuda.device_count())]
-        if not visible:
-            raise ValueError("--gpus all: no GPU is visible (on a CPU, use --workers N)")
-        return visible
-    gpus = [part.strip() for part in text.split(",")]
-    if not gpus or not all(g.isdigit() for g in gpus) or len(set(gpus)) != len(gpus):
+    """``all`` (the visible GPUs) or a comma-separated list of GPU indices, numbered as this process
+    numbers them (within ``CUDA_VISIBLE_DEVICES`` when it is set), as the values each worker's
+    ``CUDA_VISIBLE_DEVICES`` gets. An index of no visible GPU is a ``ValueError``."""
+    every = text.strip() == "all"
+    indices = [part.strip() for part in text.split(",")]
+    if not every and (not all(i.isdecimal() for i in indices) or len(set(map(int, indices))) != len(indices)):
         raise ValueError(f"--gpus takes 'all' or distinct indices such as 0,1 (not {text!r})")
-    return gpus
+    visible = _visible_gpus()
+    if not visible:
+        raise ValueError(f"--gpus {text}: no GPU is visible (on a CPU, use --workers N)")
+    if every:
+        return visible
+    unseen = [i for i in indices if int(i) >= len(visible)]
+    if unseen:
+        raise ValueError(
+            f"--gpus {text}: no GPU {', '.join(unseen)} among the {len(visible)} this process sees"
+            + (f" (CUDA_VISIBLE_DEVICES={','.join(visible)})" if _env.visible_gpus() is not None else "")
+        )
+    return [visible[int(i)] for i in indices]
+
+
+def _visible_gpus() -> list[str]:
+    """The GPUs this process sees, as ``CUDA_VISIBLE_DEVICES`` names them (all of the host's without it)."""
+    visible = _env.visible_gpus()
+    if visible is None:
+        import torch
+
+        visible = [str(i) for i in range(torch.cuda.device_count())]
+    return visible
 
 
 class Progress:

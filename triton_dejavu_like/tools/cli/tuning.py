@@ -258,7 +258,7 @@ def _tune_request(args: argparse.Namespace) -> aot.TuneRequest:
         raise UsageError(f"{_env.DETERMINISTIC}=1 turns tuning off; unset it to tune")
     if _env.force_fallback():  # kernels with a heuristic would answer it, and the case say "stored"
         raise UsageError(f"{_env.FORCE_FALLBACK}=1 answers misses with heuristics; unset it to tune")
-    if sum(bool(x) for x in (args.gpus, args.workers, args.ray is not None)) > 1:
+    if sum(x is not None for x in (args.gpus, args.workers, args.ray)) > 1:
         raise UsageError("choose one of --gpus, --workers and --ray")
     if args.ray is None:
         ray_only = {
@@ -268,7 +268,7 @@ def _tune_request(args: argparse.Namespace) -> aot.TuneRequest:
         for option in (name for name, given in ray_only.items() if given):
             warn_once(DejavuConfigWarning, option, "tune: %s has no effect without --ray", option)
     try:
-        gpus = aot.parse_gpus(args.gpus) if args.gpus else None
+        gpus = aot.parse_gpus(args.gpus) if args.gpus is not None else None  # "": a mistake
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     request = aot.TuneRequest(
@@ -437,7 +437,7 @@ def _add_tune(sub: Any, common: argparse.ArgumentParser) -> None:
         help="FILE.py, MODULE, FILE.py:FUNCTION or MODULE:FUNCTION yielding TuneCase objects",
     )
     where = p.add_argument_group("where the cases run (default: in this process)")
-    where.add_argument("--gpus", metavar="all|0,1,...", help="one worker process per GPU of this host")
+    where.add_argument("--gpus", metavar="all|0,1,...", help="one worker process per GPU this process sees")
     where.add_argument("--workers", type=positive_int, metavar="N", help="N worker processes (no GPU chosen)")
     where.add_argument(
         "--ray",
