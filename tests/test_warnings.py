@@ -434,6 +434,21 @@ def test_isolation_arguments_without_isolation():
     ]
 
 
+def test_check_arguments_with_the_check_turned_off():
+    """numerical_check=False turns the check off, so a reference_fn or a tolerance given beside it
+    changes nothing: said once at decoration (it was silent)."""
+    with pytest.warns(
+        DejavuConfigWarning,
+        match="double_kernel: numerical_check=False, so reference_fn, check_rtol have no effect",
+    ):
+        make_tuner(numerical_check=False, reference_fn=print, check_rtol=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuConfigWarning)
+        make_tuner(numerical_check=True, check_rtol=0.1)
+        make_tuner(check_atol=0.1)  # turns the check on
+        make_tuner(numerical_check=False)
+
+
 def test_compile_processes_asked_for_under_the_interpreter(monkeypatch):
     """TRITON_DEJAVU_COMPILE_PROCESSES=1 asks for compile worker processes; the interpreter compiles
     nothing, so the variable has no effect: said once per kernel, at its first tuning."""

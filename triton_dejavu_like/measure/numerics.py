@@ -96,6 +96,14 @@ class NumericalCheck:
             return bool(self.enabled)
         return any(v is not None for v in (self.reference_fn, self.outputs, self.rtol, self.atol))
 
+    def unused(self) -> list[str]:
+        """The check's arguments given while ``numerical_check=False`` turns it off (they have no effect)."""
+        if self.enabled is not False:
+            return []
+        given = (("reference_fn", self.reference_fn), ("check_outputs", self.outputs))
+        given += (("check_rtol", self.rtol), ("check_atol", self.atol))
+        return [name for name, value in given if value is not None]
+
     def active(self) -> bool:
         """Whether tuning runs check candidates: :meth:`configured`, or the variable when
         ``enabled`` is None."""

@@ -117,6 +117,15 @@ def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> N
             else "with warmup, rep or use_cuda_graph given, the finalists are timed by triton.testing's "
             "do_bench (do_bench_cudagraph) with those, as upstream times every candidate",
         )
+    unchecked = settings.numerical_check.unused()
+    if unchecked:
+        warn_once(
+            DejavuConfigWarning,
+            f"{place}:{unchecked}",
+            "%s: numerical_check=False, so %s no effect: no candidate's outputs are checked",
+            place,
+            _have(unchecked),
+        )
     if settings.ignored_budget:
         warn_once(
             DejavuConfigWarning,
