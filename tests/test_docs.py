@@ -1,5 +1,6 @@
 """The README's reference tables name what the code has: every environment variable, decorator
-argument, command, option and public name, and nothing that is not there."""
+argument, command, option and public name, and nothing that is not there; the tests the docs name
+exist."""
 
 from __future__ import annotations
 
@@ -97,3 +98,12 @@ def test_every_public_name_is_documented_and_every_documented_one_is_public() ->
     used = set(re.findall(r"\b(?:tdl|triton_dejavu_like)\.([A-Za-z_]\w*)", text))
     modules = {path.stem for path in (ROOT / "triton_dejavu_like").iterdir()}
     assert used - set(tdl.__all__) - modules == set()
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    """The docs name the tests that show a guarantee: a renamed or removed test leaves no such name."""
+    sources = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
+    defined = {name for path in sources for name in re.findall(r"def (test_\w+)", path.read_text())}
+    defined |= {path.stem for path in sources}  # a test file named by its module
+    named = set(re.findall(r"\b(test_\w+)", README + "".join(DOCS.values())))
+    assert named - defined == set()
