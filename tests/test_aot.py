@@ -172,6 +172,11 @@ def test_bad_specs_are_reported(capsys, tmp_path):
     assert cli.main(["tune", SPEC, "--workers", "2", "--gpus", "0"]) == 2
     with pytest.raises(tdl.tools.aot.case.SpecError):
         tdl.TuneCase("", print)
+    # args=("abc") for ("abc",): it would call fn("a", "b", "c")
+    with pytest.raises(
+        tdl.tools.aot.case.SpecError, match="args must be a tuple of arguments, not the string"
+    ):
+        tdl.TuneCase("case", print, "abc")
 
 
 def test_gpu_indices_number_the_gpus_this_process_sees(monkeypatch, capsys, tmp_path):

@@ -45,6 +45,10 @@ class TuneCase:
             raise SpecError(f"a TuneCase needs a non-empty name, not {self.name!r}")
         if not callable(self.fn):
             raise SpecError(f"case {self.name!r}: fn is not callable ({type(self.fn).__name__})")
+        if isinstance(self.args, (str, bytes)):  # ("x") for ("x",): split into characters otherwise
+            raise SpecError(
+                f"case {self.name!r}: args must be a tuple of arguments, not the string {self.args!r:.40}"
+            )
         try:
             object.__setattr__(self, "args", tuple(self.args))
             object.__setattr__(self, "kwargs", dict(self.kwargs))
