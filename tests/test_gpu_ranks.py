@@ -12,7 +12,6 @@ GPUs (two NCCL ranks cannot share one).
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from process_helpers import REPO
+from process_helpers import script_env
 
 pytestmark = pytest.mark.gpu
 
@@ -32,7 +31,7 @@ SCENARIO = textwrap.dedent(
     import torch
     import torch.distributed as dist
     import triton
-    import triton.language as tl
+    from gpu_kernels import double
 
     import triton_dejavu_like as tdl
 
@@ -45,12 +44,7 @@ SCENARIO = textwrap.dedent(
     CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in BLOCKS for w in WARPS]
 
 
-    @tdl.autotune(key=["n"], configs=CONFIGS)
-    @triton.jit
-    def twice(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+    twice = tdl.autotune(key=["n"], configs=CONFIGS)(double)
 
 
     def launch(n):
@@ -92,9 +86,7 @@ def _free_port() -> int:
 def _run_ranks(tmp_path: Path, world: int = 2) -> list[dict]:
     script = tmp_path / "gpu_ranks_scenario.py"
     script.write_text(SCENARIO)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world))
+    env = script_env(tmp_path, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world))
     env["TRITON_DEJAVU_PROGRESS"] = "0"
     procs, logs = [], []
     for rank in range(world):

@@ -22,7 +22,7 @@ SCENARIO = textwrap.dedent(
 
     import torch
     import triton
-    import triton.language as tl
+    from gpu_kernels import double
 
     import triton_dejavu_like as tdl
     from triton_dejavu_like.tuner.report import observe_decisions
@@ -36,12 +36,7 @@ SCENARIO = textwrap.dedent(
         return triton.testing.do_bench(kernel_call, warmup=2, rep=5, quantiles=quantiles)
 
 
-    @tdl.autotune(key=["n"], configs=CONFIGS, do_bench=counting_bench)
-    @triton.jit
-    def twice(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+    twice = tdl.autotune(key=["n"], configs=CONFIGS, do_bench=counting_bench)(double)
 
 
     def launch(x):
