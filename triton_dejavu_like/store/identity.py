@@ -125,6 +125,16 @@ class KernelIdentity:
 _SKIPPED_FIELDS = frozenset({"ctx", "type_comment", "decorator_list", "type_params", "kind"})
 
 
+def _field_value(node: ast.AST, field: str) -> Any:
+    """The value of a field of ``node``, as every Python from 3.10 on parses it. Python 3.12 ends the
+    format spec of an f-string (``{x:{width}}``) with an empty string constant that 3.10, 3.11 and
+    3.13 leave out: empty parts of an f-string are dropped, so the text stays the same."""
+    value = getattr(node, field, None)
+    if isinstance(node, ast.JoinedStr) and isinstance(value, list):
+        value = [v for v in value if not (isinstance(v, ast.Constant) and v.value == "")]
+    return value
+
+
 def _canonical_ast(node: Any) -> str:
     """A Python-version-stable text of an AST: no positions, decorators or load/store contexts."""
     if isinstance(node, ast.AST):
@@ -132,7 +142,7 @@ def _canonical_ast(node: Any) -> str:
         for field in node._fields:
             if field in _SKIPPED_FIELDS:
                 continue
-            value = getattr(node, field, None)
+            value = _field_value(node, field)
             if value is None or value == []:
                 continue
             parts.append(f"{field}={_canonical_ast(value)}")
