@@ -16,14 +16,25 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
-from kernels import FakeBench, Refused, accumulate_kernel, add_kernel, grid, observe_block, refused
+from kernels import (
+    FakeBench,
+    Refused,
+    accumulate_kernel,
+    add_kernel,
+    block_configs,
+    grid,
+    observe_block,
+    refused,
+)
 from triton.runtime.errors import InterpreterError, OutOfResources
 
 import triton_dejavu_like as tdl
@@ -148,6 +159,29 @@ def test_one_worker_serves_candidates_until_one_kills_it(tmp_path, monkeypatch):
     assert len(pids) == 2 * (len(blocks) - 1)
     first, second = pids[:4], pids[4:]  # 16 and 32 in the first worker, the rest in its replacement
     assert len(set(first)) == 1 and len(set(second)) == 1 and first[0] != second[0]
+
+
+def test_forking_workers_while_threads_run_shows_no_warning_and_leaves_the_filters():
+    """Python 3.12+ warns (DeprecationWarning) when a process with threads forks: a program with a
+    thread of its own, or the tuner's own (a lease's heartbeat, the progress bar's monitor), saw one
+    per worker started, about a fork it did not ask for. (It can only fail under Python 3.12+.)"""
+    tuner = tdl.autotune(
+        key=["n"], configs=block_configs((16, 32)), use_isolated_process=True, isolation_start_method="fork"
+    )(add_kernel)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, name="the-programs-own")
+    other.start()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            filters = list(warnings.filters)
+            launch_add(tuner)
+            assert warnings.filters == filters  # the filter around the fork is gone again
+    finally:
+        stop.set()
+        other.join()
+    assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == []
+    assert tuner.last_decision == "tuned"
 
 
 @pytest.mark.parametrize("numbers", [True, False], ids=["numbers", "lists"])

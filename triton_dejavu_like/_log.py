@@ -148,3 +148,14 @@ def forget_warnings() -> None:
     """Warn again about problems already reported (for tests and long-lived tools)."""
     with _seen_lock:
         _seen.clear()
+
+
+def remove_warning_filters(filters: list[Any]) -> None:
+    """Take these very entries out of the ``warnings`` filter list in force: an equal one of the user's
+    stays, and so do those that other threads add meanwhile (``catch_warnings`` would put back the
+    whole list as it was). No version bump is needed: the registries never note a warning that an
+    "ignore" or "always" filter matched."""
+    current = warnings.filters
+    for item in filters:
+        while (i := next((i for i, f in enumerate(current) if f is item), None)) is not None:
+            del current[i]

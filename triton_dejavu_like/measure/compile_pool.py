@@ -48,7 +48,6 @@ import multiprocessing
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -59,6 +58,7 @@ from .. import _compat, _env
 from .._compat import Config
 from .._log import DejavuConfigWarning, log, warn_once
 from ..codec import EncodingError, decode_config, encode_config
+from .forking import forking
 from .isolation.settings import FORKSERVER_PRELOAD, IsolationError
 from .isolation.transfer import KernelRef, PackedFailure, exit_with_process, pack_failure
 from .launch import LaunchContext, one_line_reason, prepare_launcher
@@ -247,10 +247,6 @@ def _run_ahead(job: Callable[[], Any]) -> None:
 # --- the parent's side ---------------------------------------------------------------------------------
 
 
-#: Python 3.12+ warns when a process with threads forks; forked workers never use what those threads hold.
-_FORK_WARNING = r".*use of fork\(\) may lead to deadlocks"
-
-
 #: A pool that no tuning run has used for this long is shut down (a serving process that tuned at
 #: its start holds no idle workers for the rest of its life); the next tuning run starts new ones.
 IDLE_RELEASE_S = 30.0
@@ -311,8 +307,7 @@ class CompilePool:
                 return
         self._warming.join()  # no thread of ours runs while the workers are forked
         _compat.warm_compiler(self._answers.target)
-        with warnings.catch_warnings():  # 3.12+: fork() in a process with threads (CUDA's own)
-            warnings.filterwarnings("ignore", message=_FORK_WARNING, category=DeprecationWarning)
+        with forking():  # in a process with threads (CUDA's own)
             self._spawn()  # the executor forks every worker at the first task
 
     def _spawn(self) -> None:

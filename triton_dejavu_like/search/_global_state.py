@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .._log import DejavuWarning
+from .._log import DejavuWarning, remove_warning_filters
 
 log = logging.getLogger(__name__)
 
@@ -124,18 +124,8 @@ def _recording(add: Callable[..., None]) -> Callable[..., None]:
     return recorded
 
 
-def _remove(filters: list[Any]) -> None:
-    """Take these very filters out of the list in force: an equal one of the user's stays, and so do
-    those that a library's ``catch_warnings`` put in a list of its own (gone with it). No version bump
-    is needed: the registries never note a warning that an "ignore" or "always" filter matched."""
-    current = warnings.filters
-    for item in filters:
-        while (i := next((i for i, f in enumerate(current) if f is item), None)) is not None:
-            del current[i]
-
-
 def _start_quieting() -> None:
-    _remove([_QUIET])
+    remove_warning_filters([_QUIET])
     warnings.filters.insert(0, _QUIET)
     for name in _ADDERS:
         original = getattr(warnings, name)
@@ -144,7 +134,7 @@ def _start_quieting() -> None:
 
 
 def _stop_quieting() -> None:
-    _remove([_QUIET])
+    remove_warning_filters([_QUIET])
     for name, original in _originals.items():
         if getattr(getattr(warnings, name), "__wrapped__", None) is original:
             setattr(warnings, name, original)
@@ -175,7 +165,7 @@ def quiet_third_party() -> Iterator[None]:
             _depth[ident] -= 1
             if not _depth[ident]:
                 del _depth[ident]
-                _remove(_added.pop(ident))
+                remove_warning_filters(_added.pop(ident))
             if not _depth:
                 _stop_quieting()
 

@@ -45,6 +45,7 @@ from ..._log import DejavuTuningWarning, DejavuWarning, warn_once
 from ...codec import EncodingError, config_id, encode_config
 from ...store.identity import callable_name
 from ..evaluate import Evaluator
+from ..forking import forking
 from ..launch import Failure, LaunchContext, TuningStopped, one_line
 from ..numerics import rule_out_unwritten
 from ..recipe import KernelRecipe
@@ -381,7 +382,8 @@ class _Worker:
             name="triton-dejavu-like-worker",
             daemon=True,
         )
-        self.process.start()
+        with forking() if method == "fork" else contextlib.nullcontext():
+            self.process.start()
         child_conn.close()
 
     def call(self, message: tuple[Any, ...], timeout_s: float, what: str) -> tuple[Any, ...]:
