@@ -6,6 +6,7 @@ entry) moved aside and never deleted, and the kernel tuning as if nothing was st
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -235,6 +236,27 @@ def _file_with_bad_entry(path: Path, identity: dict, case: str, good_key=(1,), b
         data = data.replace(b'"INF_PLACEHOLDER"', literal)
         path.write_bytes(data)
     return data
+
+
+@pytest.mark.parametrize(
+    ("text", "microsecond"),
+    [
+        ("2025-03-01T10:00:00Z", 0),
+        ("2025-03-01T10:00:00.123456789Z", 123456),
+        ("2025-03-01T11:00:00,5+01:00", 500000),
+    ],
+)
+def test_a_tuned_at_that_python_3_11_reads_is_kept_under_every_python(tmp_path, warnings, text, microsecond):
+    """A time with a "Z" or a fraction of other than 3 or 6 digits (as JavaScript and Go write them) is
+    read by Python 3.11+; 3.10 moved the entry aside as invalid, also out of a store that processes
+    of a newer Python share. (It can only fail under Python 3.10.)"""
+    cf = cache_file(tmp_path)
+    entry = make_entry((1,))
+    entry["tuned_at"] = text
+    write_document(cf.path, IDENTITY, {key_id((1,)): entry})
+    [loaded] = cf.load().values()
+    assert loaded.tuned_at == dt.datetime(2025, 3, 1, 10, 0, 0, microsecond, tzinfo=dt.timezone.utc)
+    assert warnings() == [] and aside_files(cf.path, layout.REJECTED_SUFFIX) == []
 
 
 @pytest.mark.parametrize("case", ENTRY_CASES)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import math
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,13 +191,27 @@ class StoredEntry:
         return [(decode_config(r["config"])[0], r["reason"]) for r in self.data.get("ruled_out", [])]
 
 
+#: What Python 3.11+ reads in an ISO time and 3.10 does not: a "Z" for UTC, and a fraction of a second
+#: of other than 3 or 6 digits or after a comma (JavaScript and Go write such times).
+_ZULU = re.compile(r"[Zz]$")
+_FRACTION = re.compile(r"(?<=:\d\d)[.,](\d+)")
+
+
+def _as_every_python_reads(text: str) -> str:
+    """``text`` in the ISO form that ``fromisoformat`` reads under Python 3.10 too, with the value that
+    3.11+ read (a fraction past microseconds is cut, as they cut it)."""
+    text = _ZULU.sub("+00:00", text)
+    return _FRACTION.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), text, count=1)
+
+
 def parse_timestamp(text: Any) -> _dt.datetime:
-    """An ISO 8601 time as an aware UTC datetime (naive times are taken as UTC); :class:`InvalidEntry`
-    for anything else, including a time that leaves the calendar when moved to UTC."""
+    """An ISO 8601 time as an aware UTC datetime (naive times are taken as UTC), the same under every
+    Python; :class:`InvalidEntry` for anything else, including a time that leaves the calendar when
+    moved to UTC."""
     if not isinstance(text, str):
         raise InvalidEntry(f"tuned_at is not a string: {text!r:.40}")
     try:
-        moment = _dt.datetime.fromisoformat(text)
+        moment = _dt.datetime.fromisoformat(_as_every_python_reads(text))
     except ValueError as exc:
         raise InvalidEntry(f"tuned_at is not an ISO 8601 time: {text!r:.40}") from exc
     if moment.tzinfo is None:
