@@ -404,6 +404,23 @@ def test_a_copy_takes_a_snapshot_of_the_launch_table():
     assert state["_launch"] == tuner._launch and state["_launch"] is not tuner._launch
 
 
+def test_copies_made_and_dropped_leave_nothing_behind_in_the_original():
+    """Each copy.copy listens to the .cache and .configs it shares with the original; the listener
+    of a copy that is gone was dropped only when those changed from outside, which serving never
+    does: a process copying a kernel per request kept one entry per copy ever made."""
+    import copy
+
+    tuner = tuned_add(FakeBench())
+    run_add(tuner, 64)
+    for _ in range(100):
+        clone = copy.copy(tuner)  # (the one before it is alive while this one is made)
+        run_add(clone, 64)
+    gc.collect()
+    assert len(tuner.cache._listeners) <= 3 and len(tuner.configs._listeners) <= 3
+    tuner.cache.clear()  # a change from outside still reaches the tuner and the live copy
+    assert not tuner._launch and not clone._launch
+
+
 def test_user_hooks_see_every_benchmark_and_the_exception_argument():
     events = []
 

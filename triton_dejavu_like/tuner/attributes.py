@@ -66,7 +66,11 @@ class _Watched:
         return (type(self), (self._plain(self),))
 
     def listen(self, changed: Callable[[], None]) -> None:
-        self._listeners.append(weakref.WeakMethod(changed))
+        """Call ``changed`` after each change from outside, while its object lives; the listeners of
+        objects gone are dropped here (a process copying a tuner again and again kept one per copy)."""
+        with changes:
+            self._listeners[:] = [ref for ref in self._listeners if ref() is not None]
+            self._listeners.append(weakref.WeakMethod(changed))
 
     def _changed(self) -> None:
         alive = []
