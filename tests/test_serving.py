@@ -3,6 +3,7 @@ deterministic selection (CPU, interpreter, a counting do_bench: nothing here may
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import warnings
+import weakref
 from pathlib import Path
 
 import pytest
@@ -177,6 +179,27 @@ def test_a_miss_during_cuda_graph_capture_is_answered_without_timing(monkeypatch
     capturing["now"] = False
     run_add(tuner, 5000)
     assert tuner.last_decision == "tuned" and bench.calls > calls
+
+
+def test_serving_keeps_only_the_chosen_config_of_each_key_a_pruner_made():
+    """An early_config_prune that makes its configs anew (as pruners that build configs do): every
+    miss kept all of its candidates alive for the life of the kernel, in the memo of config ids, so a
+    server answering thousands of shapes grew by every candidate of every shape."""
+    made: list[weakref.ref[triton.Config]] = []
+
+    def prune(configs, nargs, **kwargs):
+        fresh = [triton.Config(dict(c.kwargs), num_warps=c.num_warps) for c in configs]
+        made.extend(weakref.ref(c) for c in fresh)
+        return fresh
+
+    tuner = tuned_add(FakeBench(), prune_configs_by={"early_config_prune": prune})
+    with tdl.tuning(False), warnings.catch_warnings():
+        warnings.simplefilter("ignore", tdl.DejavuTuningWarning)
+        for n in range(1, 41):
+            run_add(tuner, n)
+    gc.collect()
+    assert len(made) == 40 * 4
+    assert sum(ref() is not None for ref in made) <= 40  # what each key launches, nothing more
 
 
 def test_tuning_blocks_nest_and_leave_in_any_order(monkeypatch):

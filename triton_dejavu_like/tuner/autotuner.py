@@ -43,7 +43,7 @@ from .nearest import RestoredEntries
 from .policy import MissPolicy
 from .report import report
 from .settings import TunerSettings
-from .storage import StorageIdentity
+from .storage import ConfigIds, StorageIdentity
 from .tuning import Outcome
 from .upstream import UpstreamSemantics
 
@@ -152,7 +152,7 @@ class Autotuner(
         self.best_config: Config | None = None
         self.last_decision: str | None = None
         self.nargs: dict[str, Any] | None = None
-        self._config_ids: dict[int, tuple[Config, tuple[Any, ...], str]] = {}
+        self._config_ids: ConfigIds = {}
         self._state: ProcessState | None = None
         self._lock = threading.RLock()
         _tuners.add(self)
@@ -185,6 +185,7 @@ class Autotuner(
         state = self.__dict__.copy()
         state["_lock"] = None
         state["_state"] = None
+        state["_config_ids"] = {}  # (weak references) the copy learns its configs' ids again
         # a snapshot (one C-level copy): another thread deciding a key meanwhile adds to the table,
         # and deepcopy walking the live dict raised "dictionary changed size during iteration"
         state["_launch"] = self._launch.copy()

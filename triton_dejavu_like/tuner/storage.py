@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,17 @@ if TYPE_CHECKING:
 
 #: The start of the id of a config that cannot be stored (of this process only).
 _UNSTORABLE = "unstorable:"
+#: Numbers the ids of configs that cannot be stored (never reused, unlike an object's address).
+_unstorable = itertools.count()
+#: :meth:`StorageIdentity._config_id`'s memo: ``id(config)`` -> (the config, held weakly; its state; its id).
+ConfigIds = dict[int, tuple["weakref.ref[Config]", tuple[Any, ...], str]]
+
+
+def _forget(memo: ConfigIds, key: int, ref: weakref.ref[Config]) -> None:
+    """A config of ``memo`` is gone: its entry goes too (unless a later one replaced it)."""
+    entry = memo.get(key)
+    if entry is not None and entry[0] is ref:
+        memo.pop(key, None)
 
 
 class StorageIdentity:
@@ -48,22 +61,25 @@ class StorageIdentity:
     _name: str
     _label: str
     _platform: Callable[[], Platform]
-    _config_ids: dict[int, tuple[Config, tuple[Any, ...], str]]
+    _config_ids: ConfigIds
 
     def _config_id(self, config: Config) -> str:
         """``config_id(config)``, remembered per Config object while its fields stay the same (configs
         are hashed several times on a miss: for the storage identity, the candidate set and matching
         a stored winner; an ``early_config_prune`` may change them in place in between). A config
         with a value that cannot be stored (a JIT function as a constexpr) gets an id of this process
-        only: its results stay in memory."""
+        only: its results stay in memory. A config is remembered while it lives: the configs that an
+        ``early_config_prune`` makes anew at each miss were all kept for the life of the kernel."""
         state = config_state(config)
-        known = self._config_ids.get(id(config))
-        if known is None or known[0] is not config or known[1] != state:
+        memo, key = self._config_ids, id(config)
+        known = memo.get(key)
+        if known is None or known[0]() is not config or known[1] != state:
             try:
                 ident = config_id(config)
             except EncodingError:
-                ident = f"{_UNSTORABLE}{id(config)}"
-            known = self._config_ids[id(config)] = (config, state, ident)
+                ident = f"{_UNSTORABLE}{next(_unstorable)}"
+            ref = weakref.ref(config, lambda ref: _forget(memo, key, ref))
+            known = memo[key] = (ref, state, ident)
         return known[2]
 
     def _stored_config_id(self, config: Config) -> str:
