@@ -420,6 +420,36 @@ def test_pools_shut_down_when_idle_are_not_kept_for_the_life_of_the_process(tmp_
     assert len(result["workers"]) == 2 and all_exit(result["workers"])  # the last one shut down at exit
 
 
+def test_a_kernel_given_to_compile_workers_is_freed_once_deleted():
+    """The kernels that forked workers know were kept for the life of the process: a server making
+    kernels in a function (one per model loaded, say) kept every one, with its compiled binaries."""
+    import gc
+    import weakref
+
+    import triton
+    import triton.language as tl
+
+    import triton_dejavu_like as tdl
+    from triton_dejavu_like.measure.compile_pool import _token_of
+
+    def make_kernel():
+        @tdl.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=[])
+        @triton.jit
+        def fill(out, BLOCK: tl.constexpr):
+            tl.store(out + tl.arange(0, BLOCK), 1.0)
+
+        return fill
+
+    kernels = [make_kernel() for _ in range(3)]
+    tokens = [_token_of(k.kernel_recipe().fn) for k in kernels]
+    assert _token_of(kernels[0].kernel_recipe().fn) == tokens[0]  # a kernel keeps its token
+    gone = [weakref.ref(k.kernel_recipe().fn) for k in kernels]
+    del kernels
+    gc.collect()
+    assert all(ref() is None for ref in gone)
+    assert _token_of(make_kernel().kernel_recipe().fn) not in tokens  # never another kernel's token
+
+
 CRASHING = textwrap.dedent(
     """
     import json, math, multiprocessing, os, resource, sys, time

@@ -44,10 +44,12 @@ import ast
 import atexit
 import concurrent.futures as cf
 import contextlib
+import itertools
 import multiprocessing
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -101,15 +103,17 @@ def _stand_in(spec: ArgSpec, device: int | None) -> Any:
 
 #: The kernels (``JITFunction``) forked workers know, by token: a worker forked after a kernel was
 #: registered finds it in its copy of this dict, without importing anything.
-_forked_kernels: dict[int, Any] = {}
+#: Held weakly: a kernel deleted (one made by a function, say) is not kept for the life of the process.
+_forked_kernels: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_tokens = itertools.count()  # a token is never reused: a worker forked earlier knows it as another kernel
 
 
 def _token_of(fn: Any) -> int:
-    """The token of ``fn`` in :data:`_forked_kernels` (registered on first use; kept for the process)."""
-    for token, known in _forked_kernels.items():
+    """The token of ``fn`` in :data:`_forked_kernels` (registered on first use; kept while ``fn`` lives)."""
+    for token, known in list(_forked_kernels.items()):
         if known is fn:
             return token
-    token = len(_forked_kernels)
+    token = next(_tokens)
     _forked_kernels[token] = fn
     return token
 
