@@ -44,7 +44,7 @@ class StubKernel:
 
     def __init__(self, fn):
         self.fn = fn.fn if hasattr(fn, "fn") else fn
-        self.arg_names = ["x_ptr", "y_ptr", "out_ptr", "n"]
+        self.arg_names = list(fn.arg_names)  # constexprs included, as a JITFunction lists them
 
     def run(self, *args, grid, warmup, **kwargs):
         return None
