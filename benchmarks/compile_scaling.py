@@ -68,6 +68,10 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(child(args.child)))
         return
+    sys.path.insert(0, str(HERE))
+    from gpu_cases import require_gpu
+
+    require_gpu()
     rows = []
     for threads in args.threads:
         with tempfile.TemporaryDirectory(prefix="tdl-cc-") as cache:

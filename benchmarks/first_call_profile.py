@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["TRITON_DEJAVU_STORAGE"] = f"{work}/storage"
     os.environ["TRITON_DEJAVU_PROGRESS"] = "0"
     sys.path.insert(0, str(HERE))
+    from gpu_cases import require_gpu
+
+    require_gpu()
     import large_space
 
     import triton_dejavu_like as tdl

@@ -103,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("RESULT " + json.dumps(instrumented_run(args.case)))
         return 0
     sys.path.insert(0, str(HERE))
+    from gpu_cases import require_gpu
+
+    require_gpu()
     from tuning_timeline import print_fresh_result
 
     role = ["--role", "--case", args.case]

@@ -15,11 +15,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
-import _common  # noqa: F401  (picks the GPU before triton is imported)
+import _common  # (picks the GPU before triton is imported)
 import matmul as matmul_example
 import rmsnorm as rmsnorm_example
 import torch
 import triton
+
+
+def require_gpu() -> None:
+    """Exit with a message on a machine without a GPU (the cases' inputs are CUDA tensors)."""
+    if not _common.ON_GPU:
+        sys.exit("needs a GPU")
 
 
 @dataclass

@@ -129,6 +129,8 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=21)
     args = parser.parse_args()
+    if not args.stub and not torch.cuda.is_available():
+        sys.exit("needs a GPU (--stub runs without one)")
     cases = [add_case(args.stub)] + ([] if args.stub else [rmsnorm_case()])
     device = "stub (no launch)" if args.stub else torch.cuda.get_device_name()
     print(f"hot path per launch, {device}, triton {triton.__version__}, torch {torch.__version__}")

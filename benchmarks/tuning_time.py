@@ -251,6 +251,9 @@ def main() -> None:
     if args.role:
         print(json.dumps(role(args.role, args.cases[0], json.loads(args.extra))))
         return
+    from gpu_cases import require_gpu
+
+    require_gpu()
     with tempfile.TemporaryDirectory(prefix="tdl-tuning-") as work:
         results = [measure_case(case, Path(work), args.repeats, args.variants) for case in args.cases]
     if args.json:
