@@ -8,8 +8,9 @@ launched once more; the decision of each call must be ``restored`` and the launc
 script's own (benchmark launches, counted by wrapping the jitted function's ``run``) must be 0.
 ``python -m triton_dejavu_like list`` then counts the stored keys.
 
-Step 1 is a function of its own (``TUNERS``): once ``python -m triton_dejavu_like tune`` exists, a
-tuner that calls it can be added there and chosen with ``--tuner``, leaving step 2 unchanged.
+Step 1 is a function of its own (``TUNERS``: only the decorator's first calls so far; another tuner
+added there is chosen with ``--tuner``, leaving step 2 unchanged). ``aot_scaling.py`` and
+``serving_readonly.py`` measure ``python -m triton_dejavu_like tune`` itself.
 
     python benchmarks/aot_serving.py --out aot.json          # GPU: 24 LLM-serving shapes
     python benchmarks/aot_serving.py --tiny --out /tmp/aot.json   # interpreter, CPU tensors
@@ -135,7 +136,7 @@ def tune_with_decorator(shapes: list[Shape], env: dict[str, str], timeout_s: flo
     return spawn_serve(shapes, env, timeout_s)
 
 
-#: Ways to run step 1; a ``python -m triton_dejavu_like tune`` based one goes here when it exists.
+#: Ways to run step 1 (``python -m triton_dejavu_like tune`` is measured by aot_scaling.py instead).
 TUNERS: dict[str, Callable[[list[Shape], dict[str, str], float], Json]] = {"decorator": tune_with_decorator}
 
 
