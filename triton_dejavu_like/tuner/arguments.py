@@ -47,12 +47,12 @@ PRUNE_KEYS = ("early_config_prune", "perf_model", "top_k")
 
 
 def check_callables(
-    pre_hook: Any, post_hook: Any, prune_configs_by: Mapping[str, Any] | None, place: str
+    function: Any, pre_hook: Any, post_hook: Any, prune_configs_by: Mapping[str, Any] | None
 ) -> None:
     """The hooks and ``prune_configs_by`` checked at decoration: a value that is no function, or no
     dict, is a ``TypeError``; a key ``prune_configs_by`` does not know (a typo, which upstream ignores:
     nothing pruned) is a :class:`DejavuConfigWarning` naming the closest one (upstream accepts it, so
-    it is no error); ``place`` names the kernel."""
+    it is no error), once per kernel (``function``) and key."""
     for name, hook in (("pre_hook", pre_hook), ("post_hook", post_hook)):
         if hook is not None and not callable(hook):
             raise TypeError(f"{name} must be callable, got {hook!r:.40}")
@@ -63,6 +63,7 @@ def check_callables(
             f"prune_configs_by must be a dict with any of {', '.join(PRUNE_KEYS)}, "
             f"got a {type(prune_configs_by).__name__}"
         )
+    place = callable_name(function)
     for name, value in prune_configs_by.items():
         if name not in PRUNE_KEYS:
             close = difflib.get_close_matches(str(name), PRUNE_KEYS, n=1)
@@ -140,7 +141,8 @@ def warn_ignored(function: Any, settings: TunerSettings, interpreted: bool) -> N
 def warn_tuned_key(function: Any, key: Sequence[str], tuned: Iterable[str]) -> None:
     """Key names that configs set: never passed at launch (a call that passes them launches as given,
     untuned), so they separate no keys; said once per kernel, at decoration."""
-    names = [name for name in key if name in set(tuned)]
+    tuned = set(tuned)
+    names = [name for name in key if name in tuned]
     if names:
         place = callable_name(function)
         warn_once(

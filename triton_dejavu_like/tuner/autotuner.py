@@ -95,15 +95,16 @@ class Autotuner(
         key = argument_names(arg_names, "key", key) or []
         reset_to_zero = argument_names(arg_names, "reset_to_zero", reset_to_zero)
         restore_value = argument_names(arg_names, "restore_value", restore_value)
+        function = _compat.python_function(fn)
         configs = config_list(configs)  # a generator is read once, here
-        check_callables(pre_hook, post_hook, prune_configs_by, callable_name(_compat.python_function(fn)))
+        check_callables(function, pre_hook, post_hook, prune_configs_by)
         check_configs(fn, arg_names, configs, config_space)
         if settings is None:
             settings = TunerSettings.from_arguments(
                 {"warmup": warmup, "rep": rep, "use_cuda_graph": use_cuda_graph, "do_bench": do_bench}
             )
         argument_names(arg_names, "check_outputs", settings.numerical_check.outputs)
-        warn_ignored(_compat.python_function(fn), settings, _compat.is_interpreted(fn))
+        warn_ignored(function, settings, _compat.is_interpreted(fn))
         self.settings = settings
         self._config_space = config_space
         self._configs_list: list[Config] | None = None
@@ -142,7 +143,7 @@ class Autotuner(
             "post_hook" if post_hook or not self.restore_value else "the hook of restore_value",
         )
         self._init_state(arg_names, key, settings)
-        warn_tuned_key(_compat.python_function(fn), key, self._meta_names)
+        warn_tuned_key(function, key, self._meta_names)
 
     def _init_state(self, arg_names: list[str], key: list[str], settings: TunerSettings) -> None:
         """Upstream's result attributes, the hot path's table and the helpers a miss uses."""

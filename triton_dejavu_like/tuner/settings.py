@@ -75,8 +75,9 @@ class TunerSettings:
                 raise TypeError(f"{name} must be callable")
         if self.prepare_informed_fallback is not None and self.informed_fallback is None:
             raise ValueError("prepare_informed_fallback needs informed_fallback")
-        if self.metadata_key is not None and not isinstance(self.metadata_key, str):
-            raise TypeError(f"metadata_key must be a string, got {type(self.metadata_key).__name__}")
+        for name in ("metadata_key", "tag"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a string, got {type(getattr(self, name)).__name__}")
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> TunerSettings:
@@ -175,8 +176,6 @@ def _check_types(a: Mapping[str, Any]) -> None:
         )
     if a.get("timing") is not None and not isinstance(a["timing"], TimingPolicy):
         raise TypeError(f"timing must be a TimingPolicy, got {type(a['timing']).__name__}")
-    if a.get("tag") is not None and not isinstance(a["tag"], str):
-        raise TypeError(f"tag must be a string, got {a['tag']!r:.40}")
     storage = a.get("custom_data_storage")
     if storage is not None and not isinstance(storage, (str, PathLike)):
         raise TypeError(f"custom_data_storage must be a path (str or os.PathLike), got {storage!r:.40}")
