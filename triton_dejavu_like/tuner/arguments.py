@@ -16,6 +16,16 @@ from .config_space import ConfigSpace
 from .settings import TunerSettings
 
 
+def jit_arg_names(fn: Any) -> list[str]:
+    """The argument names of the ``@triton.jit`` kernel ``fn`` (or of a ``@triton.heuristics`` over
+    one); anything else (a plain function) is a ``TypeError`` saying where ``@triton.jit`` goes."""
+    if not hasattr(fn, "arg_names"):
+        raise TypeError(
+            f"autotune() decorates a @triton.jit kernel, got {fn!r:.60}: put @triton.jit under @autotune(...)"
+        )
+    return fn.arg_names
+
+
 def argument_names(arg_names: list[str], what: str, names: Sequence[str] | str | None) -> list[str] | None:
     """``names`` as a list of kernel argument names; a string that is one argument's name is that
     argument. Errors: any other string (``TypeError``), names that are not arguments (``ValueError``,

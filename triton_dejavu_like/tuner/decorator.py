@@ -15,6 +15,7 @@ from typing import Any
 
 from .._compat import Config
 from ..measure.bench import TimingPolicy
+from .arguments import jit_arg_names
 from .autotuner import Autotuner
 from .config_space import ConfigSpace
 from .settings import TunerSettings
@@ -155,14 +156,9 @@ def autotune(
     a = arguments  # what the Autotuner takes itself (upstream's arguments)
 
     def decorator(fn: Any) -> Autotuner:
-        if not hasattr(fn, "arg_names"):
-            raise TypeError(
-                f"autotune() decorates a @triton.jit kernel, got {fn!r:.60}: "
-                "put @triton.jit under @autotune(...)"
-            )
         return Autotuner(
             fn,
-            fn.arg_names,
+            jit_arg_names(fn),
             a["configs"],
             a["key"],
             a["reset_to_zero"],
