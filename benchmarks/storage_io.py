@@ -21,8 +21,8 @@ from pathlib import Path
 
 import triton
 
+from triton_dejavu_like import store as storage
 from triton_dejavu_like.codec import encode_config, encode_key, key_id
-from triton_dejavu_like.store import cache_file as storage
 from triton_dejavu_like.store import layout
 
 IDENTITY = {name: "bench" for name in layout.IDENTITY_FIELDS}

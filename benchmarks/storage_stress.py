@@ -33,8 +33,8 @@ from typing import Any
 import triton
 
 from triton_dejavu_like import DejavuStorageWarning
+from triton_dejavu_like import store as storage
 from triton_dejavu_like.codec import encode_config, encode_key, key_id
-from triton_dejavu_like.store import cache_file as storage
 from triton_dejavu_like.store import layout
 
 IDENTITY = {

@@ -100,7 +100,7 @@ def role(name: str, case_name: str, extra: dict) -> dict:
             setattr(owner, attr, wrapper)
 
         from triton_dejavu_like import _compat
-        from triton_dejavu_like.store import cache_file as storage
+        from triton_dejavu_like import store as storage
         from triton_dejavu_like.store import identity
 
         timed_part(identity, "detect_platform", "platform")

@@ -23,8 +23,10 @@ import triton
 import triton.language as tl
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like import store as storage
 from triton_dejavu_like.codec import encode_config, encode_key, key_id
-from triton_dejavu_like.store import cache_file as storage
+from triton_dejavu_like.store import cache_file as cache_file_module
+from triton_dejavu_like.store import files as store_files
 
 IDENTITY: dict[str, str] = {
     "dejavu": "0.1",
@@ -199,12 +201,13 @@ def worker_record(start: Any, root: str, keys: list[int], same_block: int | None
 
 def worker_hold_lock(path: str, conn: Any) -> None:
     """Take the cache file's lock, say so, then wait to be killed."""
-    with storage.file_lock(Path(path)):
+    with store_files.file_lock(Path(path)):
         conn.send("locked")
         time.sleep(120)
 
 
-#: The functions of storage.py a write goes through; the crash test stops at each of their lines.
+#: The functions of cache_file.py and files.py a write goes through; the crash test stops at each of
+#: their lines.
 WRITE_PATH = frozenset(
     {
         "record",
@@ -231,7 +234,7 @@ def worker_record_stopping_at_line(root: str, key: int, stop_at: tuple[str, int]
 
     With ``stop_at=None`` it runs to the end and reports the distinct lines the write path ran.
     """
-    source = storage.__file__
+    sources = {cache_file_module.__file__, store_files.__file__}
     executed: list[tuple[str, int]] = []
 
     def local(frame: Any, event: str, arg: Any) -> Any:
@@ -246,7 +249,7 @@ def worker_record_stopping_at_line(root: str, key: int, stop_at: tuple[str, int]
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         code = frame.f_code
-        if code.co_filename == source and code.co_name in WRITE_PATH:
+        if code.co_filename in sources and code.co_name in WRITE_PATH:
             return local
         return None
 

@@ -25,8 +25,9 @@ from storage_helpers import (
 )
 
 from triton_dejavu_like import DejavuStorageWarning, _env
+from triton_dejavu_like import store as storage
 from triton_dejavu_like.codec import key_id
-from triton_dejavu_like.store import cache_file as storage
+from triton_dejavu_like.store import files as store_files
 from triton_dejavu_like.store import inventory, layout
 from triton_dejavu_like.store.identity import stable_hash
 from triton_dejavu_like.tools import cli
@@ -482,14 +483,14 @@ def test_prune_and_merge_keep_entries_this_release_cannot_read_as_they_are(capsy
     assert out["removed_entries"] == 1 and out["removed_files"] == []
     assert out["unreadable_kept"] == {str(path): 1}
     assert json.loads(path.read_text())["entries"] == {unknown: raw}
-    assert aside_files(path, storage.REJECTED_SUFFIX) == []
+    assert aside_files(path, layout.REJECTED_SUFFIX) == []
     identity = json.loads(path.read_text())["identity"]
     source = tmp_path / "other"
     cache_file(source, identity).record(entries_for([(3,)]))
     assert run("merge", str(source), "--root", str(root)) == 0
     assert json.loads(path.read_text())["entries"][unknown] == raw
     assert sorted(json.loads(path.read_text())["entries"]) == sorted([unknown, key_id((3,))])
-    assert aside_files(path, storage.REJECTED_SUFFIX) == []
+    assert aside_files(path, layout.REJECTED_SUFFIX) == []
     assert run("prune", "--root", str(root), "--keep-triton", IDENTITY["triton"], "--force") == 0
     assert not path.exists()  # removing the whole file, as asked, removes what it cannot read too
 
@@ -577,7 +578,7 @@ def test_merge_over_the_size_limit_says_why_and_keeps_the_destination(capsys, tm
     cache_file(src).record(entries_for([(n,) for n in range(10)]))
     cache_file(dest).record(entries_for([(n,) for n in range(10, 20)]))
     before = cache_file(dest).path.read_bytes()
-    monkeypatch.setattr(storage, "MAX_FILE_BYTES", len(before) + 100)
+    monkeypatch.setattr(store_files, "MAX_FILE_BYTES", len(before) + 100)
     with pytest.warns(DejavuStorageWarning, match="prune --keep-newest"):
         assert run("merge", str(src), "--root", str(dest)) == 1
     err = capsys.readouterr().err

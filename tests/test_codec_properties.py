@@ -19,6 +19,7 @@ import triton.language as tl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from triton_dejavu_like import store as storage
 from triton_dejavu_like._compat import CONFIG_FIELDS
 from triton_dejavu_like.codec import (
     EncodingError,
@@ -31,7 +32,6 @@ from triton_dejavu_like.codec import (
     encode_value,
     key_id,
 )
-from triton_dejavu_like.store import cache_file as storage
 from triton_dejavu_like.store import layout
 
 TORCH_DTYPES = sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)}, key=str)

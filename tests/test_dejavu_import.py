@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from storage_helpers import deny_opens, stored_entries
 
 from triton_dejavu_like import DejavuStorageWarning
+from triton_dejavu_like import store as storage
 from triton_dejavu_like._compat import CONFIG_FIELDS
 from triton_dejavu_like.codec import config_id
-from triton_dejavu_like.store import cache_file as storage
 from triton_dejavu_like.store import identity, layout
 from triton_dejavu_like.tools import cli, dejavu_import
 from triton_dejavu_like.tools.dejavu_import import FormatError, parse_config, parse_key

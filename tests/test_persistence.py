@@ -685,7 +685,7 @@ def test_unencodable_key_stays_in_memory(caplog):
 
 def test_restore_happens_once_per_process_not_per_call(monkeypatch):
     run_add(tuned_add(FakeBench()))
-    from triton_dejavu_like.store import cache_file as storage
+    from triton_dejavu_like import store as storage
 
     loads = []
     real = storage.CacheFile.load

@@ -33,9 +33,10 @@ from storage_helpers import (
     write_document,
 )
 
+from triton_dejavu_like import store as storage
 from triton_dejavu_like.codec import encode_config, key_id
-from triton_dejavu_like.store import cache_file as storage
-from triton_dejavu_like.store import layout
+from triton_dejavu_like.store import document, layout
+from triton_dejavu_like.store import files as store_files
 
 LOGGER = "triton_dejavu_like"
 
@@ -129,18 +130,18 @@ def test_a_huge_file_is_moved_aside_without_being_read(tmp_path, warnings):
     cf = cache_file(tmp_path)
     cf.path.parent.mkdir(parents=True)
     with open(cf.path, "wb") as handle:  # sparse: costs no disk and no time
-        handle.truncate(storage.MAX_FILE_BYTES + 1)
+        handle.truncate(store_files.MAX_FILE_BYTES + 1)
     assert cf.load() == {}
     assert len(warnings()) == 1 and "limit" in warnings()[0] and str(cf.path) in warnings()[0]
     [aside] = aside_files(cf.path, layout.CORRUPT_SUFFIX)
-    assert aside.stat().st_size == storage.MAX_FILE_BYTES + 1
+    assert aside.stat().st_size == store_files.MAX_FILE_BYTES + 1
 
 
 def test_a_record_that_would_outgrow_the_limit_keeps_the_stored_file(tmp_path, warnings, monkeypatch):
     # a file the writers let grow over the limit would be set aside, whole, by the next reader
     cf = cache_file(tmp_path)
     assert cf.record(entries_for([(1,), (2,)]))
-    monkeypatch.setattr(storage, "MAX_FILE_BYTES", cf.path.stat().st_size + 100)
+    monkeypatch.setattr(store_files, "MAX_FILE_BYTES", cf.path.stat().st_size + 100)
     assert not cf.record(entries_for([(3,), (4,)]))  # kept in memory, with a warning
     assert len(warnings()) == 1 and "limit" in warnings()[0] and str(cf.path) in warnings()[0]
     assert sorted(cache_file(tmp_path).load()) == sorted([key_id((1,)), key_id((2,))])
@@ -338,7 +339,7 @@ def test_a_file_that_cannot_be_read_is_not_overwritten(tmp_path, warnings, monke
     def denied(path, max_bytes=None):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(storage, "read_bounded", denied)
+    monkeypatch.setattr(store_files, "read_bounded", denied)
     assert cf.load() == {}
     assert not cf.record(entries_for([(2,)]))
     assert cf.path.read_bytes() == original
@@ -568,9 +569,9 @@ def test_recording_keys_one_at_a_time_validates_and_serializes_each_entry_once(t
     cf = cache_file(tmp_path)
     validated = _count_validations(monkeypatch)
     serialized: list[str] = []
-    entry_text = getattr(storage, "entry_text", None)
+    entry_text = document.entry_text
     counting = lambda kid, e: serialized.append(kid) or entry_text(kid, e)  # noqa: E731
-    monkeypatch.setattr(storage, "entry_text", counting, raising=False)
+    monkeypatch.setattr(document, "entry_text", counting)
     n = 30
     for i in range(n):
         assert cf.record(entries_for([(i,)]))
@@ -620,11 +621,11 @@ def test_a_document_assembled_from_entry_texts_is_the_dumped_document():
     parsed = storage.parse_document(
         storage.dump_document(storage.new_document(identity, entries_for([(1,), (2, "é"), (-3, None)])))
     )
-    texts = [storage.entry_text(kid, parsed.entries[kid]) for kid in sorted(parsed.entries)]
+    texts = [document.entry_text(kid, parsed.entries[kid]) for kid in sorted(parsed.entries)]
     expected = storage.dump_document(storage.new_document(identity, parsed.entries))
-    assert storage.assemble_document(identity, texts) == expected
+    assert document.assemble_document(identity, texts) == expected
     empty = storage.dump_document(storage.new_document(identity, {}))
-    assert storage.assemble_document(identity, []) == empty
+    assert document.assemble_document(identity, []) == empty
 
 
 def test_an_entry_changed_by_its_caller_after_a_record_is_stored_again(tmp_path):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import triton
 
+from triton_dejavu_like import store as storage
 from triton_dejavu_like._compat import CONFIG_FIELDS
-from triton_dejavu_like.store import cache_file as storage
 
 DATA = Path(__file__).parent / "data" / "v0_1"
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from storage_helpers import IDENTITY, PARAMETERS, cache_file, make_entry, write_document
 from test_dejavu_import import MODULE, config_text, dejavu_doc, key_text
 
+from triton_dejavu_like import store as storage
 from triton_dejavu_like.codec import key_id
-from triton_dejavu_like.store import cache_file as storage
 from triton_dejavu_like.store.entry import StoredEntry
 from triton_dejavu_like.tools import dejavu_import
 

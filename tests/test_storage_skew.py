@@ -10,8 +10,8 @@ import pytest
 from storage_helpers import IDENTITY, aside_files, cache_file, entries_for, make_entry, write_document
 
 import triton_dejavu_like as tdl
+from triton_dejavu_like import store as storage
 from triton_dejavu_like.codec import canonical_json, key_id
-from triton_dejavu_like.store import cache_file as storage
 from triton_dejavu_like.store import inventory
 
 

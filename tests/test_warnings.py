@@ -44,8 +44,8 @@ from triton_dejavu_like import (
     TimingPolicy,
     _env,
 )
+from triton_dejavu_like import store as storage
 from triton_dejavu_like.codec import key_id
-from triton_dejavu_like.store import cache_file as storage
 from triton_dejavu_like.store import layout
 
 # --- files that cannot be used --------------------------------------------------------------------------

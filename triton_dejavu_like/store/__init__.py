@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from . import inventory
-from .cache_file import (
+from .cache_file import CacheFile
+from .document import (
     SCHEMA_VERSION,
-    CacheFile,
     Document,
     InvalidCacheFile,
     NewerSchemaFile,
-    atomic_write,
     dump_document,
     new_document,
     parse_document,
-    read_bounded,
-    read_document,
 )
 from .entry import InvalidEntry, StoredEntry, UnknownEntry, parse_timestamp
+from .files import atomic_write, read_bounded, read_document
 from .identity import KernelIdentity, Platform, detect_platform
 from .layered import LayeredStore, StoreLayer, add_store, registered_stores
 from .layout import CACHE_FILE_NAME, default_root, default_tag

@@ -21,15 +21,16 @@ from typing import Any
 
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import canonical_json
-from . import cache_file as storage
 from . import layout
+from .cache_file import CacheFile
+from .document import EntryMap, InvalidCacheFile, NewerSchemaFile, dump_document, new_document, parse_document
 from .entry import StoredEntry
+from .files import MAX_FILE_BYTES, atomic_write, read_bounded, read_document
 from .identity import sanitize, stable_hash
 from .layout import PLATFORM_FIELDS
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 PREFERENCES = ("newest", "fastest")
-EntryMap = dict[str, StoredEntry]
 
 
 def identity_id(identity: Mapping[str, Any]) -> str:
@@ -99,7 +100,7 @@ def triton_dejavu_files(root: Path, kernel: str) -> list[Path]:
 
 def _is_dejavu_doc(path: Path) -> bool:
     try:
-        doc = json.loads(storage.read_bounded(path))
+        doc = json.loads(read_bounded(path))
     except (OSError, ValueError, RecursionError):  # InvalidCacheFile and bad JSON are ValueErrors
         return False
     return (
@@ -155,11 +156,11 @@ def _archive_members(archive: Path) -> Iterator[tuple[str, bytes]]:
         for member in tar:
             if not member.isfile() or Path(member.name).name != layout.CACHE_FILE_NAME:
                 continue
-            if member.size > storage.MAX_FILE_BYTES:
-                raise storage.InvalidCacheFile(f"{member.name}: {member.size} bytes, over the limit")
+            if member.size > MAX_FILE_BYTES:
+                raise InvalidCacheFile(f"{member.name}: {member.size} bytes, over the limit")
             handle = tar.extractfile(member)
             if handle is not None:
-                yield member.name, handle.read(storage.MAX_FILE_BYTES + 1)
+                yield member.name, handle.read(MAX_FILE_BYTES + 1)
 
 
 def read_sources(sources: Iterable[Path]) -> tuple[list[StoredFile], list[Problem]]:
@@ -173,8 +174,8 @@ def read_sources(sources: Iterable[Path]) -> tuple[list[StoredFile], list[Proble
 
     def parse(label: str, data: bytes, path: Path | None) -> None:
         try:
-            doc = storage.parse_document(data)
-        except storage.InvalidCacheFile as exc:
+            doc = parse_document(data)
+        except InvalidCacheFile as exc:
             problems.append(Problem(label, str(exc)))
             return
         files.append(StoredFile(label, doc.identity, doc.entries, doc.rejected, path))
@@ -185,15 +186,15 @@ def read_sources(sources: Iterable[Path]) -> tuple[list[StoredFile], list[Proble
             if source.is_dir():
                 for path in _cache_files_under(source):
                     try:
-                        parse(str(path), storage.read_bounded(path), path)
-                    except (OSError, storage.InvalidCacheFile) as exc:
+                        parse(str(path), read_bounded(path), path)
+                    except (OSError, InvalidCacheFile) as exc:
                         problems.append(Problem(str(path), str(exc)))
             elif is_archive(source):
                 for name, data in _archive_members(source):
                     parse(f"{source}:{name}", data, None)
             else:
-                parse(str(source), storage.read_bounded(source), source)
-        except (OSError, tarfile.TarError, EOFError, storage.InvalidCacheFile) as exc:
+                parse(str(source), read_bounded(source), source)
+        except (OSError, tarfile.TarError, EOFError, InvalidCacheFile) as exc:
             problems.append(Problem(str(source), str(exc) or type(exc).__name__))
     return files, problems
 
@@ -316,7 +317,7 @@ OTHER_IDENTITY = "it holds results for another identity"
 NEWER_SCHEMA = "it was written by a newer release (a higher schema version), which it is left to"
 
 
-def destination_entries(target: storage.CacheFile, writer: str, *, dry_run: bool) -> EntryMap | str:
+def destination_entries(target: CacheFile, writer: str, *, dry_run: bool) -> EntryMap | str:
     """The entries a write into ``target`` (its ``update()``) starts from, read without the lock and
     writing nothing; or why that write would take nothing (a file of another identity or a newer
     schema, a file that cannot be read).
@@ -326,12 +327,12 @@ def destination_entries(target: storage.CacheFile, writer: str, *, dry_run: bool
     ``writer`` ("a merge") would do.
     """
     try:
-        doc = storage.read_document(target.path, parameters=target.parameters)
+        doc = read_document(target.path, parameters=target.parameters)
     except FileNotFoundError:
         return {}
-    except storage.NewerSchemaFile:
+    except NewerSchemaFile:
         return NEWER_SCHEMA  # as update() refuses it
-    except storage.InvalidCacheFile as exc:
+    except InvalidCacheFile as exc:
         if dry_run:
             warn_once(
                 DejavuStorageWarning,
@@ -360,7 +361,7 @@ def destination_entries(target: storage.CacheFile, writer: str, *, dry_run: bool
 
 
 def _merge_group(
-    target: storage.CacheFile, group: list[StoredFile], prefer: str, dry_run: bool
+    target: CacheFile, group: list[StoredFile], prefer: str, dry_run: bool
 ) -> tuple[EntryMap, MergeResult] | str:
     """(the destination's entries before, the merge) or why the destination could not take it."""
     label = str(target.path)
@@ -394,7 +395,7 @@ def merge_into(
         raise ValueError(f"prefer must be one of {PREFERENCES}, not {prefer!r}")
     report = MergeReport()
     for group in group_by_identity(files).values():
-        target = storage.CacheFile.for_identity(root, group[0].identity, keep_unreadable=True)
+        target = CacheFile.for_identity(root, group[0].identity, keep_unreadable=True)
         outcome = _merge_group(target, group, prefer, dry_run)
         if isinstance(outcome, str):
             report.problems.append(Problem(str(target.path), f"not merged: {outcome}"))
@@ -486,7 +487,7 @@ def prune(
         # unless the whole file goes
         kept_unreadable = {} if drop_all else f.rejected
         if not dry_run and (remaining != f.entries or not (remaining or kept_unreadable)):
-            target = storage.CacheFile(
+            target = CacheFile(
                 f.path or Path(f.source),
                 f.identity,
                 root=root,
@@ -540,7 +541,7 @@ def write_archive(destination: Path, files: Iterable[StoredFile], *, dry_run: bo
             merged = MergeResult({}, {})
             for f in group:
                 merge_entries(merged, f.entries, f.source, "newest", about=group[0])
-            data = storage.dump_document(storage.new_document(group[0].identity, merged.entries))
+            data = dump_document(new_document(group[0].identity, merged.entries))
             name = (group[0].relative_dir / layout.CACHE_FILE_NAME).as_posix()
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -552,5 +553,5 @@ def write_archive(destination: Path, files: Iterable[StoredFile], *, dry_run: bo
     if dry_run:
         return members
     destination.parent.mkdir(parents=True, exist_ok=True)
-    storage.atomic_write(destination, buffer.getvalue())
+    atomic_write(destination, buffer.getvalue())
     return members

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .._log import DejavuStorageWarning, log, warn_once
-from .cache_file import MAX_FILE_BYTES, EntryMap, InvalidCacheFile, parse_document, read_bounded
+from .document import EntryMap, InvalidCacheFile, parse_document
 from .entry import StoredEntry
+from .files import MAX_FILE_BYTES, read_bounded
 from .layout import CACHE_FILE_NAME, relative_dir
 from .store import Store
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .._log import log
-from .cache_file import InvalidCacheFile, read_document
+from .document import InvalidCacheFile
+from .files import read_document
 from .layout import PLATFORM_FIELDS, sibling_pattern
 
 #: At most this many configs seed a search from other platforms (an entry's stored top-k is 5 too).

@@ -36,7 +36,7 @@ from .._compat import Config
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import DecodingError, EncodingError, decode_key, describe_config, encode_key
 from ..store import default_root, registered_stores
-from ..store.cache_file import open_regular
+from ..store.files import open_regular
 
 #: The answers a miss can get without tuning.
 ANSWERS = ("nearest", "heuristic", "default")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ...store import cache_file as storage
 from ...store import inventory
+from ...store.document import InvalidCacheFile, parse_document
+from ...store.files import atomic_write, read_bounded
 from ...store.layout import CACHE_FILE_NAME
 from .run import key_text
 
@@ -31,8 +32,8 @@ def held_keys(layers: Iterable[Mapping[str, bytes]]) -> dict[str, set[str]]:
     for files in layers:
         for data in files.values():
             try:
-                doc = storage.parse_document(data)
-            except storage.InvalidCacheFile:
+                doc = parse_document(data)
+            except InvalidCacheFile:
                 continue
             held.setdefault(inventory.identity_id(doc.identity), set()).update(doc.entries)
     return held
@@ -52,8 +53,8 @@ def merge_bytes(
     for relative, data in files.items():
         label = f"{origin}:{relative}"
         try:
-            doc = storage.parse_document(data)
-        except storage.InvalidCacheFile as exc:
+            doc = parse_document(data)
+        except InvalidCacheFile as exc:
             problems.append(inventory.Problem(label, str(exc)))
             continue
         stored = inventory.StoredFile(label, doc.identity, doc.entries, doc.rejected)
@@ -77,8 +78,8 @@ def read_tree(root: Path) -> dict[str, bytes]:
     for path in inventory.walk_files(root, lambda name: name == CACHE_FILE_NAME):
         if path.is_file():
             try:
-                out[path.relative_to(root).as_posix()] = storage.read_bounded(path)
-            except (OSError, storage.InvalidCacheFile):
+                out[path.relative_to(root).as_posix()] = read_bounded(path)
+            except (OSError, InvalidCacheFile):
                 continue  # an unreadable file seeds nothing; the tuner warns about it where it is used
     return out
 
@@ -91,4 +92,4 @@ def seed(root: Path, files: Mapping[str, bytes]) -> None:
         if not path.is_relative_to(root.resolve()) or path.name != CACHE_FILE_NAME:
             continue  # never write outside the worker's root
         path.parent.mkdir(parents=True, exist_ok=True)
-        storage.atomic_write(path, data)
+        atomic_write(path, data)

@@ -19,7 +19,7 @@ from typing import Any
 from ... import _env
 from ..._log import DejavuConfigWarning, warn_once
 from ...store import InvalidCacheFile, inventory
-from ...store.cache_file import atomic_write
+from ...store.files import atomic_write
 from ...tuner import misses as miss_log
 from .. import dejavu_import, dejavu_origin, heuristic
 from ..aot import command as aot
