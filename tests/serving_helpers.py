@@ -20,9 +20,10 @@ def add_key(n: int) -> tuple[Any, ...]:
     return (n, *F32)
 
 
-def seed(tuner: tdl.Autotuner, root: Path, winners: Mapping[tuple[Any, ...], int]) -> Path:
-    """Store ``{key: BLOCK}`` for ``tuner``'s identity under ``root`` (as if tuned earlier)."""
-    identity = tuner.kernel_identity(tuner._platform()).as_dict()
+def seed(tuner: tdl.Autotuner, root: Path, winners: Mapping[tuple[Any, ...], int], **elsewhere: str) -> Path:
+    """Store ``{key: BLOCK}`` for ``tuner``'s identity under ``root`` (as if tuned earlier);
+    ``elsewhere``: identity fields that differ (``gpu="..."``: as tuned on another GPU)."""
+    identity = {**tuner.kernel_identity(tuner._platform()).as_dict(), **elsewhere}
     cache = CacheFile.for_identity(root, identity, parameters=tuner.arg_names)
     assert cache.record({key_id(k): make_entry(k, block, num_warps=1) for k, block in winners.items()})
     (cache.path.parent / (cache.path.name + ".lock")).unlink(missing_ok=True)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import triton
-from kernels import FakeBench, run_add, tuned_add
+from kernels import FakeBench, block_configs, run_add, tuned_add
 from serving_helpers import add_key, seed, tree
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like import DejavuConfigWarning, DejavuStorageWarning
-from triton_dejavu_like.codec import key_id
+from triton_dejavu_like.codec import config_id, key_id
 from triton_dejavu_like.store.layered import StoreLayer, add_store, forget_stores, registered_stores
 from triton_dejavu_like.tools import cli
 
@@ -163,14 +163,33 @@ def test_a_storage_root_that_is_not_a_folder_is_reported_as_add_store_reports_it
 def test_a_layer_in_a_zip_is_read_without_extracting(tmp_path):
     tuner = tuned_add(FakeBench())
     seed(tuner, tmp_path / "tuned", {add_key(64): 64})
-    archive = tmp_path / "store.zip"
-    with zipfile.ZipFile(archive, "w") as zf:
-        for path in (tmp_path / "tuned").rglob("*"):
-            zf.write(path, path.relative_to(tmp_path))
-    layer = StoreLayer(zipfile.Path(archive) / "tuned")
+    layer = StoreLayer(zipped(tmp_path / "tuned"))
     identity = tuner.kernel_identity(tuner._platform()).as_dict()
     entries = layer.load(identity, tuner.arg_names)
     assert [e.config.kwargs["BLOCK"] for e in entries.values()] == [64]
+
+
+def zipped(folder: Path, compression: int = zipfile.ZIP_STORED) -> zipfile.Path:
+    """``folder`` moved into a zip file beside it, as a package resource (a zipped wheel's)."""
+    archive = folder.with_suffix(".zip")
+    with zipfile.ZipFile(archive, "w", compression=compression) as zf:
+        for path in sorted(folder.rglob("*")):
+            zf.write(path, path.relative_to(folder.parent))
+    shutil.rmtree(folder)
+    return zipfile.Path(archive) / folder.name
+
+
+def damage(location: zipfile.Path, ending: str) -> zipfile.Path:
+    """``location`` with the data of its zip's first member whose name ends with ``ending`` damaged
+    (a truncated download, a bad disk)."""
+    archive = Path(location.root.filename)
+    with zipfile.ZipFile(archive) as zf:
+        member = next(info for info in zf.infolist() if info.filename.endswith(ending))
+    raw = bytearray(archive.read_bytes())
+    data = member.header_offset + 30 + len(member.filename.encode()) + len(member.extra)
+    raw[data : data + 8] = b"\xff" * 8
+    archive.write_bytes(bytes(raw))
+    return zipfile.Path(archive) / location.at
 
 
 @pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
@@ -180,20 +199,76 @@ def test_a_damaged_zip_layer_is_ignored_with_a_warning(tmp_path, compression):
     fails its checksum, a deflated one its decompression)."""
     tuner = tuned_add(FakeBench())
     seed(tuner, tmp_path / "tuned", {add_key(64): 64})
-    archive = tmp_path / "store.zip"
-    with zipfile.ZipFile(archive, "w", compression=compression) as zf:
-        for path in (tmp_path / "tuned").rglob("*"):
-            zf.write(path, path.relative_to(tmp_path))
-    with zipfile.ZipFile(archive) as zf:
-        member = next(info for info in zf.infolist() if info.filename.endswith("cache.json"))
-    raw = bytearray(archive.read_bytes())
-    data = member.header_offset + 30 + len(member.filename.encode()) + len(member.extra)
-    raw[data : data + 8] = b"\xff" * 8
-    archive.write_bytes(bytes(raw))
-    layer = StoreLayer(zipfile.Path(archive) / "tuned")
+    layer = StoreLayer(damage(zipped(tmp_path / "tuned", compression), "cache.json"))
     identity = tuner.kernel_identity(tuner._platform()).as_dict()
     with pytest.warns(DejavuStorageWarning, match="ignoring the tuning cache in layer"):
         assert layer.load(identity, tuner.arg_names) == {}
+
+
+# --- warm starts from what the layers hold for other GPUs ------------------------------------------------
+
+
+def first_measured_block() -> int:
+    """The first BLOCK a random search measures for a new key (this seed alone starts elsewhere)."""
+    bench = FakeBench()
+    run_add(tuned_add(bench, use_random_search=True, search_seed=1, search_max_share=0.5), n=300)
+    assert bench.blocks
+    return bench.blocks[0]
+
+
+def block_of(config_ids: list[str]) -> list[int]:
+    by_id = {config_id(c): c.kwargs["BLOCK"] for c in block_configs()}
+    return [by_id[cid] for cid in config_ids]
+
+
+@pytest.mark.parametrize("where", ["layer", "add_store", "add_store_zip"])
+def test_winners_a_shipped_store_holds_for_another_gpu_seed_a_new_search(tmp_path, monkeypatch, where):
+    """A library ships results tuned on another GPU; a user's random search of a new key on their
+    GPU measures the shipped winner first, as it does a winner stored under the written root."""
+    rw, shipped = tmp_path / "rw", tmp_path / "shipped"
+    shipped.mkdir()
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(rw) + (os.pathsep + str(shipped)) * (where == "layer"))
+    assert first_measured_block() != 16
+    shutil.rmtree(rw)
+    seed(tuned_add(), shipped, {add_key(64): 16, add_key(128): 16}, gpu="NVIDIA_H100")
+    try:
+        if where != "layer":
+            add_store(zipped(shipped) if where == "add_store_zip" else shipped)
+        assert first_measured_block() == 16
+    finally:
+        forget_stores()
+
+
+def test_the_warm_start_counts_the_layers_keys_as_serving_reads_them(roots):
+    """A key of another GPU stored in several roots counts once, from the first root that holds it;
+    the layers' results for this GPU are restored, not taken as another GPU's."""
+    rw, layer1, layer2 = roots
+    tuner = tuned_add(FakeBench())
+    seed(tuner, rw, {add_key(64): 32}, gpu="gpu_a")
+    seed(tuner, layer1, {add_key(64): 16, add_key(128): 64}, gpu="gpu_a")  # 64: the written root's
+    seed(tuner, layer1, {add_key(64): 128})
+    seed(tuner, layer2, {add_key(64): 64}, gpu="gpu_b", tag="nightly")
+    run_add(tuner, 64)
+    assert (tuner.last_decision, tuner.best_config.kwargs["BLOCK"]) == ("restored", 128)
+    assert block_of(tuner._state.store.foreign_winners()) == [64, 32]
+
+
+def test_unreadable_files_of_a_shipped_store_leave_the_warm_start_to_the_others(tmp_path, recwarn):
+    """A shipped zip whose file for one GPU is damaged and whose file for another is no JSON: the
+    search tunes, seeded from the file that reads, and says nothing of files of other GPUs."""
+    shipped = tmp_path / "shipped"
+    tuner = tuned_add()
+    damaged = seed(tuner, shipped, {add_key(64): 32}, gpu="gpu_a")
+    seed(tuner, shipped, {add_key(64): 16, add_key(128): 16}, gpu="gpu_b")
+    garbage = seed(tuner, shipped, {add_key(64): 64}, gpu="gpu_c")
+    garbage.write_text("__import__('os').system('touch pwned')")
+    try:
+        add_store(damage(zipped(shipped), damaged.relative_to(tmp_path).as_posix()))
+        assert first_measured_block() == 16
+    finally:
+        forget_stores()
+    assert not [w for w in recwarn if issubclass(w.category, tdl.DejavuWarning)]
+    assert not Path("pwned").exists()
 
 
 # --- the example package that ships its store ---------------------------------------------------------------

@@ -637,7 +637,7 @@ def test_foreign_winners_come_from_sibling_files_read_as_data(tmp_path, monkeypa
         root / identity_relative_dir(dict(identity, gpu="gpu_a")),
         garbage.parent,
     }
-    winners = foreign_winners(root, identity, own)
+    winners = foreign_winners([root], identity, own)
     assert winners == [config_id(tdl.Config({"BLOCK": 16}, num_warps=1))]
     assert not Path("pwned").exists()
 

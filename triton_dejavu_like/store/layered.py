@@ -15,31 +15,17 @@ from __future__ import annotations
 
 import os
 import threading
-import zipfile
-import zlib
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from .._log import DejavuStorageWarning, log, warn_once
-from .document import EntryMap, InvalidCacheFile, parse_document
+from .document import EntryMap, parse_document
 from .entry import StoredEntry
-from .files import MAX_FILE_BYTES, read_bounded
 from .layout import CACHE_FILE_NAME, relative_dir
-from .store import Store
-
-
-@runtime_checkable
-class Traversable(Protocol):
-    """What a layer needs of a folder: ``importlib.resources`` objects and ``pathlib.Path`` qualify."""
-
-    def __truediv__(self, child: str) -> Any: ...
-
-    def is_dir(self) -> bool: ...
-
-    def is_file(self) -> bool: ...
-
-    def read_bytes(self) -> bytes: ...
+from .resource import READ_ERRORS, Traversable, read_file
+from .store import FileStore, Store
+from .warm_start import foreign_winners
 
 
 class StoreLayer:
@@ -56,17 +42,7 @@ class StoreLayer:
         node: Any = self.location
         for part in (*relative_dir(identity).parts, CACHE_FILE_NAME):
             node = node / part
-        if isinstance(node, Path):
-            try:
-                return read_bounded(node)  # refuses FIFOs and oversized files
-            except FileNotFoundError:
-                return None
-        if not node.is_file():
-            return None
-        data = node.read_bytes()
-        if len(data) > MAX_FILE_BYTES:
-            raise InvalidCacheFile(f"{len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit")
-        return data
+        return read_file(node)
 
     def load(self, identity: Mapping[str, Any], parameters: Collection[str] | None) -> EntryMap:
         """The valid entries this layer holds for ``identity`` (empty when it has none)."""
@@ -76,7 +52,7 @@ class StoreLayer:
             if data is None:
                 return {}
             doc = parse_document(data, parameters=parameters)
-        except (OSError, InvalidCacheFile, zipfile.BadZipFile, zlib.error) as exc:  # zip: a damaged member
+        except READ_ERRORS as exc:
             warn_once(DejavuStorageWarning, where, "ignoring the tuning cache in layer %s: %s", where, exc)
             return {}
         if doc.identity != dict(identity):
@@ -147,7 +123,12 @@ class LayeredStore:
         return self.primary.where()
 
     def foreign_winners(self) -> list[str]:
-        return self.primary.foreign_winners()
+        """The winners of other platforms under the written root and in every layer, each key of a
+        sibling identity counted from the first root that holds it (as serving restores it)."""
+        layers = [layer.location for layer in self.layers]
+        if isinstance(self.primary, FileStore):
+            return self.primary.foreign_winners(layers)
+        return foreign_winners(layers, self.identity, parameters=self.parameters)
 
 
 # --- stores registered by kernel libraries -----------------------------------------------------------

@@ -79,12 +79,10 @@ def kernel_of(path: Path, root: Path) -> str | None:
     return parts[level] if len(parts) > len(IDENTITY_FIELDS) else None
 
 
-def sibling_pattern(root: Path, identity: Mapping[str, Any], varying: tuple[str, ...]) -> str:
-    """A glob for the cache files of ``identity`` where the fields in ``varying`` may differ."""
-    parts = [
-        "*" if name in varying else glob.escape(component(name, identity[name])) for name in IDENTITY_FIELDS
-    ]
-    return str(Path(glob.escape(str(root)), *parts, CACHE_FILE_NAME))
+def sibling_levels(identity: Mapping[str, Any], varying: tuple[str, ...]) -> list[str | None]:
+    """The folder names from a root to the cache file of ``identity``, None for the levels of the
+    fields in ``varying`` (any folder there: the files of ``identity`` where those fields differ)."""
+    return [None if name in varying else component(name, identity[name]) for name in IDENTITY_FIELDS]
 
 
 #: triton-dejavu's folder layouts (its ``get_storage_identifier`` and ``_get_folder_name``), by the

@@ -8,13 +8,14 @@ identity cannot be computed). A new backend implements the same four methods.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .._log import log
-from .cache_file import CacheFile, EntryMap
+from .cache_file import CacheFile
+from .document import EntryMap
 from .entry import StoredEntry
+from .resource import Traversable
 from .warm_start import foreign_winners
 
 
@@ -61,12 +62,9 @@ class FileStore:
     def where(self, key_id: str | None = None) -> str:
         return str(self.path)
 
-    def foreign_winners(self) -> list[str]:
-        try:
-            return foreign_winners(self.root, self.identity, self.path, self.cache_file.parameters)
-        except (OSError, ValueError, KeyError) as exc:
-            log.debug("no warm start from other platforms for %s (%s)", self.path, exc)
-            return []
+    def foreign_winners(self, layers: Sequence[Traversable] = ()) -> list[str]:
+        """The winners of other platforms under this root, then in ``layers`` (read-only roots)."""
+        return foreign_winners([self.root, *layers], self.identity, self.path, self.cache_file.parameters)
 
 
 class MemoryStore:
