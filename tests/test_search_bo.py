@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import serving_helpers
 import torch
 import triton
 from kernels import (
@@ -609,6 +610,17 @@ def test_a_new_gpu_measures_the_winner_stored_for_another_gpu_first(tmp_path, mo
     assert first_measured_block(with_foreign_store=False) != 16  # this seed would not start there
     monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(tmp_path / "with"))
     assert first_measured_block(with_foreign_store=True) == 16
+
+
+def test_the_config_that_won_most_stored_keys_is_measured_first(tmp_path):
+    """A new key's search starts from the winner of most stored keys (under BO's cap on warm starts
+    only the first few are measured), not from the winner of the first key id."""
+    bench = FakeBench()
+    tuner = tuned_add(bench, use_random_search=True, search_seed=1, search_max_share=0.5)
+    winners = {serving_helpers.add_key(n): block for n, block in ((10, 32), (20, 64), (30, 64))}
+    serving_helpers.seed(tuner, Path(os.environ["TRITON_DEJAVU_STORAGE"]), winners)
+    run_add(tuner, n=300)
+    assert bench.blocks[:2] == [64, 32]
 
 
 def test_foreign_winners_come_from_sibling_files_read_as_data(tmp_path, monkeypatch):

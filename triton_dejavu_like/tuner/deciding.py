@@ -9,6 +9,7 @@ and never reaches back into the tuner, except through ``expose_nargs``: upstream
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -165,11 +166,13 @@ class KeyDecision:
 
     def _warm_start(self, candidates: list[Config]) -> list[int]:
         """Indices of candidates that won other stored keys, then of the winners of this kernel
-        stored for other GPUs and platforms (a few): good first guesses for a new key."""
+        stored for other GPUs and platforms (a few): good first guesses for a new key, those that
+        won more keys first (a search may measure only the first few: BO's warm-start cap)."""
         if self.settings.strategy == "exhaustive":
             return []
         index = {self.config_id(c): i for i, c in enumerate(candidates)}
-        winners = [entry.config_id for entry in self.state.restored.values()]
+        won = Counter(entry.config_id for entry in self.state.restored.values())
+        winners = [cid for cid, _ in won.most_common()]
         foreign = [cid for cid in self.state.store.foreign_winners() if cid in index]
         seeds: list[int] = []
         for cid in winners + foreign[:MAX_FOREIGN_SEEDS]:
