@@ -33,6 +33,7 @@ from .arguments import (
     warn_tuned_key,
 )
 from .attributes import UpstreamAttributes, changes
+from .calls import CallCheck
 from .config_space import ConfigSpace
 from .deciding import KeyDecision, ProcessState
 from .dejavu_extras import MetadataRecorder, post_hook_as_called
@@ -161,6 +162,7 @@ class Autotuner(
         self._generation = 0  # of .configs and .cache: changed from outside, the table is emptied
         self._keys = KeyPlan(arg_names, key, ignore_dtypes=settings.ignore_dtypes)
         self._meta_names = self._tuned_names()
+        self._calls = CallCheck(self.fn, arg_names)
         self._policy = MissPolicy(
             self._name,
             self._label,

@@ -12,6 +12,7 @@ from .. import _compat
 from .._compat import Config
 from ..measure.launch import launch_kwargs
 from ..store import Platform
+from .calls import CallCheck
 from .dejavu_extras import MetadataRecorder
 from .key import NO_DTYPE, KeyPlan, Tensor
 
@@ -33,6 +34,7 @@ class LaunchPath:
     _keys: KeyPlan
     _launch: dict[tuple[Any, ...], Launch]
     _meta_names: frozenset[str]
+    _calls: CallCheck
     _metadata: MetadataRecorder | None
     _platform: Callable[[], Platform]
     prune_configs: Callable[..., list[Config]]
@@ -79,6 +81,7 @@ class LaunchPath:
         lookup = self._keys.lookup(args, kwargs)
         launch = self._launch.get(lookup)
         if launch is None:
+            self._check_call(args, kwargs)
             if kwargs.get("warmup"):
                 return self._warm_up(args, kwargs)
             launch = self._on_miss(lookup, args, kwargs)
@@ -92,6 +95,12 @@ class LaunchPath:
         if config_pre_hook is not None:
             config_pre_hook(self._hook_args(args, kwargs, config))
         return self._fn_run()(*args, **kwargs, **options)
+
+    def _check_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A call that binds wrongly to the kernel (:class:`~.calls.CallCheck`) is a ``TypeError``
+        naming the argument, before its key is looked up, tuned or stored (a miss only: a decided key
+        launches as a plain launch, which reports the same mistakes)."""
+        self._calls.check(args, kwargs, self._meta_names)
 
     def _fn_run(self) -> Callable[..., Any]:
         """``fn.run``; with ``metadata_key``, preceded by recording the chosen config (so a tuner
