@@ -1,5 +1,5 @@
-"""Launch mistakes (arguments that do not bind to the kernel) are a TypeError naming the argument at
-the first call of a key, before anything is tuned or stored."""
+"""Launch mistakes (arguments that do not bind to the kernel, an option every config sets) are a
+TypeError naming the argument at the first call of a key, before anything is tuned or stored."""
 
 from __future__ import annotations
 
@@ -40,13 +40,22 @@ MISTAKES = {
         lambda x, y, out: ((x, y, out, 64, 16), {}),
         r"tuned meta-parameter 'BLOCK' as positional argument 5",
     ),
+    "num_warps": (
+        lambda x, y, out: ((x, y, out, 64), {"num_warps": 2}),
+        r"multiple values for keyword argument 'num_warps': every config sets num_warps",
+    ),
+    "num_stages": (
+        lambda x, y, out: ((x, y, out, 64), {"num_stages": 2}),
+        r"multiple values for keyword argument 'num_stages'",
+    ),
 }
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))
 def test_a_call_that_cannot_launch_fails_before_tuning(mistake):
     """Every candidate failed alike, after the store was opened and each was benchmarked (an
-    AutotuningError listing them all)."""
+    AutotuningError listing them all), or, for num_warps=, the key was tuned and stored, then the
+    launch raised."""
     bench = FakeBench()
     tuner = tuned_add(bench)
     make_call, message = MISTAKES[mistake]

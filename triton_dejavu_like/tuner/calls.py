@@ -67,3 +67,20 @@ class CallCheck:
                 f"{self.kernel}() missing {len(missing)} required argument{'s' if len(missing) > 1 else ''}: "
                 f"{', '.join(map(repr, missing))}"
             )
+
+    def check_options(self, conflicting: Collection[str], tuned: Collection[str]) -> None:
+        """A ``TypeError`` (upstream's, at its launch after tuning) when the call passes options
+        (``num_warps=``) that every config sets: ``conflicting``."""
+        if not conflicting:
+            return
+        names = sorted(conflicting)
+        hint = (
+            f", or pass every tuned meta-parameter ({', '.join(sorted(tuned))}) too to launch your own config"
+            if tuned
+            else ""
+        )
+        raise TypeError(
+            f"{self.kernel}() got multiple values for keyword argument {names[0]!r}: every config sets "
+            f"{', '.join(names)}; leave {'it' if len(names) == 1 else 'them'} out of the call to launch "
+            f"the tuned value{hint}"
+        )

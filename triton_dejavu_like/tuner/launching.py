@@ -97,10 +97,17 @@ class LaunchPath:
         return self._fn_run()(*args, **kwargs, **options)
 
     def _check_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """A call that binds wrongly to the kernel (:class:`~.calls.CallCheck`) is a ``TypeError``
-        naming the argument, before its key is looked up, tuned or stored (a miss only: a decided key
-        launches as a plain launch, which reports the same mistakes)."""
+        """A call that cannot launch whichever config wins is a ``TypeError`` naming the argument,
+        before its key is looked up, tuned or stored (a miss only: a decided key launches as a plain
+        launch, which reports the same mistakes): one that binds wrongly to the kernel
+        (:class:`~.calls.CallCheck`), or one that passes an option every config sets (``num_warps=``:
+        upstream's TypeError at the launch after tuning)."""
         self._calls.check(args, kwargs, self._meta_names)
+        if not _OPTION_NAMES.isdisjoint(kwargs):
+            every = set(kwargs).intersection(
+                *(self._launch_kwargs(c, every_option=True) for c in self.configs)
+            )
+            self._calls.check_options(every, self._meta_names)
 
     def _fn_run(self) -> Callable[..., Any]:
         """``fn.run``; with ``metadata_key``, preceded by recording the chosen config (so a tuner
