@@ -8,7 +8,7 @@ import math
 import pytest
 import triton
 
-from triton_dejavu_like.search import Budget, SearchRun, SearchSpace, drive, make_strategy
+from triton_dejavu_like.search import BatchSearch, Budget, SearchRun, SearchSpace, drive, make_strategy
 
 
 def configs():
@@ -83,6 +83,28 @@ def test_failures_are_inf_and_nan_is_a_failure():
     run = drive(make_strategy("exhaustive"), SearchRun(space, lambda i: math.nan if i < 9 else 2.0))
     assert run.best() == 9
     assert all(math.isinf(v) for i, v in run.results.items() if i < 9)
+
+
+@pytest.mark.parametrize("bad", [-math.inf, -1.0, math.nan])
+def test_a_negative_time_is_a_failure_and_the_search_goes_on_as_after_one(bad):
+    """A negative time (as a do_bench may answer) was the best result, and minus infinity left
+    ``found_valid`` False while valid results were in: the adaptive stop never came (the whole space
+    was measured) and the search restarted as if nothing valid had been found."""
+    values = [list(range(10)), list(range(10))]
+    space = SearchSpace.from_table(["a", "b"], values, [(a, b) for a in range(10) for b in range(10)])
+
+    def objective(i):
+        return bad if i == first else 1.0 + i % 7
+
+    first = drive(make_strategy("random"), SearchRun(space, float, Budget(max_share=0.01))).order[0]
+    failed_first = SearchRun(space, lambda i: math.inf if i == first else objective(i))
+    baseline = drive(make_strategy("random"), failed_first)
+    run = drive(make_strategy("random"), SearchRun(space, objective, Budget(max_repeat=3)))
+    assert run.results[first] == math.inf and run.search.results[first] == math.inf
+    assert run.search.found_valid and run.best() == run.search.best() != first
+    assert run.order == baseline.order and run.search.attempt == 0
+    search = BatchSearch(make_strategy("random"), space, known={first: bad})
+    assert search.results == {first: math.inf} and search.best() is None
 
 
 def test_restarts_continue_without_replacement():

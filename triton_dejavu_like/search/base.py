@@ -51,6 +51,13 @@ POLISH_MAX_PATIENCES = 2
 EXHAUSTIVE_MAX = 64
 
 
+def as_result(value: float) -> float:
+    """A measured time as a search keeps it: a time in ms (0 or more) as it is, anything else (NaN, a
+    negative time, minus infinity) ``math.inf``, a failure, as the tuner rules such a time out."""
+    value = float(value)
+    return value if value >= 0 else math.inf
+
+
 def exhaustive_is_cheaper(space_size: int) -> bool:
     """True when measuring every candidate costs about what a model-guided search would spend.
 
@@ -168,8 +175,9 @@ class BatchSearch:
     ``ask(n)`` returns up to ``n`` new candidate indices, none measured or pending; ``[]`` means
     nothing more now: either the search is over (``done``) or the strategy waits for results of
     pending candidates. ``tell(index, value)`` gives a pending candidate's time in ms (``math.inf``:
-    it failed; NaN counts as a failure); results may arrive in any order. ``results``, ``order``
-    (the order results arrived), ``pending`` and ``best()`` describe the state at any time.
+    it failed; NaN or a negative time counts as a failure); results may arrive in any order.
+    ``results``, ``order`` (the order results arrived), ``pending`` and ``best()`` describe the state
+    at any time.
 
     Budget (all of it here): at most ``budget.max_evaluations`` candidates are handed out per
     attempt; no new work once the time limit has passed (the first candidate is always handed out);
@@ -193,7 +201,7 @@ class BatchSearch:
         self.budget = budget or Budget()
         self.seed = self.budget.seed if seed is None else seed
         self.warm_start = [i for i in dict.fromkeys(warm_start) if 0 <= i < len(space)]
-        self.results: dict[int, float] = dict(known or {})
+        self.results = {index: as_result(value) for index, value in (known or {}).items()}
         self.order: list[int] = []  # results, in the order they arrived
         self.issued: list[int] = []  # candidates, in the order they were handed out
         self.pending: set[int] = set()
@@ -389,9 +397,7 @@ class BatchSearch:
         if index not in self.pending:
             raise KeyError(f"candidate {index} is not pending")
         self.pending.discard(index)
-        value = float(value)
-        if math.isnan(value):
-            value = math.inf
+        value = as_result(value)
         self.results[index] = value
         self.order.append(index)
         self._measured_in_attempt += 1

@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .base import BatchSearch, Budget, Strategy
+from .base import BatchSearch, Budget, Strategy, as_result
 from .space import SearchSpace
 
 Objective = Callable[[int], float]
@@ -33,9 +33,7 @@ class SearchRun:
         self.search: BatchSearch | None = None
 
     def measure(self, index: int) -> float:
-        value = float(self.objective(index))
-        if math.isnan(value):
-            value = math.inf
+        value = as_result(self.objective(index))
         self.results[index] = value
         self.order.append(index)
         return value
