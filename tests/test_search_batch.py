@@ -107,6 +107,15 @@ def test_results_may_arrive_before_the_rest_of_their_batch_and_tell_rejects_stra
         search.tell(next(i for i in range(len(space)) if i not in batch), 1.0)  # never handed out
 
 
+@pytest.mark.parametrize("index", [-1, 3])
+def test_known_results_of_candidates_outside_the_space_are_refused(index):
+    """A known result outside the space was taken as the best candidate (an index the space does
+    not have), and a candidate of the space was never measured: the open ones were miscounted."""
+    space = grid_space((3,))
+    with pytest.raises(IndexError, match=rf"\[{index}\] outside the space of 3"):
+        BatchSearch(make_strategy("random"), space, Budget(max_share=1.0), known={index: 1.0})
+
+
 def test_an_empty_ask_waits_for_pending_results_then_the_search_is_done():
     space = grid_space((3, 3))
     search = BatchSearch(make_strategy("exhaustive"), space)

@@ -202,6 +202,9 @@ class BatchSearch:
         self.seed = self.budget.seed if seed is None else seed
         self.warm_start = [i for i in dict.fromkeys(warm_start) if 0 <= i < len(space)]
         self.results = {index: as_result(value) for index, value in (known or {}).items()}
+        outside = sorted(i for i in self.results if not 0 <= i < len(space))
+        if outside:  # best() would pick it, and the open candidates would be miscounted
+            raise IndexError(f"known results for candidates {outside} outside the space of {len(space)}")
         self.order: list[int] = []  # results, in the order they arrived
         self.issued: list[int] = []  # candidates, in the order they were handed out
         self.pending: set[int] = set()
