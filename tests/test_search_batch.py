@@ -116,6 +116,24 @@ def test_known_results_of_candidates_outside_the_space_are_refused(index):
         BatchSearch(make_strategy("random"), space, Budget(max_share=1.0), known={index: 1.0})
 
 
+@pytest.mark.parametrize("name", ["exhaustive", "random", "bayesian"])
+def test_a_cancelled_candidate_is_handed_out_again(name):
+    """The strategy had moved past a candidate given back unmeasured, so a search of the whole space
+    (exhaustive search above all) ended without ever measuring it."""
+    _needs_smac(name)
+    space = grid_space((4,))
+    search = BatchSearch(make_strategy(name), space, Budget(max_share=1.0))
+    given_back, measured = search.ask(2)
+    search.cancel(given_back)
+    search.tell(measured, 1.0)
+    assert search.ask(1) == [given_back]
+    search.tell(given_back, 3.0)
+    while batch := search.ask(4):
+        for index in batch:
+            search.tell(index, 2.0)
+    assert sorted(search.results) == list(range(4)) and sorted(search.issued) == list(range(4))
+
+
 def test_an_empty_ask_waits_for_pending_results_then_the_search_is_done():
     space = grid_space((3, 3))
     search = BatchSearch(make_strategy("exhaustive"), space)

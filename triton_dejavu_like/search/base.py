@@ -220,6 +220,7 @@ class BatchSearch:
         self._finished = False
         self._attempt_over = False
         self._polishing: list[int] = []
+        self._returned: list[int] = []  # cancelled candidates, handed out again first
         self._start_attempt()
         for index, value in self.results.items():
             self._observe(index, value)
@@ -349,12 +350,7 @@ class BatchSearch:
             room = min(n - len(out), self.limit - self.counted, self.open_count)
             if self.counted == 0 and self.elapsed_s >= self.time_limit_s:
                 room = 1  # the time is up already: only the one candidate that always runs
-            if self._polishing:
-                proposed, self._polishing = self._polishing, []
-            else:
-                t = time.perf_counter()
-                proposed = self.strategy.propose(room, self)
-                self.strategy_time_s += time.perf_counter() - t
+            proposed = self._proposals(room)
             fresh = []
             for index in proposed[:room]:
                 index = int(index)
@@ -373,6 +369,20 @@ class BatchSearch:
                 break
         return out
 
+    def _proposals(self, room: int) -> list[int]:
+        """The polish's candidates, else those given back (:meth:`cancel`), else the strategy's."""
+        if self._polishing:
+            proposed, self._polishing = self._polishing, []
+            return proposed
+        self._returned = [i for i in self._returned if i not in self.results and i not in self.pending]
+        if self._returned:
+            proposed, self._returned = self._returned[:room], self._returned[room:]
+            return proposed
+        t = time.perf_counter()
+        proposed = self.strategy.propose(room, self)
+        self.strategy_time_s += time.perf_counter() - t
+        return proposed
+
     def close(self) -> None:
         """End the search (whether or not it is ``done``): the strategy ends what it started in the
         background. Bayesian optimisation waits for SMAC's import if it is still running: the filter
@@ -388,13 +398,14 @@ class BatchSearch:
         return self.counted > 0 and self.elapsed_s >= self.time_limit_s
 
     def cancel(self, index: int) -> None:
-        """Give back a pending candidate without a result (it was never measured): it may be handed
-        out again, and does not count towards the share of the space."""
+        """Give back a pending candidate without a result (it was never measured): it is handed out
+        again first, while the budget allows, and does not count towards the share of the space."""
         if index not in self.pending:
             raise KeyError(f"candidate {index} is not pending")
         self.pending.discard(index)
         self.issued.remove(index)
         self.counted -= 1
+        self._returned.append(index)  # the strategy has moved past it
 
     def tell(self, index: int, value: float) -> None:
         if index not in self.pending:
