@@ -347,6 +347,16 @@ def test_tiny_spaces_are_measured_without_a_model(monkeypatch):
     assert len(run.results) == 64
 
 
+@pytest.mark.parametrize("share", [0.01, 0.02])
+def test_a_budget_of_one_or_two_evaluations_does_not_import_the_model(share):
+    """search_max_share of one or two evaluations can never reach a model proposal (two valid
+    results come first), yet SMAC's import (seconds) started, and close() waited for it."""
+    space = grid_space((10, 10))
+    strategy = make_strategy("bayesian")
+    run = drive(strategy, SearchRun(space, Counting(space, bowl((3, 4))), Budget(max_share=share, seed=0)))
+    assert len(run.results) == round(share * 100) and strategy._model_module is None
+
+
 def test_a_small_space_under_a_smaller_explicit_budget_keeps_the_model(monkeypatch):
     """use_bo with search_max_share on a space of 64 candidates or fewer measured a random draw (no
     model, SMAC not even imported), yet stored strategy "bayesian"; only a space measured in full

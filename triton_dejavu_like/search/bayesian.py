@@ -127,11 +127,14 @@ class BayesianOptimization(Strategy):
     # -- set-up -----------------------------------------------------------------------------
     def _without_model(self, space: SearchSpace, limit: int, known: int = 0) -> bool:
         """No model: nothing to model, a small space measured in full anyway (an adaptive budget,
-        or a share of 1.0), or no more candidates left than the initial design takes. A small space
-        under a smaller budget keeps the model."""
+        or a share of 1.0), no more candidates left than the initial design takes, or a budget of
+        two evaluations or fewer (the model proposes once two results are valid, so it would never
+        propose, and SMAC's import, seconds, would be for nothing). A small space under a smaller
+        budget keeps the model."""
         n_initial = self.config.initial_size(len(space.names), limit, len(space))
         measured_in_full = exhaustive_is_cheaper(len(space)) and limit >= len(space)
-        return not space.names or measured_in_full or len(space) - known <= n_initial
+        too_few = limit <= 2 or len(space) - known <= n_initial
+        return not space.names or measured_in_full or too_few
 
     def _design(self, warm_start: Sequence[int], seed: int) -> list[int]:
         """Warm-start candidates, then a random order whose head is the initial design: with
