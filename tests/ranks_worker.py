@@ -1,6 +1,6 @@
 """One rank of a gloo process group tuning ``double_kernel`` together with the others.
 
-``python ranks_worker.py INIT_FILE RANK WORLD SCENARIO``: initialises torch.distributed (gloo,
+``python ranks_worker.py INIT_FILE RANK WORLD [killed_leader]``: initialises torch.distributed (gloo,
 ``file://`` rendezvous), enables :func:`triton_dejavu_like.distributed` (unless
 ``TRITON_DEJAVU_DISTRIBUTED=1`` enables it), meets the other ranks at a barrier, then launches the
 kernel for the scenario's keys with a counting ``do_bench`` that returns a random time per config
@@ -17,6 +17,9 @@ classes of the error it raised. Then ``hook``: the tuner's ``pre_hook`` raises o
 configs 1, 2 and 3 (the first of each other member's share) compute a wrong result fastest; the rank
 reports the config chosen, whether its result was right, which of the configs it knows of were
 valid, the benchmarks and the launches (the tuner's ``pre_hook`` calls) it ran.
+
+With ``killed_leader``, only that: rank 0 leads key 1200 and is killed at its first benchmark; the
+others report the config they launch.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ import datetime
 import json
 import math
 import random
+import signal
 import sys
+import time
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  # this checkout's package
@@ -148,6 +153,23 @@ def checked_phase() -> dict:
     }
 
 
+def killed(kernel_call, quantiles=(0.5, 0.2, 0.8)):  # type: ignore[no-untyped-def]
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def killed_leader(rank: int) -> dict:
+    """Key 1200: rank 0 misses it first (the others 2 s later, within the join window) and is killed
+    (SIGKILL) at its first benchmark; the others report the config they launch and what they raised."""
+    tuner = make_tuner(bench=killed if rank == 0 else RandomBench(explode=False), configs=CONFIGS)
+    dist.barrier()
+    if rank:
+        time.sleep(2.0)
+    launch(tuner, 1200)
+    best = tuner.best_config
+    assert best is not None
+    return {"config": [best.kwargs["BLOCK"], best.num_warps]}
+
+
 def main() -> None:
     init, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     timeout = datetime.timedelta(seconds=60)
@@ -156,6 +178,9 @@ def main() -> None:
     )
     if os.environ.get("TRITON_DEJAVU_DISTRIBUTED") != "1":
         tdl.distributed()
+    if sys.argv[4:] == ["killed_leader"]:
+        print(json.dumps({"rank": rank, "killed_leader": killed_leader(rank)}), flush=True)
+        os._exit(0)
     bench = RandomBench(explode=False)
     tuner = make_tuner(bench=bench, configs=CONFIGS)
     recorded = counted_records(tuner)

@@ -26,6 +26,7 @@ import triton_dejavu_like as tdl
 from triton_dejavu_like.codec import config_id
 from triton_dejavu_like.store import StoredEntry
 from triton_dejavu_like.store.identity import stable_hash
+from triton_dejavu_like.store.lease import this_process
 from triton_dejavu_like.tuner import ranks, ranks_key, ranks_meeting
 from triton_dejavu_like.tuner.key import TuningKey
 from triton_dejavu_like.tuner.tuning import Outcome
@@ -76,6 +77,36 @@ def phases(tmp_path_factory) -> list[dict]:
         for proc in procs:
             proc.kill()
     return sorted(results, key=lambda r: r["rank"])
+
+
+@pytest.mark.filterwarnings("ignore::triton_dejavu_like.DejavuTuningWarning")
+def test_ranks_whose_leader_is_killed_agree_without_waiting_out_its_timeout(tmp_path):
+    """3 ranks; the leader is SIGKILLed in its share. The members, on its host, see its process gone
+    and agree on one config without waiting 2T for its decision (T = 600 s here: the test gives them
+    150 s)."""
+    environ = {
+        **os.environ,
+        "TRITON_DEJAVU_STORAGE": str(tmp_path / "store"),
+        "TRITON_INTERPRET": "1",
+        "TRITON_DEJAVU_SINGLE_FLIGHT_TIMEOUT": "600",
+        "TRITON_DEJAVU_JOIN_WINDOW": "20",  # closed as soon as all 3 joined
+    }
+    command = [sys.executable, str(WORKER), str(tmp_path / "rendezvous")]
+    procs = [
+        subprocess.Popen(
+            [*command, str(rank), "3", "killed_leader"], stdout=subprocess.PIPE, text=True, env=environ
+        )
+        for rank in range(3)
+    ]
+    try:
+        outputs = [proc.communicate(timeout=TIMEOUT_S)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert [proc.returncode for proc in procs] == [-9, 0, 0]
+    configs = [json.loads(out.strip().splitlines()[-1])["killed_leader"]["config"] for out in outputs[1:]]
+    assert configs[0] == configs[1]
 
 
 def test_four_ranks_split_one_key_and_agree(phases):
@@ -495,9 +526,9 @@ def test_timings_are_gathered_within_one_wait_however_many_members_are_gone():
     waits = []
 
     class Meeting(ranks_meeting.Meeting):
-        def read(self, name, timeout_s=None):
+        def read(self, name, timeout_s=None, *, publisher=None):
             waits.append(timeout_s)
-            return super().read(name, timeout_s)
+            return super().read(name, timeout_s, publisher=publisher)
 
     meeting = Meeting(dist.HashStore(), "p/", 0.3)
     candidates = [triton.Config({"BLOCK": b}) for b in (16, 32, 64, 128)]
@@ -571,19 +602,36 @@ class Rank:
 SCOPE = ["kernel", "key", "candidates"]
 
 
+MEETING = f"{ranks_meeting.PREFIX}{stable_hash(SCOPE)}/"
+
+
+def ended_process() -> dict:
+    """A process of this host that ended (and was reaped), as a rank publishes its own."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=60)
+    return {**this_process(), "pid": proc.pid}
+
+
 def tune_in_threads(
-    group: list[Rank | None], timeout_s: float = 5.0, size: int | None = None, name: str = "kernel"
+    group: list[Rank | None],
+    timeout_s: float = 5.0,
+    size: int | None = None,
+    name: str = "kernel",
+    ended: bool = False,
 ) -> None:
-    """The ranks of ``group`` miss the key in its order (None: a member that joins, then dies), for
-    the kernel ``name`` (each test its own: a warning is given once per kernel)."""
+    """The ranks of ``group`` miss the key in its order (None: a member that joins, then dies; with
+    ``ended``, a member whose process is seen to have ended), for the kernel ``name`` (each test its
+    own: a warning is given once per kernel)."""
     store = dist.HashStore()
-    joined = f"{ranks_meeting.PREFIX}{stable_hash(SCOPE)}/joined"
+    joined = f"{MEETING}joined"
     threads = []
     for order, rank in enumerate(group):
         while int(store.add(joined, 0)) < order:  # the previous rank joined: the join order is fixed
             time.sleep(0.001)
         if rank is None:
             store.add(joined, 1)
+            if ended:
+                store.set(f"{MEETING}process/{order}", json.dumps(ended_process()))
             continue
         thread = threading.Thread(target=rank.tune, args=(store, size or len(group), timeout_s, name))
         thread.start()
@@ -772,6 +820,56 @@ def test_the_leader_measures_the_share_of_a_member_that_is_gone_and_says_so(capl
     assert launched(group) == [256, 256]
     assert [rank.recorded[0].entry.to_json()["evaluated"] for rank in (group[0], group[2])] == [6, 6]
     assert "member 1 of the 3 ranks tuning key (64,) together gave no timings" in caplog.text
+
+
+@pytest.mark.filterwarnings("ignore::triton_dejavu_like.DejavuTuningWarning")  # read in the log
+def test_a_leader_measures_at_once_the_share_of_a_member_whose_process_ended(caplog):
+    """Member 1 joins and its process ends (SIGKILL, OOM) before it publishes its share: on its host
+    the leader sees it gone and measures its share without waiting the whole wait T for it (60 s
+    here; the threads are given 60 s in all)."""
+    candidates = blocks(16, 32, 64, 128, 256, 512)
+    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 3.0, 256: 1.0, 512: 2.0}  # member 1's share: 32, 256
+    group = [Rank(times, candidates), None, Rank(times, candidates)]
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        tune_in_threads(group, timeout_s=60.0, name="member_ended", ended=True)
+    assert launched(group) == [256, 256]
+    assert "member 1 of the 3 ranks tuning key (64,) together gave no timings" in caplog.text
+
+
+class KilledLeader(Rank):
+    """A leader whose process is killed in its share (it never publishes anything again): its
+    published process is one that ended; it stays silent until the members are done (or 30 s)."""
+
+    def __init__(self, times, candidates, members: list[Rank]) -> None:
+        super().__init__(times, candidates)
+        self.members = members
+        self.members_done_first = False
+
+    def tune(self, store, size: int, timeout_s: float, name: str) -> None:
+        self.store = store
+        super().tune(store, size, timeout_s, name)
+
+    def measure(self, subset, reference=None, *, careful=False) -> Outcome:
+        self.store.set(f"{MEETING}process/0", json.dumps(ended_process()))
+        self.members_done_first = all(member.done.wait(30.0) for member in self.members)
+        raise KeyboardInterrupt  # ends the thread (a killed process publishes nothing: too late here)
+
+
+@pytest.mark.filterwarnings("ignore::triton_dejavu_like.DejavuTuningWarning")  # read in the log
+def test_members_of_a_leader_whose_process_ended_agree_without_waiting_for_it(caplog):
+    """The leader's process ends in its share (SIGKILL, OOM): the members on its host see it gone and
+    agree on the best of their shares, without waiting out 2T for its decision (120 s here: they
+    waited that long, whereas the leader's process was known gone)."""
+    candidates = blocks(16, 32, 64, 128, 256, 512)
+    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 1.0, 256: 3.0, 512: 2.0}  # the leader's: 16, 128
+    members = [Rank(times, candidates), Rank(times, candidates)]
+    leader = KilledLeader(times, candidates, members)
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        tune_in_threads([leader, *members], timeout_s=60.0, name="leader_ended")
+    assert leader.members_done_first
+    assert launched(members) == [512, 512]  # the best of the members' shares: 32, 256 and 64, 512
+    assert [member.recorded for member in members] == [[], []]
+    assert "(its process, pid" in caplog.text and "is gone); member 1 of the group chose" in caplog.text
 
 
 def test_the_stored_entry_holds_the_best_and_the_failures_of_every_share():

@@ -35,6 +35,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .._log import DejavuTuningWarning, log, warn_once
 from .layout import LEASE_SUFFIX, STALE_LEASE_SUFFIX
@@ -75,9 +76,7 @@ class LeaseInfo:
     def same_pid_space(self) -> bool:
         """The holder's pid can be looked up here: same host, and the same pid namespace if both
         sides know theirs."""
-        if self.host != socket.gethostname():
-            return False
-        return not (self.pid_namespace and _PID_NAMESPACE and self.pid_namespace != _PID_NAMESPACE)
+        return _same_pid_space(self.host, self.pid_namespace)
 
     def describe(self) -> str:
         if self.pid < 0:  # created and not written yet (or unreadable): only its age is known
@@ -92,6 +91,24 @@ def lease_path(cache_path: Path, key_id: str) -> Path:
     """The lease file of ``key_id`` beside ``cache_path`` (a hash: key ids can be long)."""
     digest = hashlib.sha256(key_id.encode("utf-8")).hexdigest()[:16]
     return cache_path.with_name(f"{cache_path.name}{LEASE_SUFFIX}{digest}")
+
+
+def _same_pid_space(host: str, pid_namespace: str) -> bool:
+    if host != socket.gethostname():
+        return False
+    return not (pid_namespace and _PID_NAMESPACE and pid_namespace != _PID_NAMESPACE)
+
+
+def this_process() -> dict[str, Any]:
+    """What names this process to others (JSON): its host, pid and pid namespace."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_namespace": _PID_NAMESPACE}
+
+
+def process_gone(host: str, pid: int, pid_namespace: str = "") -> bool:
+    """Whether the process named (as :func:`this_process` names it) is known to have ended: its pid
+    can be looked up here (same host, same pid namespace) and does not exist or is a zombie. False
+    where that cannot be told (another host, another pid namespace): only a timeout tells then."""
+    return pid > 0 and _same_pid_space(host, pid_namespace) and not _pid_alive(pid)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -194,9 +211,7 @@ class Lease:
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "pid_namespace": _PID_NAMESPACE,
+            **this_process(),
             "started": time.time(),
             "token": self.token,
             "key": self.key_id[:500],

@@ -32,7 +32,9 @@ Per key (see docs/consensus.md):
    entry, and records the entry.
 4. Members wait for the decision and record the leader's entry too (a rank that joined late does the
    same), so that each rank's own storage (node-local by default) holds the group's winner. If the
-   leader fails (it publishes an error) or does not answer in time, the first member that delivered
+   leader fails (it publishes an error), does not answer in time, or its process is seen gone (it
+   ended on this host: every rank publishes its process when it joins, and a rank waiting for
+   another stops waiting once that process has ended), the first member that delivered
    its share gathers every share published within the wait, picks by the same rule and publishes
    its choice (``backup/j``), which the later members use: they still agree. Nothing is recorded.
    The leader's decision and a member's choice are settled (``add(settled, 1)``, the first decides):
@@ -150,7 +152,7 @@ def tune_together(
         meeting, key, kernel_name, candidates, measure, record, config_id, time.perf_counter(), stored=stored
     )
     order = int(store.add(meeting.key("joined"), 1)) - 1
-    if 0 < order < CLOSED:  # named in the leader's warning if this rank's share does not arrive
-        meeting.publish(f"rank/{order}", _global_rank())
+    if order < CLOSED:  # the others stop waiting for this member once it is gone (named in warnings)
+        meeting.introduce(order, _global_rank())
     with lead() if order == 0 else contextlib.nullcontext():
         return tuning.run(order, size)

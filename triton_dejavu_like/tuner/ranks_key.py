@@ -76,7 +76,9 @@ class KeyTuning:
             if found is not None:
                 return found
         else:
-            members = self.join(self.meeting.read("members", configured_window_s() + MEMBERS_TIMEOUT_S))
+            members = self.join(
+                self.meeting.read("members", configured_window_s() + MEMBERS_TIMEOUT_S, publisher=0)
+            )
             if members is None:
                 return self.alone("the group of ranks did not form")
             if not 0 < order < members:  # the leader found the key recorded: its decision
@@ -119,8 +121,8 @@ class KeyTuning:
 
     def late(self) -> Outcome:
         listed = self.candidates
-        joined = self.join(self.meeting.read("members"))
-        adopted = self.adopt(self.meeting.read("decision"), {}) if joined is not None else None
+        joined = self.join(self.meeting.read("members", publisher=0))
+        adopted = self.adopt(self.meeting.read("decision", publisher=0), {}) if joined is not None else None
         if adopted is not None:
             return adopted
         self.candidates = listed
@@ -305,7 +307,7 @@ class KeyTuning:
     def warn_missing(self, missing: list[int], members: int) -> None:
         named = []
         for member in missing:
-            rank = self.meeting.read(f"rank/{member}", 0.001)
+            rank = (self.meeting.process(member) or {}).get("rank")
             named.append(f"member {member}" + (f" (rank {rank})" if isinstance(rank, int) else ""))
         warn_once(
             DejavuTuningWarning,
@@ -322,19 +324,23 @@ class KeyTuning:
     def follow(self, order: int, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
         """Use the leader's decision; without one, the decision of the first member that delivered
         its share (made from every share it gathers), so that the members still agree."""
-        # the leader gathers, then re-measures
-        decision = self.meeting.read("decision", 2 * self.meeting.timeout_s)
+        # the leader gathers, then re-measures (a leader seen gone is not waited for)
+        decision = self.meeting.read("decision", 2 * self.meeting.timeout_s, publisher=0)
         adopted = self.adopt(decision, own)
         if adopted is not None:
             return adopted
+        gone = self.meeting.gone(0) if decision is None else None
         why = str(decision.get("error")) if isinstance(decision, dict) else "timed out"
+        why = f"its process, {gone}, is gone" if gone else why
         timeout = self.meeting.timeout_s
-        # a leader that failed at once leaves slower members measuring; after 2T, every share is there
-        wait = timeout if isinstance(decision, dict) else 0.0
+        # a leader that failed (or ended) at once leaves slower members measuring; after 2T, every
+        # share is there
+        wait = timeout if isinstance(decision, dict) or gone else 0.0
         for member in range(1, order):  # a member before this one decides, unless it failed or is gone
-            if not delivered(self.meeting.read(f"timings/{member}", max(wait, 0.001))):
+            if not delivered(self.meeting.read(f"timings/{member}", max(wait, 0.001), publisher=member)):
                 continue
-            backup = self.meeting.read(f"backup/{member}", wait + timeout)  # it gathers, then decides
+            # it gathers, then decides
+            backup = self.meeting.read(f"backup/{member}", wait + timeout, publisher=member)
             if decided(backup, len(self.candidates)) is not None:
                 return self.use(backup, own, why, member, members)
         return self.decide_without_leader(order, members, own, failed, why, wait)
@@ -386,7 +392,8 @@ class KeyTuning:
             DejavuTuningWarning,
             f"{self.kernel_name}:ranks",
             "%s: the leading rank gave no decision for key %s (%s); member %s of the group chose the "
-            "best of the timings of %s of its %d members' shares for all members; not stored",
+            "best of the timings of %s of its %d members' shares for all members; not stored (the next run "
+            "tunes the key again)",
             self.kernel_name,
             self.key.values,
             why,

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import _env
 from .._log import log
+from ..store.lease import process_gone, this_process
 
 #: Seconds the first rank to miss a key waits for others to miss it too (default of
 #: ``TRITON_DEJAVU_JOIN_WINDOW``). A rank that misses it later is late and uses the group's decision:
@@ -28,6 +29,9 @@ MEMBERS_TIMEOUT_S = 60.0
 #: Added to the join counter to close a group (no group has this many ranks).
 CLOSED = 1 << 40
 PREFIX = "triton_dejavu_like/"
+#: While a rank waits for what another member publishes, it looks this often whether that member's
+#: process is gone (on this host, in this pid namespace), so as not to wait out the timeout for it.
+GONE_CHECK_S = 1.0
 
 Timings = dict[int, list[float]]
 
@@ -70,6 +74,7 @@ class Meeting:
         self.store = store
         self.prefix = prefix
         self.timeout_s = timeout_s
+        self._processes: dict[int, dict[str, Any]] = {}  # the members' processes, as published
 
     def key(self, name: str) -> str:
         return f"{self.prefix}{name}"
@@ -77,15 +82,63 @@ class Meeting:
     def publish(self, name: str, value: Any) -> None:
         self.store.set(self.key(name), json.dumps(value))
 
-    def read(self, name: str, timeout_s: float | None = None) -> Any | None:
-        """The JSON value published under ``name``, or None after the timeout."""
-        wait = self.timeout_s if timeout_s is None else timeout_s
-        try:
-            self.store.wait([self.key(name)], _dt.timedelta(seconds=wait))
-            return json.loads(self.store.get(self.key(name)).decode("utf-8"))
-        except (RuntimeError, ValueError) as exc:  # c10d timeouts are RuntimeErrors (DistStoreError)
-            log.debug("no %s within %.1f s (%s)", self.key(name), wait, str(exc)[:200])
+    def introduce(self, order: int, rank: int | None) -> None:
+        """Publish this process (host, pid, pid namespace) and its global rank as member ``order``:
+        the others stop waiting for what it would publish once they see it is gone."""
+        self.publish(f"process/{order}", {**this_process(), "rank": rank})
+
+    def process(self, member: int) -> dict[str, Any] | None:
+        """What member ``member`` published of its process (None: nothing yet, or not valid)."""
+        if member not in self._processes:
+            name = f"process/{member}"
+            value = self._value(name) if self._waited(name, time.monotonic(), None) else None
+            if not isinstance(value, dict):
+                return None
+            self._processes[member] = value
+        return self._processes[member]
+
+    def gone(self, member: int) -> str | None:
+        """How member ``member`` is known to have ended ("pid P on HOST"), or None: it runs, or runs
+        where its pid cannot be looked up (another host or pid namespace: only a timeout tells)."""
+        named = self.process(member) or {}
+        host, pid, namespace = named.get("host"), named.get("pid"), named.get("pid_namespace", "")
+        if not (isinstance(host, str) and type(pid) is int and isinstance(namespace, str)):
             return None
+        return f"pid {pid} on {host}" if process_gone(host, pid, namespace) else None
+
+    def read(self, name: str, timeout_s: float | None = None, *, publisher: int | None = None) -> Any | None:
+        """The JSON value published under ``name``, or None after the timeout, or as soon as the
+        member ``publisher`` (who would publish it) is known to be gone (checked every
+        :data:`GONE_CHECK_S`)."""
+        wait = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + wait
+        gone = False  # once it is, one last look: it may have published just before it ended
+        while not self._waited(name, time.monotonic() if gone else deadline, publisher):
+            if gone or deadline <= time.monotonic():
+                log.debug("no %s within %.1f s", self.key(name), wait)
+                return None
+            gone = publisher is not None and self.gone(publisher) is not None
+        return self._value(name)
+
+    def _value(self, name: str) -> Any | None:
+        """The JSON value published under ``name`` (there), or None if it is not valid."""
+        try:
+            return json.loads(self.store.get(self.key(name)).decode("utf-8"))
+        except (RuntimeError, ValueError) as exc:
+            log.debug("%s is not valid (%s)", self.key(name), str(exc)[:200])
+            return None
+
+    def _waited(self, name: str, deadline: float, publisher: int | None) -> bool:
+        """Whether ``name`` was published by the deadline, or (with a publisher) within the next
+        :data:`GONE_CHECK_S` of it."""
+        seconds = deadline - time.monotonic()
+        if publisher is not None:
+            seconds = min(seconds, GONE_CHECK_S)
+        try:
+            self.store.wait([self.key(name)], _dt.timedelta(seconds=max(0.001, seconds)))
+        except RuntimeError:  # c10d timeouts are RuntimeErrors (DistStoreError)
+            return False
+        return True
 
 
 @contextlib.contextmanager
@@ -145,13 +198,16 @@ def gather(
     failures: dict[int, str] | None = None,
 ) -> dict[int, Timings]:
     """The shares the other members (not ``order``) publish within ``within_s`` in all, by member (a
-    member that was killed is waited for once, not once per member after it); a member that failed
-    or did not publish in time is missing. The reasons of their failures are added to ``failures``."""
+    member that was killed is waited for once, not once per member after it, and not at all once it
+    is seen gone); a member that failed or did not publish in time is missing. The reasons of their
+    failures are added to ``failures``."""
     shares: dict[int, Timings] = {}
     deadline = time.monotonic() + within_s
     for member in range(members):
         if member != order:
-            value = meeting.read(f"timings/{member}", max(0.001, deadline - time.monotonic()))
+            value = meeting.read(
+                f"timings/{member}", max(0.001, deadline - time.monotonic()), publisher=member
+            )
             if delivered(value):
                 shares[member] = decode_timings(value, n)
                 if failures is not None:
