@@ -213,8 +213,22 @@ def test_a_lock_held_too_long(tmp_path):
     cf.lock_path.parent.mkdir(parents=True)
     with open(cf.lock_path, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.warns(DejavuStorageWarning, match="could not lock"):
+        with pytest.warns(DejavuStorageWarning, match="could not lock") as caught:
             assert not cf.record(entries_for([(1,)]))
+    assert f"continue or end it (fuser {cf.lock_path} names it)" in str(caught[0].message)
+
+
+def test_a_root_that_cannot_be_written_says_what_to_do(tmp_path):
+    """A rank or process whose storage root cannot be created (under a file: root ignores modes) tunes,
+    launches its winner, and is told to point the storage elsewhere (it said only that results stay in
+    memory)."""
+    (tmp_path / "file").write_text("")
+    tuner = make_tuner(bench=InstantBench(), custom_data_storage=tmp_path / "file" / "root")
+    with pytest.warns(DejavuStorageWarning, match="cannot write tuning results under") as caught:
+        launch(tuner, 50)
+    assert tuner.last_decision == "tuned"
+    texts = [str(w.message) for w in caught if "cannot write" in str(w.message)]
+    assert "point TRITON_DEJAVU_STORAGE (or custom_data_storage=) at a folder" in texts[0]
 
 
 # --- settings -------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from typing import Any
 
 import filelock
 
+from .. import _env
 from .._log import DejavuStorageWarning, warn_once
 from ..codec import canonical_json
 from . import document, files
@@ -347,16 +348,22 @@ class CacheFile:
             warn_once(
                 DejavuStorageWarning,
                 str(self.lock_path),
-                "could not lock %s within %.3g s; keeping results in memory",
+                "could not lock %s within %.3g s; keeping results in memory for this process (they "
+                "are not stored). Another process holds it: one stopped (SIGSTOP) or hung while it "
+                "writes; continue or end it (fuser %s names it)",
                 self.lock_path,
                 self.lock_timeout,
+                self.lock_path,
             )
         except OSError as exc:
             warn_once(
                 DejavuStorageWarning,
                 str(self.root),
-                "cannot write tuning results under %s (%s); results stay in memory for this process",
+                "cannot write tuning results under %s (%s); results stay in memory for this process "
+                "and later processes tune these keys again: point %s (or custom_data_storage=) at a "
+                "folder this process can write",
                 self.root,
                 exc,
+                _env.STORAGE,
             )
         return False
