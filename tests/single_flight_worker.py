@@ -7,6 +7,7 @@ benchmarks this process ran and the chosen BLOCK. ``--started``: at the first be
 process's pid to PATH, then waits there until the file ``--release`` names exists (a holder kept
 mid-tuning until the test lets it go, or kills it). ``--meet DIR --count K``:
 at the first benchmark, wait (at most 60 s) until K processes have benchmarked (they tune at once).
+``--stale S``: a lease is stale after S s without a heartbeat (every S / 10 s), instead of 30 s.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  # this checkout's package
 
 from storage_helpers import InstantBench, launch, make_tuner  # noqa: E402
+
+from triton_dejavu_like.store import lease  # noqa: E402
 
 
 class RandomBench(InstantBench):
@@ -63,7 +66,10 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.05)
     parser.add_argument("--meet")
     parser.add_argument("--count", type=int, default=0)
+    parser.add_argument("--stale", type=float)
     args = parser.parse_args()
+    if args.stale is not None:
+        lease.STALE_AFTER_S, lease.HEARTBEAT_S = args.stale, args.stale / 10
     go = Path(args.go)
     deadline = time.monotonic() + 120
     while not go.exists() and time.monotonic() < deadline:

@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from storage_helpers import AS_ROOT, InstantBench, deny_opens, launch, make_tuner
+from storage_helpers import AS_ROOT, InstantBench, deny_opens, launch, make_tuner, stored_entries
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like import DejavuTuningWarning
@@ -134,6 +134,35 @@ def test_a_holder_killed_mid_tuning_is_taken_over(tmp_path):
         holder.communicate(timeout=TIMEOUT_S)
     assert result["decision"] == "tuned" and result["benchmarks"] == 3
     assert leases(root) == []
+
+
+def test_a_stopped_holder_is_taken_over_and_warns_when_continued(tmp_path):
+    """A holder stopped (SIGSTOP) mid-tuning is alive, but its heartbeat stops: a waiter on its own
+    host takes its key over once the heartbeat is older than STALE_AFTER_S (2 s here), tunes and
+    records. The holder, continued, warns that it lost the lease (it looks dead to every other
+    process, not only to other hosts), records its own result (the later record wins) and removes
+    no lease but its own."""
+    root, go, started = tmp_path / "store", tmp_path / "go", tmp_path / "started"
+    release = tmp_path / "release"
+    go.touch()
+    holder = start_worker(root, go, 450, "--started", str(started), "--release", str(release), "--stale", "2")
+    try:
+        assert holder_of(started, [holder]) is holder  # it took the lease and is benchmarking
+        holder.send_signal(signal.SIGSTOP)
+        waiter, _ = result_of(start_worker(root, go, 450, "--stale", "2"))
+        release.touch()
+        holder.send_signal(signal.SIGCONT)
+        result, err = result_of(holder)
+    finally:
+        holder.send_signal(signal.SIGCONT)
+        holder.kill()
+        holder.communicate(timeout=TIMEOUT_S)
+    assert waiter["decision"] == "tuned" and waiter["benchmarks"] == 3
+    assert result["decision"] == "tuned"
+    assert "lost the tuning lease" in err and "looks dead to the other processes" in err
+    assert leases(root) == []
+    (entry,) = stored_entries(next(root.rglob("cache.json"))).values()
+    assert entry["config"]["kwargs"]["BLOCK"] == result["block"]
 
 
 def write_lease(path: Path, *, host: str, pid: int, age_s: float, **extra: str) -> None:

@@ -256,8 +256,10 @@ class Lease:
                     DejavuTuningWarning,
                     str(self.path),
                     "lost the tuning lease %s of key %s (%s): another process may tune that key "
-                    "too. A holder looks dead to other hosts when its lease is not refreshed for "
-                    "%.0f s (a paused process, clocks that disagree, a storage root removed)",
+                    "too (both results are valid; the later record wins). A holder looks dead to the "
+                    "other processes, on its host too, when its lease is not refreshed for %.0f s (a "
+                    "paused process, clocks that disagree, a storage root removed): keep tuning processes "
+                    "running (no SIGSTOP), the clocks synchronised (NTP) and the root in place",
                     self.path,
                     self.key_id[:200],
                     lost,
