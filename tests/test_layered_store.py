@@ -239,6 +239,22 @@ def test_winners_a_shipped_store_holds_for_another_gpu_seed_a_new_search(tmp_pat
         forget_stores()
 
 
+def test_winners_stored_with_another_config_list_seed_a_search_when_they_are_candidates(
+    tmp_path, monkeypatch
+):
+    """A ConfigSpace lists other configs on another GPU (num_ctas on Hopper only), and a library may
+    pick its list per GPU: the other GPU's winners that are among this list's candidates still seed
+    a new key's search; one that is not a candidate here is left out, however often it won."""
+    monkeypatch.setenv("TRITON_DEJAVU_STORAGE", str(tmp_path))
+    assert first_measured_block() != 16
+    shutil.rmtree(tmp_path)
+    tuner = tuned_add()
+    seed(tuner, tmp_path, {add_key(64): 16}, gpu="NVIDIA_H100", kernel_configs="another-list")
+    seed(tuner, tmp_path, {add_key(64): 2, add_key(128): 2}, gpu="NVIDIA_H100", kernel_configs="a-third-list")
+    assert first_measured_block() == 16
+    assert 2 not in [c.kwargs["BLOCK"] for c in block_configs()]
+
+
 def test_the_warm_start_counts_the_layers_keys_as_serving_reads_them(roots):
     """A key of another GPU stored in several roots counts once, from the first root that holds it;
     the layers' results for this GPU are restored, not taken as another GPU's."""

@@ -2,12 +2,13 @@
 
 A kernel tuned on one GPU is often tuned again on another: the winners there are better first
 guesses than random candidates. This module finds the cache files of the same kernel (same name,
-code version, config list and tuning key features) for every other platform, tuner setting and tag,
+code version and tuning key features) for every other platform, tuner setting, config list and tag,
 under the written root and in every read-only layer (the other roots of ``TRITON_DEJAVU_STORAGE``,
-the stores of ``add_store``), and lists their winning configs, the most frequent first. A key of one
-identity stored in several roots counts once, from the first root that holds it (as serving reads
-the layers). The files are read with the cache file reader (size-bounded, validated); nothing in
-them is executed, and a file or folder that cannot be read is skipped.
+the stores of ``add_store``), and lists their winning configs, the most frequent first (the caller
+keeps those among its candidates). A key of one identity stored in several roots counts once, from
+the first root that holds it (as serving reads the layers). The files are read with the cache file
+reader (size-bounded, validated); nothing in them is executed, and a file or folder that cannot be
+read is skipped.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ MAX_FOREIGN_SEEDS = 5
 #: each layer's in order).
 MAX_FOREIGN_FILES = 64
 #: What may differ between this kernel's file and a sibling's: the platform, the tuner settings
-#: (another strategy or budget still found good configs) and the tag.
-VARYING = (*PLATFORM_FIELDS, "autotune_config", "tag")
+#: (another strategy or budget still found good configs), the config list (a ConfigSpace lists
+#: other configs on another GPU, a library picks its list per GPU, a list grew: a winner that is
+#: among this list's candidates is a good first guess; the others are dropped) and the tag.
+VARYING = (*PLATFORM_FIELDS, "autotune_config", "kernel_configs", "tag")
 
 
 def sibling_cache_files(root: Traversable, identity: Mapping[str, Any], own: Path | None = None) -> list[Any]:
