@@ -30,7 +30,9 @@ SCRIPT = textwrap.dedent(
     import triton_dejavu_like as tdl
     from triton_dejavu_like import _compat
     from triton_dejavu_like.measure import gate
-    from triton_dejavu_like.measure.compile_pool import CallSpec, CannotCompileHere, CompilePool, _token_of
+    from triton_dejavu_like.measure.compile_call import CallSpec, token_of
+    from triton_dejavu_like.measure.compile_pool import CompilePool
+    from triton_dejavu_like.measure.compile_worker import CannotCompileHere
     from triton_dejavu_like.tuner.errors import candidates_failed
 
 
@@ -55,7 +57,7 @@ SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
-        token = _token_of(make_kernel().kernel_recipe().fn)
+        token = token_of(make_kernel().kernel_recipe().fn)
         pool = CompilePool(2, 0, "fork", answers)
         pool.start()
         inherited = pool._executor.submit(compiler_state_inherited).result(timeout=60)
@@ -65,7 +67,7 @@ SCRIPT = textwrap.dedent(
         too_big, invalid = (verdict.failure() for verdict in verdicts[1:])
         raised = candidates_failed("no candidate ran", too_big)  # were it the first candidate
         gate_compiled = pool.submit_job(gate.compile_kernel).result(timeout=300)
-        later = _token_of(make_kernel().kernel_recipe().fn)  # registered after the fork
+        later = token_of(make_kernel().kernel_recipe().fn)  # registered after the fork
         lost = CallSpec(later, call.args, ())
         try:
             pool.submit(lost, configs[0]).result(timeout=60)
@@ -430,7 +432,7 @@ def test_a_kernel_given_to_compile_workers_is_freed_once_deleted():
     import triton.language as tl
 
     import triton_dejavu_like as tdl
-    from triton_dejavu_like.measure.compile_pool import _token_of
+    from triton_dejavu_like.measure.compile_call import token_of
 
     def make_kernel():
         @tdl.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=[])
@@ -441,13 +443,13 @@ def test_a_kernel_given_to_compile_workers_is_freed_once_deleted():
         return fill
 
     kernels = [make_kernel() for _ in range(3)]
-    tokens = [_token_of(k.kernel_recipe().fn) for k in kernels]
-    assert _token_of(kernels[0].kernel_recipe().fn) == tokens[0]  # a kernel keeps its token
+    tokens = [token_of(k.kernel_recipe().fn) for k in kernels]
+    assert token_of(kernels[0].kernel_recipe().fn) == tokens[0]  # a kernel keeps its token
     gone = [weakref.ref(k.kernel_recipe().fn) for k in kernels]
     del kernels
     gc.collect()
     assert all(ref() is None for ref in gone)
-    assert _token_of(make_kernel().kernel_recipe().fn) not in tokens  # never another kernel's token
+    assert token_of(make_kernel().kernel_recipe().fn) not in tokens  # never another kernel's token
 
 
 CRASHING = textwrap.dedent(
@@ -459,7 +461,8 @@ CRASHING = textwrap.dedent(
 
     import triton_dejavu_like as tdl
     from triton_dejavu_like import _compat
-    from triton_dejavu_like.measure.compile_pool import CallSpec, CompilePool, _token_of, compiled_safely
+    from triton_dejavu_like.measure.compile_call import CallSpec, token_of
+    from triton_dejavu_like.measure.compile_pool import CompilePool, compiled_safely
     from triton_dejavu_like.measure.pipeline import Pipeline
     from triton_dejavu_like.search import BatchSearch, Budget, SearchSpace, make_strategy
 
@@ -490,7 +493,7 @@ CRASHING = textwrap.dedent(
 
         CompilePool.shared = classmethod(fresh)
         triton.knobs.runtime.jit_cache_hook = crash_the_compiler  # in this process and the workers
-        token = _token_of(copy.kernel_recipe().fn)
+        token = token_of(copy.kernel_recipe().fn)
         tensor = ("tensor", ("float32", True))
         call = CallSpec(token, (tensor, tensor), ())
         search = BatchSearch(make_strategy("exhaustive"), SearchSpace.from_configs(configs), Budget())

@@ -385,7 +385,7 @@ def test_compile_workers_are_used_only_when_rerunning_the_main_script_is_harmles
     import sys
     import types
 
-    from triton_dejavu_like.measure.compile_pool import main_reimport_is_harmless
+    from triton_dejavu_like.measure.main_script import main_reimport_is_harmless
 
     script = tmp_path / "script.py"
     script.write_text(source)

@@ -36,220 +36,36 @@ nothing else in flight is ruled out (:meth:`~.pipeline.Pipeline.run_streamed`); 
 the tuning process, which the crash would end. A worker that cannot even try (it does not know the kernel,
 or cannot import its module) hands the candidate back to be compiled in the parent: it is never
 ruled out for that.
+
+This module is the tuning process's side: the pool and when a tuning run uses it. What a worker is
+sent is :mod:`.compile_call`'s, what it runs :mod:`.compile_worker`'s, and whether a fork-server
+worker may re-import the main script :mod:`.main_script`'s.
 """
 
 from __future__ import annotations
 
-import ast
 import atexit
 import concurrent.futures as cf
 import contextlib
-import itertools
 import multiprocessing
 import os
-import sys
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .. import _compat, _env
 from .._compat import Config
 from .._log import DejavuConfigWarning, log, warn_once
-from ..codec import EncodingError, decode_config, encode_config
+from ..codec import EncodingError, encode_config
+from .compile_call import CallSpec, Unsupported, forked_kernels
+from .compile_worker import compile_candidate, init_forked, init_worker, run_ahead
 from .forking import forking
-from .isolation.settings import FORKSERVER_PRELOAD, IsolationError
-from .isolation.transfer import KernelRef, PackedFailure, exit_with_process, pack_failure
-from .launch import LaunchContext, one_line_reason, prepare_launcher
+from .isolation.settings import FORKSERVER_PRELOAD
+from .isolation.transfer import PackedFailure
+from .launch import LaunchContext
+from .main_script import main_reimport_is_harmless
 from .recipe import KernelRecipe
-
-#: How one argument travels to a compile worker: a tensor stand-in (dtype name, 16-byte aligned?)
-#: or a plain value.
-ArgSpec = tuple[str, Any]
-
-
-class Unsupported(Exception):
-    """This call cannot be compiled in a worker process (the tuner compiles in threads instead)."""
-
-
-def _arg_spec(value: Any) -> ArgSpec:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return ("tensor", (str(value.dtype).removeprefix("torch."), value.data_ptr() % 16 == 0))
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return ("value", value)
-    if _compat.is_constexpr(value):
-        return ("value", _compat.constexpr_value(value))
-    raise Unsupported(f"an argument of type {type(value).__name__} cannot be sent to a compile worker")
-
-
-def _stand_in(spec: ArgSpec, device: int | None) -> Any:
-    """The argument a worker compiles with: a 2-element tensor of the dtype and alignment (on the
-    CPU in a forked worker: compiling reads only its dtype and address), or the value itself."""
-    import torch
-
-    kind, payload = spec
-    if kind == "value":
-        return payload
-    dtype_name, aligned = payload
-    dtype = getattr(torch, dtype_name)
-    base = torch.empty(2, dtype=dtype, device="cpu" if device is None else f"cuda:{device}")
-    return base if aligned else base[1:]
-
-
-#: The kernels (``JITFunction``) forked workers know, by token: a worker forked after a kernel was
-#: registered finds it in its copy of this dict, without importing anything.
-#: Held weakly: a kernel deleted (one made by a function, say) is not kept for the life of the process.
-_forked_kernels: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-_tokens = itertools.count()  # a token is never reused: a worker forked earlier knows it as another kernel
-
-
-def _token_of(fn: Any) -> int:
-    """The token of ``fn`` in :data:`_forked_kernels` (registered on first use; kept while ``fn`` lives)."""
-    for token, known in list(_forked_kernels.items()):
-        if known is fn:
-            return token
-    token = next(_tokens)
-    _forked_kernels[token] = fn
-    return token
-
-
-@dataclass(frozen=True)
-class CallSpec:
-    """What a worker needs to compile candidates for one call: the kernel (a token of
-    :data:`_forked_kernels` for forked workers, else where to import it from) and argument
-    stand-ins."""
-
-    kernel: int | KernelRef
-    args: tuple[ArgSpec, ...]
-    meta: tuple[tuple[str, ArgSpec], ...]  # the call's keywords other than grid and warmup
-
-    @classmethod
-    def of(cls, recipe: KernelRecipe, ctx: LaunchContext, *, forked: bool) -> CallSpec:
-        kernel: int | KernelRef
-        if forked:
-            kernel = _token_of(recipe.fn)
-        else:
-            try:
-                kernel = KernelRef.of(recipe)
-            except IsolationError as exc:
-                raise Unsupported(str(exc)) from exc
-        meta = tuple((k, _arg_spec(v)) for k, v in sorted(ctx.kwargs.items()) if k not in ("grid", "warmup"))
-        return cls(kernel, tuple(_arg_spec(a) for a in ctx.args), meta)
-
-
-# --- the worker's side --------------------------------------------------------------------------------
-
-_imported: dict[KernelRef, Any] = {}
-#: In a forked worker: the parent's answers to Triton's driver questions (None in a fork-server worker).
-_answers: _compat.DriverAnswers | None = None
-
-
-class CannotCompileHere(Exception):
-    """A worker cannot try this candidate (not a verdict on the candidate): the parent compiles it."""
-
-
-#: Compile workers run at a lower priority than the tuning process: while they keep every core
-#: busy, the process that times candidates must not wait for a core between a launch's events.
-WORKER_NICENESS = 10
-
-
-def _lower_priority() -> None:
-    try:
-        os.nice(WORKER_NICENESS)
-    except OSError as exc:  # not permitted here: compile at the same priority
-        log.debug("compile worker: could not lower its priority: %s", exc)
-
-
-def _init_worker(env: dict[str, str], device: int, owner: int) -> None:
-    exit_with_process(owner)  # the tuning process (the worker's parent is the fork server)
-    os.environ.clear()  # the fork server keeps the environment it was started with
-    os.environ.update(env)
-    _lower_priority()
-    import torch
-
-    torch.cuda.set_device(device)
-    try:
-        answers = _compat.DriverAnswers.of_current_device()
-    except Exception as exc:  # no early check then: loading each binary still rules it out
-        log.debug("compile worker: device properties unknown: %s", exc)
-    else:
-        _compat.stop_compiles_over_shared_memory(answers)
-
-
-def _init_forked(answers: _compat.DriverAnswers, owner: int) -> None:
-    global _answers
-    exit_with_process(owner)
-    _answers = answers
-    _compat.detach_driver(answers)
-    _compat.stop_compiles_over_shared_memory(answers)
-    _lower_priority()
-
-
-def _kernel_fn(kernel: int | KernelRef) -> Any:
-    if isinstance(kernel, int):
-        fn = _forked_kernels.get(kernel)
-        if fn is None:  # registered after this worker was forked (the parent then forks new ones)
-            raise CannotCompileHere(f"kernel {kernel} was registered after this worker started")
-        return fn
-    try:
-        fn = _imported.get(kernel)
-        if fn is None:
-            fn = _imported[kernel] = kernel.resolve().fn
-    except Exception as exc:
-        raise CannotCompileHere(f"the kernel cannot be found here: {one_line_reason(exc)}") from None
-    return fn
-
-
-def _compile(call: CallSpec, encoded: dict[str, Any], device: int) -> PackedFailure | None:
-    """Compile (and, with a GPU, load) one candidate; None on success, else why it cannot run (its
-    error, packed to be rebuilt in the parent). Raises :class:`CannotCompileHere` when the worker
-    cannot try it."""
-    fn = _kernel_fn(call.kernel)
-    config, _ = decode_config(encoded)
-    where = None if _answers is not None else device
-    args = [_stand_in(spec, where) for spec in call.args]
-    meta = {k: _stand_in(spec, where) for k, spec in call.meta}
-    try:
-        kernel = fn.run(*args, grid=(1,), warmup=True, **meta, **config.all_kwargs())
-        error = _make_ready(kernel)
-    except Exception as exc:
-        error = exc
-    if error is None:
-        return None
-    packed = pack_failure(error)
-    if _answers is not None and "forked subprocess" in packed.reason:  # something asked CUDA after all
-        raise CannotCompileHere(packed.reason) from None
-    return packed
-
-
-def _make_ready(kernel: Any) -> Exception | None:
-    """Make a compiled kernel as ready to launch as this worker can; the error that it cannot run on
-    the device (shared memory), or None. A fork-server worker loads it (raising what loading
-    raises); a forked worker checks its shared memory and builds its launcher."""
-    if _answers is None:
-        _compat.load_compiled(kernel)
-        return None
-    shortfall = _compat.shared_memory_shortfall(kernel, _answers)
-    if shortfall is None:
-        prepare_launcher(kernel)  # (a fork-server worker builds it by loading the kernel)
-    return shortfall
-
-
-def _run_ahead(job: Callable[[], Any]) -> None:
-    """A compile job of the tuning process's own (:meth:`CompilePool.submit_job`): compile, and make
-    the kernel ready to launch as far as a worker can."""
-    kernel = job()
-    if kernel is not None:
-        _make_ready(kernel)
-
-
-# --- the parent's side ---------------------------------------------------------------------------------
-
 
 #: A pool that no tuning run has used for this long is shut down (a serving process that tuned at
 #: its start holds no idle workers for the rest of its life); the next tuning run starts new ones.
@@ -278,7 +94,7 @@ class CompilePool:
         self.device = device
         self.method = method
         self._owner = os.getpid()
-        self.known = frozenset(_forked_kernels) if method == "fork" else frozenset()
+        self.known = frozenset(forked_kernels) if method == "fork" else frozenset()
         if method == "fork":
             context = multiprocessing.get_context("fork")
             # Triton's own hash (inherited by every worker forked in start()) is computed while
@@ -288,11 +104,11 @@ class CompilePool:
             )
             self._warming.start()
             self._answers = answers or _compat.DriverAnswers.of_current_device()
-            initializer, initargs = _init_forked, (self._answers, os.getpid())
+            initializer, initargs = init_forked, (self._answers, os.getpid())
         else:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(FORKSERVER_PRELOAD)
-            initializer, initargs = _init_worker, (dict(os.environ), device, os.getpid())  # type: ignore[assignment]
+            initializer, initargs = init_worker, (dict(os.environ), device, os.getpid())  # type: ignore[assignment]
         self._executor = cf.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
         )
@@ -397,14 +213,14 @@ class CompilePool:
             encoded = encode_config(config)
         except EncodingError as exc:
             raise Unsupported(str(exc)) from exc
-        return self._counted(lambda: self._executor.submit(_compile, call, encoded, self.device))
+        return self._counted(lambda: self._executor.submit(compile_candidate, call, encoded, self.device))
 
     def submit_job(self, job: Callable[[], Any]) -> cf.Future[None] | None:
         """Run ``job`` (a module-level function, which a fork-server worker imports; it may return
         the kernel it compiled, whose launcher the worker then builds) in a worker; None where the
         pool was shut down meanwhile."""
         try:
-            return self._counted(lambda: self._executor.submit(_run_ahead, job))
+            return self._counted(lambda: self._executor.submit(run_ahead, job))
         except RuntimeError as exc:
             log.debug("compile pool: %s not started: %s", job.__qualname__, exc)
             return None
@@ -445,53 +261,6 @@ def _shut_down_at_exit() -> None:
 
 
 atexit.register(_shut_down_at_exit)
-
-
-def _is_main_guard(test: ast.expr) -> bool:
-    return (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and test.left.id == "__name__"
-        and len(test.comparators) == 1
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value == "__main__"
-    )
-
-
-def main_reimport_is_harmless() -> bool:
-    """Whether a worker may import the program's main script (multiprocessing re-imports it in each
-    worker it starts): true for ``python -m`` and interactive sessions, and for a script whose top
-    level only imports, defines and assigns, with its work under ``if __name__ == "__main__":``."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if getattr(main, "__spec__", None) is not None or not path:
-        return True
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
-        return False
-    return _harmless(tree.body)
-
-
-_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def _harmless(statements: list[ast.stmt]) -> bool:
-    """Imports, definitions, assignments, docstrings, the main guard, and ``if``/``try`` blocks made
-    of those: what can run at import without doing the program's work."""
-    for node in statements:
-        if isinstance(node, (*_DEFINITIONS, ast.Assign, ast.AnnAssign, ast.Pass)):
-            continue
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue  # a docstring
-        if isinstance(node, ast.If) and (_is_main_guard(node.test) or _harmless(node.body + node.orelse)):
-            continue
-        if isinstance(node, ast.Try) and _harmless(
-            [*node.body, *node.orelse, *node.finalbody, *(s for h in node.handlers for s in h.body)]
-        ):
-            continue
-        return False
-    return True
 
 
 #: A compile pool of worker processes and the call its workers compile candidates for.

@@ -24,7 +24,8 @@ from typing import Any
 
 from .._compat import Config
 from .._log import log
-from .compile_pool import CallSpec, CompilePool, Unsupported, replaced
+from .compile_call import CallSpec, Unsupported
+from .compile_pool import CompilePool, replaced
 from .isolation.transfer import PackedFailure
 from .launch import Failure
 from .precompile import cancelled_on_error
