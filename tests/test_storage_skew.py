@@ -12,7 +12,7 @@ from storage_helpers import IDENTITY, aside_files, cache_file, entries_for, make
 import triton_dejavu_like as tdl
 from triton_dejavu_like import store as storage
 from triton_dejavu_like.codec import canonical_json, key_id
-from triton_dejavu_like.store import inventory
+from triton_dejavu_like.store import tree_prune
 
 
 def _later_release_entries() -> dict[str, dict]:
@@ -69,7 +69,7 @@ def test_prune_of_another_platform_removes_a_file_holding_later_entries(tmp_path
     cf = cache_file(tmp_path, {**IDENTITY, "triton": "3.8.0"})
     later = _later_release_entries()
     write_document(cf.path, cf.identity, {**later, **entries_for([(4,)])})
-    report = inventory.prune(tmp_path, keep={"triton": "3.9.0"})
+    report = tree_prune.prune(tmp_path, keep={"triton": "3.9.0"})
     assert report.removed_files == [str(cf.path)]
     assert not cf.path.exists()
     [aside] = aside_files(cf.path, ".rejected-")

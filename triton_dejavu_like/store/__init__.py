@@ -1,8 +1,9 @@
-"""Storage: typed entries, the on-disk layout, identity hashes, cache files, stores, inventory, warm start."""
+"""Storage: typed entries, the on-disk layout, identity hashes, cache files, stores, inventory (reading many
+files), merging, pruning and export of stored results, warm start."""
 
 from __future__ import annotations
 
-from . import inventory
+from . import export, inventory, tree_merge, tree_prune
 from .cache_file import CacheFile
 from .document import (
     SCHEMA_VERSION,
@@ -43,6 +44,7 @@ __all__ = [
     "default_tag",
     "detect_platform",
     "dump_document",
+    "export",
     "inventory",
     "new_document",
     "parse_document",
@@ -50,4 +52,6 @@ __all__ = [
     "read_bounded",
     "read_document",
     "registered_stores",
+    "tree_merge",
+    "tree_prune",
 ]

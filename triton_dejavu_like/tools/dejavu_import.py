@@ -49,7 +49,7 @@ from typing import Any
 from .. import _compat
 from .._compat import Config
 from ..codec import canonical_json, config_id
-from ..store import CacheFile, StoredEntry, inventory, read_bounded
+from ..store import CacheFile, StoredEntry, inventory, read_bounded, tree_merge
 from ..store import identity as identity
 from ..store.layout import CACHE_FILE_NAME
 from ..tuner.key import KeyPlan
@@ -416,7 +416,7 @@ def _write(
     for slot in by_identity.values():
         ident, entries = slot.identity, slot.chosen(report)
         cf = CacheFile.for_identity(root, ident, parameters=tuner.arg_names)
-        existing = inventory.destination_entries(cf, "an import", dry_run=dry_run)
+        existing = tree_merge.destination_entries(cf, "an import", dry_run=dry_run)
         if isinstance(existing, str):  # update() would refuse it: say so, count nothing
             report.problems.append(inventory.Problem(str(cf.path), existing))
             continue

@@ -20,7 +20,7 @@ from typing import Any
 
 from .._compat import CONFIG_FIELDS, Config
 from ..codec import config_id
-from ..store import StoredEntry, inventory
+from ..store import StoredEntry, inventory, tree_merge
 
 METHODS = ("auto", "tree", "nearest")
 Features = tuple[Any, ...]
@@ -45,9 +45,9 @@ def stored_entries(files: Sequence[inventory.StoredFile]) -> list[StoredEntry]:
     """One entry per key over ``files`` (the newest wins, as ``merge`` decides)."""
     if not files:
         return []
-    merged = inventory.MergeResult({}, {})
+    merged = tree_merge.MergeResult({}, {})
     for f in files:
-        inventory.merge_entries(merged, f.entries, f.source, "newest", about=files[0])
+        tree_merge.merge_entries(merged, f.entries, f.source, "newest", about=files[0])
     return sorted(merged.entries.values(), key=lambda e: repr(e.key))
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ... import _env
-from ...store import inventory
+from ...store import inventory, tree_merge
+from ...store.export import write_archive
 from ..text import printable
 from . import pool
 from .case import TuneCase, load_cases
@@ -191,8 +192,8 @@ def export(report: TuneReport, root: Path, out: Path) -> None:
         )
         return
     if inventory.is_archive(out):
-        report.exported = inventory.write_archive(out, files)
+        report.exported = write_archive(out, files)
         return
-    merged = inventory.merge_into(out, files)
+    merged = tree_merge.merge_into(out, files)
     report.exported = merged.written
     report.problems += merged.problems

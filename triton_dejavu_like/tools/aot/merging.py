@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ...store import inventory
+from ...store import inventory, tree_merge
 from ...store.document import InvalidCacheFile, parse_document
 from ...store.files import atomic_write, read_bounded
 from ...store.layout import CACHE_FILE_NAME
@@ -17,7 +17,7 @@ def merge_paths(target: Path, root: Path, files: Iterable[str] | None = None) ->
     sources = [root] if files is None else [root / f for f in files]
     found, problems = inventory.read_sources(s for s in sources if s.exists())
     if found:
-        problems += inventory.merge_into(target, found).problems
+        problems += tree_merge.merge_into(target, found).problems
     return problems
 
 
@@ -65,7 +65,7 @@ def merge_bytes(
         stored.entries = {k: e for k, e in doc.entries.items() if k not in layer}
         found.append(stored)
     if found:
-        problems += inventory.merge_into(target, found).problems
+        problems += tree_merge.merge_into(target, found).problems
     return problems, in_layer
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ... import _compat
 from ..._log import DejavuConfigWarning, warn_once
 from ...codec import describe_config
-from ...store import StoredEntry, inventory, parse_timestamp
+from ...store import StoredEntry, export, inventory, parse_timestamp, tree_merge, tree_prune
 from ...store.entry import InvalidEntry
 from ...store.identity import package_major_minor
 from ...store.layout import PLATFORM_FIELDS
@@ -60,7 +60,7 @@ def side_payload(entry: StoredEntry, origin: str) -> dict[str, Any]:
     }
 
 
-def conflict_payload(c: inventory.Conflict) -> dict[str, Any]:
+def conflict_payload(c: tree_merge.Conflict) -> dict[str, Any]:
     return {
         "id": c.identity_id,
         "kernel": c.kernel,
@@ -81,7 +81,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         )
     if not files:
         raise CliError("the sources hold no cache files")
-    report = inventory.merge_into(root, files, prefer=args.prefer, dry_run=args.dry_run)
+    report = tree_merge.merge_into(root, files, prefer=args.prefer, dry_run=args.dry_run)
     verb = "would merge" if args.dry_run else "merged"
     skipped = left_out(files, problems)
     lines = [
@@ -108,10 +108,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 1 if report.problems else 0
 
 
-def _conflict_lines(conflicts: Sequence[inventory.Conflict]) -> list[str]:
+def _conflict_lines(conflicts: Sequence[tree_merge.Conflict]) -> list[str]:
     """The conflicts of each destination file, the first :data:`LISTED_KEYS` of each (``--json``
     lists every one)."""
-    by_file: dict[str, list[inventory.Conflict]] = {}
+    by_file: dict[str, list[tree_merge.Conflict]] = {}
     for c in conflicts:
         by_file.setdefault(c.identity_id, []).append(c)
     lines = []
@@ -155,7 +155,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             _check_kernel(root, stored, args.kernel)
         if keep and not args.force:
             _check_keep_values([f for f in stored if args.kernel in (None, f.identity["kernel"])], keep)
-    report = inventory.prune(
+    report = tree_prune.prune(
         root,
         keep=keep,
         older_than=args.older_than,
@@ -216,7 +216,7 @@ def _removed_key_lines(gone: Sequence[StoredEntry]) -> list[str]:
 def _check_kernel(root: Path, files: Sequence[inventory.StoredFile], kernel: str) -> None:
     """Refuse a ``--kernel`` that names nothing stored (a typo would prune nothing and say so quietly)."""
     stored = sorted({f.identity["kernel"] for f in files})
-    if kernel not in stored and not inventory.aside_files(root, kernel):
+    if kernel not in stored and not tree_prune.aside_files(root, kernel):
         listed = ", ".join(stored) or "none"
         raise CliError(f"nothing stored for kernel {kernel!r} under {root} (stored kernels: {listed})")
 
@@ -258,7 +258,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         written, replaced = _export_folder(out, files, args)
         notes = []
-    [platform] = inventory.platforms(files)
+    [platform] = export.platforms(files)
     skipped = left_out(files, problems)
     keys = inventory.distinct_keys(files)  # a key stored in two files of one identity is written once
     verb = "would export" if args.dry_run else "exported"
@@ -295,7 +295,7 @@ def _export_archive(
         held, _ = inventory.read_sources([out])
         verb = "would replace" if args.dry_run else "replaced"
         notes.append(f"  {verb} the existing {out} ({inventory.distinct_keys(held)} stored entries in it)")
-    return inventory.write_archive(out, files, dry_run=args.dry_run), notes
+    return export.write_archive(out, files, dry_run=args.dry_run), notes
 
 
 def _export_folder(
@@ -311,7 +311,7 @@ def _export_folder(
             "export: --force has no effect when exporting into a directory: the selection is merged "
             "into what it holds (it replaces only an existing .tar.gz archive)",
         )
-    report = inventory.merge_into(out, files, dry_run=args.dry_run)
+    report = tree_merge.merge_into(out, files, dry_run=args.dry_run)
     if report.problems:
         report_problems(report.problems)
         raise CliError(f"could not export into {out}")
@@ -328,7 +328,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     )
     p.add_argument(
         "--prefer",
-        choices=inventory.PREFERENCES,
+        choices=tree_merge.PREFERENCES,
         default="newest",
         help="which result wins for a key stored more than once (default: newest)",
     )
