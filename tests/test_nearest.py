@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +56,7 @@ def scan(key, entries, allowed):
 
 numbers = st.one_of(
     st.integers(-3, 70),
-    st.sampled_from([0, 1, 1023, 1024, 4096, 2**40, -(2**20), True]),
+    st.sampled_from([0, 1, 1023, 1024, 4096, 2**40, -(2**20), True, 10**400, -(10**400)]),  # ints past floats
     st.floats(allow_nan=True, allow_infinity=True),
     st.floats(-1e6, 1e6),
     st.just(NAN),
@@ -173,3 +174,15 @@ def test_a_str_enum_key_value_is_kept_in_memory_as_a_later_process_reads_it():
     for miss in [(Act.GELU, 4000), ("gelu", 4000)]:
         in_memory = KeyIndex([tuned]).nearest(miss, {tuned.config_id})
         assert (in_memory is None) == (KeyIndex([reread]).nearest(miss, {reread.config_id}) is None)
+
+
+def test_an_int_too_large_for_a_float_is_a_size_as_any_int():
+    """A stored key holding an int past the float range (a constexpr key argument, a file merged from
+    elsewhere) raised OverflowError while the index was built, so every miss of the kernel with tuning
+    off failed; it is a number like any int, far from the small sizes."""
+    huge = 10**400
+    assert distance((huge,), (8,)) == pytest.approx(math.log2(1 + huge) - math.log2(9))
+    assert distance((-huge,), (huge,)) == pytest.approx(2 * math.log2(1 + huge))
+    entries = [Entry((huge, "f"), "A"), Entry((64, "f"), "B")]
+    assert KeyIndex(entries).nearest((100, "f"), {"A", "B"}).key == (64, "f")
+    assert KeyIndex(entries).nearest((10**399, "f"), {"A", "B"}).key == (huge, "f")

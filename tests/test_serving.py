@@ -77,6 +77,17 @@ def test_read_only_answers_nearest_then_heuristic_then_first_config(monkeypatch)
     assert tree(storage()) == before  # no file, no lock file, no directory
 
 
+def test_a_stored_key_with_an_int_too_large_for_a_float_does_not_break_serving(monkeypatch):
+    """One stored key past the float range made every miss of the kernel with tuning off raise
+    OverflowError (while the nearest-key index was built)."""
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    tuner = tuned_add(FakeBench())
+    seed(tuner, storage(), {add_key(64): 32, add_key(10**400): 128})
+    with pytest.warns(tdl.DejavuTuningWarning):
+        run_add(tuner, 100)
+    assert (tuner.last_decision, block(tuner)) == ("nearest", 32)
+
+
 def test_nearest_skips_stored_configs_that_are_no_longer_candidates(monkeypatch):
     monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
     tuner = tuned_add(FakeBench(), configs=block_configs((16, 32, 64, 128)))

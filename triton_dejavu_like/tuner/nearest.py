@@ -33,11 +33,16 @@ from ..store import StoredEntry
 
 
 def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """An ``int`` of any size (not a ``bool``) or a finite ``float``."""
+    if isinstance(value, int):
+        return not isinstance(value, bool)
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def _scale(x: float) -> float:
-    return math.copysign(math.log2(1.0 + abs(x)), x)
+    # 1 + abs(x) stays an int for an int: an int too large for a float still has a logarithm
+    scaled = math.log2(1 + abs(x))
+    return -scaled if x < 0 else scaled
 
 
 def distance(a: tuple[Any, ...], b: tuple[Any, ...]) -> float | None:
