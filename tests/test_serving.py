@@ -554,6 +554,12 @@ def misnamed_heuristic(key):
     return triton.Config({"BLOCKX": 32}, num_warps=1)
 
 
+def overfull_heuristic(key):
+    """Sets BLOCK, and a parameter add_kernel does not have: Triton refuses the launch ("Keyword
+    argument BLOCK_N was specified but unrecognised"; the interpreter ignores it)."""
+    return triton.Config({"BLOCK": 32, "BLOCK_N": 8}, num_warps=1)
+
+
 def said(caught, category=tdl.DejavuTuningWarning) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, category)]
 
@@ -566,8 +572,9 @@ def said(caught, category=tdl.DejavuTuningWarning) -> list[str]:
             misnamed_heuristic,
             r"returned a config without BLOCK \(tuned meta-parameters of the kernel; it sets BLOCKX\)",
         ),
+        (overfull_heuristic, "returned a config that sets 'BLOCK_N', neither an argument of the kernel"),
     ],
-    ids=["raises", "misnamed"],
+    ids=["raises", "misnamed", "unknown parameter"],
 )
 def test_a_heuristic_that_fails_while_serving_is_said_once_and_passed_over(monkeypatch, heuristic, problem):
     """Serving: the call is answered as if there were no heuristic (the first config), counted as a
@@ -592,8 +599,9 @@ def test_a_heuristic_that_fails_while_serving_is_said_once_and_passed_over(monke
     [
         (raising_heuristic, "raised KeyError: 100", KeyError),
         (misnamed_heuristic, "returned a config without BLOCK", type(None)),
+        (overfull_heuristic, "returned a config that sets 'BLOCK_N'", type(None)),
     ],
-    ids=["raises", "misnamed"],
+    ids=["raises", "misnamed", "unknown parameter"],
 )
 def test_a_heuristic_that_fails_while_tuning_is_allowed_is_an_error_naming_it(
     monkeypatch, heuristic, problem, cause

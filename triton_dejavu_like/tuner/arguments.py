@@ -199,16 +199,23 @@ def check_configs(
     )
 
 
+def unknown_parameters(arg_names: Sequence[str], names: Iterable[str]) -> list[str]:
+    """The ``names`` (a config's parameters) that are neither a kernel argument nor a compile option
+    of some backend: a launch with them fails (Triton: "Keyword argument ... was specified but
+    unrecognised")."""
+    unknown = [name for name in names if name not in arg_names]
+    if not unknown:
+        return []
+    known = _compat.compile_option_names()
+    return [name for name in unknown if name not in known]
+
+
 def _check_config_parameters(kernel: str, arg_names: list[str], parameters: list[Iterable[str]]) -> None:
     """Every name a config sets is a kernel argument or a compile option of some backend."""
-    known: frozenset[str] | None = None
     for i, names in enumerate(parameters):
-        for name in names:
-            if name in arg_names:
-                continue
-            known = known if known is not None else _compat.compile_option_names()
-            if name not in known:
-                raise ValueError(
-                    f"configs[{i}] sets {name!r}, which is not an argument of {kernel} "
-                    f"(its arguments are: {', '.join(arg_names)}) nor a compile option"
-                )
+        unknown = unknown_parameters(arg_names, names)
+        if unknown:
+            raise ValueError(
+                f"configs[{i}] sets {unknown[0]!r}, which is not an argument of {kernel} "
+                f"(its arguments are: {', '.join(arg_names)}) nor a compile option"
+            )

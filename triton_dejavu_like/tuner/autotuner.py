@@ -171,6 +171,7 @@ class Autotuner(
             settings.informed_fallback,
             settings.prepare_informed_fallback,
             settings.custom_data_storage,
+            tuple(arg_names),
         )
         self._metadata = (
             MetadataRecorder(settings.metadata_key) if settings.metadata_key is not None else None

@@ -11,14 +11,15 @@ restricts tuning to configs that won a restored key (all candidates, with a warn
 them won one), and what is left is tuned over the remaining candidates.
 
 A fallback function that raises, or answers something other than a ``triton.Config`` setting every
-tuned meta-parameter, is an :class:`AutotuningError` naming the kernel, the function and the key
-while tuning is allowed; with tuning off it is said once per kernel (``DejavuTuningWarning``) and the
-miss is answered as if the function were not given (a serving call never fails for it).
+tuned meta-parameter (and only kernel arguments and compile options), is an :class:`AutotuningError`
+naming the kernel, the function and the key while tuning is allowed; with tuning off it is said once
+per kernel (``DejavuTuningWarning``) and the miss is answered as if the function were not given (a
+serving call never fails for it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from .._log import DejavuConfigWarning, DejavuTuningWarning, log, warn_once
 from ..codec import short_repr
 from ..store import StoredEntry
 from ..store.identity import callable_name
+from .arguments import unknown_parameters
 from .errors import AutotuningError
 from .key import TuningKey
 from .misses import Miss, record_miss
@@ -52,6 +54,7 @@ class MissPolicy:
     informed_fallback: Callable[[tuple[Any, ...], Any], Config] | None = None
     prepare_informed_fallback: Callable[[dict[tuple[Any, ...], Config]], Any] | None = None
     store_root: Path | None = None  # custom_data_storage: the misses file is never written inside it
+    arg_names: Sequence[str] = ()  # the kernel's arguments: what a fallback's config may set, with options
     _prepared: Any = field(default=_UNPREPARED, init=False, repr=False)
 
     def answer(
@@ -246,16 +249,17 @@ class MissPolicy:
         self, name: str, ask: Callable[[], Any], key: TuningKey, candidates: list[Config], *, raising: bool
     ) -> Config | None:
         """What the user's function ``name`` (``fallback_heuristic``, ``informed_fallback``) answers
-        for ``key``: a ``triton.Config`` that sets every tuned meta-parameter of the candidates. If it
-        raises or answers anything else: with ``raising`` (tuning is allowed) an
-        :class:`AutotuningError` naming the kernel, the function and the key; otherwise None, said
-        once per kernel and function (later keys are logged), and the miss is answered as without it."""
+        for ``key``: a ``triton.Config`` that sets every tuned meta-parameter of the candidates (and
+        only kernel arguments and compile options). If it raises or answers anything else: with
+        ``raising`` (tuning is allowed) an :class:`AutotuningError` naming the kernel, the function and
+        the key; otherwise None, said once per kernel and function (later keys are logged), and the
+        miss is answered as without it."""
         try:
             config = ask()
         except Exception as exc:
             problem, cause = f"raised {type(exc).__name__}: {str(exc)[:200]}", exc
         else:
-            problem, cause = _problem(config, candidates), None
+            problem, cause = _problem(config, candidates, self.arg_names), None
             if problem is None:
                 return config
         function = callable_name(getattr(self, name))
@@ -272,16 +276,22 @@ class MissPolicy:
         return None
 
 
-def _problem(config: Any, candidates: list[Config]) -> str | None:
+def _problem(config: Any, candidates: list[Config], arg_names: Sequence[str]) -> str | None:
     """Why ``config`` cannot be launched in place of the candidates, or None."""
     if not isinstance(config, Config):
         return f"returned {type(config).__name__}, not a triton.Config"
     # what every candidate sets (a parameter only some set has a default in the kernel)
     tuned = set.intersection(*(set(candidate.kwargs) for candidate in candidates)) if candidates else set()
     missing = sorted(tuned.difference(config.kwargs))
-    if not missing:
-        return None
-    return (
-        f"returned a config without {', '.join(missing)} (tuned meta-parameters of the kernel; it "
-        f"sets {', '.join(sorted(config.kwargs)) or 'none'})"
-    )
+    if missing:
+        return (
+            f"returned a config without {', '.join(missing)} (tuned meta-parameters of the kernel; it "
+            f"sets {', '.join(sorted(config.kwargs)) or 'none'})"
+        )
+    unknown = unknown_parameters(arg_names, config.kwargs) if arg_names else []
+    if unknown:
+        return (
+            f"returned a config that sets {', '.join(map(repr, unknown))}, neither an argument of the "
+            "kernel nor a compile option (a launch with it fails)"
+        )
+    return None
