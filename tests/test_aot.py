@@ -792,6 +792,21 @@ def test_a_heuristic_answers_a_key_with_no_number_where_the_stored_keys_had_one(
     assert [function((None, dtype)).kwargs["BLOCK"] for dtype in (f16, f32)] == [16, 256]
 
 
+@pytest.mark.parametrize("method", ["tree", "nearest"])
+def test_a_heuristic_learns_from_and_answers_ints_too_large_for_a_float(method):
+    """An int past the float range in a stored key made the command fail with OverflowError (a
+    traceback), and in a key given to a generated heuristic made it raise."""
+    if method == "tree":
+        pytest.importorskip("sklearn")
+    huge = 10**400
+    winners = {(huge, "f"): 16, (64, "f"): 32, (64, "g"): 256}
+    function = generated(entries_of(winners), method)
+    assert {key: function(key).kwargs["BLOCK"] for key in winners} == winners
+    function = generated(entries_of(SMALL_AND_LARGE), method)
+    assert function((huge,)).kwargs["BLOCK"] in (16, 256)
+    assert function((-huge,)).kwargs["BLOCK"] in (16, 256)
+
+
 def test_tune_tunes_in_a_read_only_environment(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")  # a serving image's environment
     root = tmp_path / "root"

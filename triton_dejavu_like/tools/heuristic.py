@@ -14,6 +14,7 @@ import ast
 import inspect
 import keyword
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,24 +55,27 @@ def stored_entries(files: Sequence[inventory.StoredFile]) -> list[StoredEntry]:
 # --- features: what the generated code computes from a key --------------------------------------------
 
 
+#: The largest float: an int beyond it has no float, an infinity or NaN is no size.
+FLOAT_MAX = sys.float_info.max
+
+
 def _numeric(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+    """A number that is a finite float (an int too large for a float is not: ``float()`` fails)."""
+    return isinstance(value, (int, float)) and abs(value) <= FLOAT_MAX
 
 
 #: How a generated heuristic reads a key (as :func:`_key_features`): a value that is not a number
-#: where the stored keys had numbers (None for an optional argument) reads as NaN, which every
-#: threshold sends one way and the nearest-key table leaves out, instead of failing in ``float()``.
+#: where the stored keys had numbers (None for an optional argument, an int too large for a float)
+#: reads as NaN, which every threshold sends one way and the nearest-key table leaves out, instead of
+#: failing in ``float()``.
 _FEATURES = (
-    'tuple(str(v) if cat else float(v) if isinstance(v, (int, float)) else float("nan") '
-    "for v, cat in zip(key, CATEGORICAL))"
+    "tuple(str(v) if cat else float(v) if isinstance(v, (int, float)) and abs(v) <= "
+    f'{FLOAT_MAX!r} else float("nan") for v, cat in zip(key, CATEGORICAL))'
 )
 
 
 def _key_features(key: Sequence[Any], categorical: Sequence[bool]) -> Features:
-    return tuple(
-        str(v) if cat else float(v) if isinstance(v, (int, float)) else math.nan
-        for v, cat in zip(key, categorical)
-    )
+    return tuple(str(v) if cat else float(v) if _numeric(v) else math.nan for v, cat in zip(key, categorical))
 
 
 def _nearest(features, table):  # type: ignore[no-untyped-def]
