@@ -792,6 +792,21 @@ def test_a_heuristic_answers_a_key_with_no_number_where_the_stored_keys_had_one(
     assert [function((None, dtype)).kwargs["BLOCK"] for dtype in (f16, f32)] == [16, 256]
 
 
+def test_a_nearest_heuristic_compares_flags_as_the_tuner_does():
+    """A bool key value (a flag) was a number, 0 or 1, so the table answered from a key with the other
+    flag when its sizes were nearer, where the tuner's nearest key compares keys of the same flag only
+    (and the docs say another category outweighs any numeric distance)."""
+    from triton_dejavu_like.tuner.nearest import KeyIndex
+
+    entries = entries_of({(True, 1024): 16, (False, 64): 256})
+    tuner_choice = KeyIndex(entries).nearest((True, 64), {e.config_id for e in entries})
+    assert tuner_choice.key == (True, 1024)
+    function = generated(entries, "nearest")
+    assert function((True, 64)).kwargs["BLOCK"] == 16
+    assert function((False, 2048)).kwargs["BLOCK"] == 256
+    assert function((1, 64)).kwargs["BLOCK"] in (16, 256)  # not a flag: still a config
+
+
 @pytest.mark.parametrize("method", ["tree", "nearest"])
 def test_a_heuristic_learns_from_and_answers_ints_too_large_for_a_float(method):
     """An int past the float range in a stored key made the command fail with OverflowError (a

@@ -60,17 +60,18 @@ FLOAT_MAX = sys.float_info.max
 
 
 def _numeric(value: Any) -> bool:
-    """A number that is a finite float (an int too large for a float is not: ``float()`` fails)."""
-    return isinstance(value, (int, float)) and abs(value) <= FLOAT_MAX
+    """A number that is a finite float (an int too large for a float is not: ``float()`` fails); a
+    bool is a flag, a category, as the tuner's nearest key compares it."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= FLOAT_MAX
 
 
 #: How a generated heuristic reads a key (as :func:`_key_features`): a value that is not a number
-#: where the stored keys had numbers (None for an optional argument, an int too large for a float)
-#: reads as NaN, which every threshold sends one way and the nearest-key table leaves out, instead of
-#: failing in ``float()``.
+#: where the stored keys had numbers (None for an optional argument, a flag, an int too large for a
+#: float) reads as NaN, which every threshold sends one way and the nearest-key table leaves out,
+#: instead of failing in ``float()``.
 _FEATURES = (
-    "tuple(str(v) if cat else float(v) if isinstance(v, (int, float)) and abs(v) <= "
-    f'{FLOAT_MAX!r} else float("nan") for v, cat in zip(key, CATEGORICAL))'
+    "tuple(str(v) if cat else float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) "
+    f'and abs(v) <= {FLOAT_MAX!r} else float("nan") for v, cat in zip(key, CATEGORICAL))'
 )
 
 
