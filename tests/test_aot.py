@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from storage_helpers import make_entry
 
 import triton_dejavu_like as tdl
@@ -790,6 +792,40 @@ def test_a_heuristic_answers_a_key_with_no_number_where_the_stored_keys_had_one(
         entries_of({(4096, f16): 16, (64, f16): 16, (64, f32): 256, (4096, f32): 256}), method
     )
     assert [function((None, dtype)).kwargs["BLOCK"] for dtype in (f16, f32)] == [16, 256]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    winners=st.dictionaries(
+        st.tuples(st.integers(0, 40), st.integers(0, 40), st.sampled_from(["torch.float16", "torch.int8"])),
+        st.sampled_from([16, 32, 64]),
+        min_size=1,
+        max_size=12,
+    ),
+    query=st.tuples(st.integers(0, 40), st.integers(0, 40)),
+)
+def test_a_nearest_heuristic_answers_as_the_tuners_nearest_key(winners, query):
+    """Whatever the order of the entries it learns from, the table answers as the tuner's nearest key
+    (of the same dtype, where both answer from the nearest stored key), ties included."""
+    from triton_dejavu_like.tuner.nearest import KeyIndex
+
+    entries = entries_of(winners)
+    function = generated(list(reversed(entries)), "nearest")  # in any order
+    for dtype in {key[-1] for key in winners}:
+        key = (*query, dtype)
+        chosen = KeyIndex(entries).nearest(key, {e.config_id for e in entries})
+        assert function(key).kwargs == chosen.config.kwargs
+
+
+def test_a_tie_in_a_nearest_heuristic_goes_to_the_smaller_key_id_as_in_the_tuner():
+    """The table was in the order of the keys' repr, so of two stored keys at the same distance it
+    took (1,) where the tuner takes (17,), whose key id "[17]" sorts first."""
+    from triton_dejavu_like.tuner.nearest import distance
+
+    entries = entries_of({(1,): 16, (17,): 256})
+    assert distance((5,), (1,)) == distance((5,), (17,))
+    for order in (entries, entries[::-1]):
+        assert generated(order, "nearest")((5,)).kwargs["BLOCK"] == 256
 
 
 def test_a_nearest_heuristic_compares_flags_as_the_tuner_does():

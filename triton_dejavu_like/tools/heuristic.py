@@ -49,7 +49,7 @@ def stored_entries(files: Sequence[inventory.StoredFile]) -> list[StoredEntry]:
     merged = tree_merge.MergeResult({}, {})
     for f in files:
         tree_merge.merge_entries(merged, f.entries, f.source, "newest", about=files[0])
-    return sorted(merged.entries.values(), key=lambda e: repr(e.key))
+    return sorted(merged.entries.values(), key=lambda e: e.key_id)
 
 
 # --- features: what the generated code computes from a key --------------------------------------------
@@ -82,7 +82,8 @@ def _key_features(key: Sequence[Any], categorical: Sequence[bool]) -> Features:
 def _nearest(features, table):  # type: ignore[no-untyped-def]
     """The config index of the stored key nearest to ``features``: summed distances on a log scale
     for numbers (as the tuner's nearest key), a number the key lacks (NaN) left out, another category
-    costing more than any difference of numbers; the first of equals."""
+    costing more than any difference of numbers; the first of equals (the table is in key id order,
+    so a tie goes to the smaller key id, as the tuner's)."""
     best, best_distance = table[0][1], None
     for stored, index in table:
         distance = 0.0
@@ -278,6 +279,7 @@ def learn(
         raise HeuristicError(f"{kernel}'s stored keys differ in length: tuned with different keys")
     if method == "auto":
         method = "tree" if _tree_available() else "nearest"
+    entries = sorted(entries, key=lambda e: e.key_id)  # the nearest table's order: its tie rule
     ids: dict[str, int] = {}
     configs: list[Config] = []
     labels: list[int] = []
