@@ -615,6 +615,29 @@ def test_a_heuristic_that_fails_while_tuning_is_allowed_is_an_error_naming_it(
     assert isinstance(failed.value.__cause__, cause)
 
 
+def test_a_forced_heuristic_that_fails_while_serving_is_asked_once_per_miss(monkeypatch):
+    """TRITON_DEJAVU_FORCE_FALLBACK=1 with tuning off: a heuristic with no answer was asked again by
+    the rules of a miss with tuning off, twice for one key."""
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    monkeypatch.setenv("TRITON_DEJAVU_FORCE_FALLBACK", "1")
+    asked = []
+
+    def unsure(key):
+        asked.append(key)
+        return None
+
+    tuner = tuned_add(FakeBench(), fallback_heuristic=unsure)
+    seed(tuner, storage(), {add_key(64): 32})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_add(tuner, 100)
+        run_add(tuner, 100, dtype=torch.float64)
+    assert any("unsure returned NoneType" in text for text in said(caught))
+    assert asked == [add_key(100), (100, *("torch.float64",) * 3)]
+    assert tuner.last_decision == "default"
+    assert tdl.misses() == {ADD: {add_key(100): 1, (100, *("torch.float64",) * 3): 1}}
+
+
 def test_an_informed_fallback_that_fails_is_handled_as_a_heuristic(monkeypatch):
     """Without a fallback_heuristic to fall back to: an error naming it while tuning is allowed (it
     was its bare error), and answered as any miss with tuning off (here by the nearest key)."""

@@ -73,9 +73,10 @@ class MissPolicy:
             if found is not None:
                 return found
         tuning = tuning_enabled()
-        outcome = self._fallback(key, candidates, restored, tuning) if _env.force_fallback() else None
-        if outcome is None and not tuning:
-            outcome = self.without_tuning(key, candidates, restored)
+        forced = _env.force_fallback()
+        outcome = self._fallback(key, candidates, restored, tuning) if forced else None
+        if outcome is None and not tuning:  # a heuristic the forced fallback asked is not asked again
+            outcome = self.without_tuning(key, candidates, restored, heuristic=not forced)
         if outcome is not None:
             if not tuning:  # a key answered without tuning while tuning is off is a miss, however answered
                 record_miss(
@@ -108,10 +109,16 @@ class MissPolicy:
         return candidates
 
     def without_tuning(
-        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry]
+        self,
+        key: TuningKey,
+        candidates: list[Config],
+        restored: Mapping[str, StoredEntry],
+        *,
+        heuristic: bool = True,
     ) -> Outcome:
-        """The nearest tuned key's config, else the ``fallback_heuristic``, else the first candidate
-        (upstream's choice when it does not benchmark)."""
+        """The nearest tuned key's config, else the ``fallback_heuristic`` (unless ``heuristic`` is
+        False: it was asked already), else the first candidate (upstream's choice when it does not
+        benchmark)."""
         deterministic = _env.deterministic()
         if graph_capturing() and not deterministic:
             warn_once(
@@ -139,7 +146,7 @@ class MissPolicy:
                 if _env.misses_file()
                 else f"set {_env.MISSES_FILE}=FILE to record them",
             )
-        outcome = self._untuned(key, candidates, restored)
+        outcome = self._untuned(key, candidates, restored, heuristic)
         if deterministic:  # the warning above is once per kernel: each key is a log record
             log.info(
                 "%s: %s=1 and key %r is not in the store; answered by %s",
@@ -151,7 +158,7 @@ class MissPolicy:
         return outcome
 
     def _untuned(
-        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry]
+        self, key: TuningKey, candidates: list[Config], restored: Mapping[str, StoredEntry], heuristic: bool
     ) -> Outcome:
         """The answer with tuning off: the nearest tuned key, the heuristic, the first candidate."""
         index = restored.key_index() if isinstance(restored, RestoredEntries) else restored.values()
@@ -160,7 +167,7 @@ class MissPolicy:
             entry, config = found
             log.debug("%s: key %r answered by the nearest key %r", self.label, key.values, entry.key)
             return Outcome(config, "nearest")
-        config = self._heuristic(key, candidates, raising=False)
+        config = self._heuristic(key, candidates, raising=False) if heuristic else None
         return Outcome(config, "heuristic") if config is not None else Outcome(candidates[0], "default")
 
     def _fallback(
