@@ -1,13 +1,16 @@
 """The README's reference tables name what the code has: every environment variable, decorator
 argument, command, option and public name, and nothing that is not there; the tests the docs name
-exist."""
+exist; the cross-references in docstrings name modules and objects that exist."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import re
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -107,3 +110,74 @@ def test_every_test_the_docs_name_exists() -> None:
     defined |= {path.stem for path in sources}  # a test file named by its module
     named = set(re.findall(r"\b(test_\w+)", README + "".join(DOCS.values())))
     assert named - defined == set()
+
+
+#: A Sphinx cross-reference in a docstring or comment: ``:func:`~.inventory.read_sources```.
+ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`~?([^`<]+?)`")
+
+
+def _module_names() -> list[str]:
+    """Every module of the package by its dotted name (``__main__`` left out: importing it runs the CLI)."""
+    paths = sorted((ROOT / "triton_dejavu_like").rglob("*.py"))
+    names = [".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__") for p in paths]
+    return [name for name in names if not name.endswith("__main__")]
+
+
+def _has(obj: Any, parts: list[str]) -> bool:
+    for part in parts:
+        if part in getattr(obj, "__annotations__", {}) and not hasattr(obj, part):
+            return True  # a field a class declares, which its instances have
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+def _has_absolute(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            module = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        return _has(module, parts[i:])
+    return False
+
+
+def _set_in_init(source: str, name: str) -> bool:
+    """Whether the module's code sets ``self.<name>`` (an instance attribute no class attribute shows)."""
+    return re.search(rf"\bself\.{re.escape(name)}\s*(:[^=\n]+)?=", source) is not None
+
+
+def _resolves(module: ModuleType, source: str, target: str) -> bool:
+    """Whether ``target`` names something: relative to the module's package as an import would
+    (``.x``, ``..x``), in the module, in one of its classes (a method, a field, an attribute set in
+    ``__init__``), or from the package or the top level."""
+    target = "".join(target.split())
+    dots = len(target) - len(target.lstrip("."))
+    rest, parts = target[dots:], target[dots:].split(".")
+    base = module.__name__ if hasattr(module, "__path__") else module.__name__.rpartition(".")[0]
+    for _ in range(dots - 1):
+        base = base.rpartition(".")[0]
+    if dots and _has_absolute(f"{base}.{rest}"):
+        return True
+    classes = [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
+    return (
+        _has(module, parts)
+        or any(_has(c, parts) for c in classes)
+        or (len(parts) <= 2 and _set_in_init(source, parts[-1]))
+        or _has_absolute(rest)
+        or _has_absolute(f"triton_dejavu_like.{rest}")
+    )
+
+
+@pytest.mark.parametrize("name", _module_names())
+def test_every_cross_reference_in_a_docstring_names_what_exists(name: str) -> None:
+    """A split or renamed module leaves no ``:func:`` or ``:data:`` pointing where nothing is."""
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:  # an optional extra's module (SMAC's models) without it
+        pytest.skip(f"{name} needs {exc.name}")
+    source = Path(module.__file__ or "").read_text()
+    unresolved = [m.group(0) for m in ROLE.finditer(source) if not _resolves(module, source, m.group(1))]
+    assert unresolved == []

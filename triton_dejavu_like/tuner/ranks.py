@@ -6,8 +6,9 @@ initialised. Nothing here is a collective: ranks meet per key in the process gro
 store (c10d ``Store``: ``add``/``set``/``wait``/``get``, every wait with a timeout), under a prefix
 made of the kernel's storage identity (so the GPU model, the Triton version and the configs), the
 key and the candidate set. Ranks that miss different keys never meet; the first to miss a key waits
-for the others up to the join window (``TRITON_DEJAVU_JOIN_WINDOW``, :data:`JOIN_WINDOW_S`), which
-shrinks to :data:`SHORT_JOIN_WINDOW_S` while no other rank takes part in this rank's keys.
+for the others up to the join window (``TRITON_DEJAVU_JOIN_WINDOW``,
+:data:`~.ranks_meeting.JOIN_WINDOW_S`), which shrinks to :data:`~.ranks_meeting.SHORT_JOIN_WINDOW_S`
+while no other rank takes part in this rank's keys.
 
 Per key (see docs/consensus.md):
 
@@ -27,9 +28,9 @@ Per key (see docs/consensus.md):
    compare their shares with one reference, not each with the first of its own share.
 3. *Decide.* The leader gathers the timings (the share of a member that does not publish within
    the wait, or fails, is measured by the leader, with a warning naming the member), ranks the
-   valid candidates by median, ties by candidate index, re-measures the best :data:`FINALISTS`
-   carefully (each of them: no search strategy, no budget), publishes the winner with its stored
-   entry, and records the entry.
+   valid candidates by median, ties by candidate index, re-measures the best
+   :data:`~.ranks_key.FINALISTS` carefully (each of them: no search strategy, no budget), publishes
+   the winner with its stored entry, and records the entry.
 4. Members wait for the decision and record the leader's entry too (a rank that joined late does the
    same), so that each rank's own storage (node-local by default) holds the group's winner. If the
    leader fails (it publishes an error), does not answer in time, or its process is seen gone (it

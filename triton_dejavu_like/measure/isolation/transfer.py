@@ -87,8 +87,8 @@ REMOTE = "forkserver/spawn"
 def launch_grid(ctx: LaunchContext, config: Config) -> tuple[int, ...]:
     """The grid ``config`` launches with: the grid function called on the arguments as Triton binds
     them. :class:`IsolationError` when it cannot be computed (the arguments, a heuristic, an answer
-    that is no grid: the candidate's), :class:`TuningStopped` when the grid function itself raised
-    (it ends tuning, as in a launch in process)."""
+    that is no grid: the candidate's), :class:`~..launch.TuningStopped` when the grid function
+    itself raised (it ends tuning, as in a launch in process)."""
     grid = ctx.kwargs["grid"]
     try:
         _, named = ctx.full_args(config)

@@ -1,7 +1,7 @@
 """``python -m triton_dejavu_like`` (also ``triton-dejavu-like``): inspect and manage stored results.
 
 Commands: ``list``, ``show``, ``merge``, ``prune``, ``export``, ``import-dejavu``, ``misses``, ``tune``
-(ahead-of-time tuning, :mod:`.aot`), ``heuristic`` (:mod:`.heuristic`), ``diff`` (:mod:`.diff`). Every
+(ahead-of-time tuning, :mod:`..aot`), ``heuristic`` (:mod:`..heuristic`), ``diff`` (:mod:`..diff`). Every
 store command takes ``--json`` for scripts and, but ``diff`` (its sources say what it reads), ``--root``
 (default: the package's storage roots, ``$TRITON_DEJAVU_STORAGE`` or the user cache directory). A
 ``--root`` repeated or an ``os.pathsep`` list names the written root first and read-only layers after
