@@ -1,6 +1,6 @@
 """The README's reference tables name what the code has: every environment variable, decorator
 argument, command, option and public name, and nothing that is not there; the tests the docs name
-exist; the cross-references in docstrings name modules and objects that exist."""
+exist; the module map and the cross-references in docstrings name modules and objects that exist."""
 
 from __future__ import annotations
 
@@ -181,3 +181,31 @@ def test_every_cross_reference_in_a_docstring_names_what_exists(name: str) -> No
     source = Path(module.__file__ or "").read_text()
     unresolved = [m.group(0) for m in ROLE.finditer(source) if not _resolves(module, source, m.group(1))]
     assert unresolved == []
+
+
+def _map_entries() -> set[str]:
+    """The files docs/architecture.md's map names, each under the folder it is listed in: the first
+    word of a line that ends in ``/`` opens a folder (closed by a line indented as far or less), and
+    every ``name.py`` on a line belongs to the folder open there."""
+    block = DOCS["architecture.md"].split("```")[1]
+    named: set[str] = set()
+    folders: list[tuple[int, str]] = []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        if line.split()[0].endswith("/"):
+            folders.append((indent, line.split()[0]))
+        where = "".join(folder for _, folder in folders)
+        named |= {where + name for name in re.findall(r"(?<![\w/.])(\w+\.py)\b", line)}
+    return named
+
+
+def test_the_module_map_names_every_module_where_it_is_and_nothing_else() -> None:
+    modules = {str(p.relative_to(ROOT)) for p in (ROOT / "triton_dejavu_like").rglob("*.py")}
+    named = _map_entries()
+    assert named - modules == set()
+    # a part's __init__.py is described below the map (what it re-exports)
+    assert {m for m in modules - named if not m.endswith("/__init__.py")} == set()
