@@ -209,3 +209,54 @@ def test_the_module_map_names_every_module_where_it_is_and_nothing_else() -> Non
     assert named - modules == set()
     # a part's __init__.py is described below the map (what it re-exports)
     assert {m for m in modules - named if not m.endswith("/__init__.py")} == set()
+
+
+def _modules_by_name() -> dict[str, str]:
+    """The names a doc gives a module by: its path in the package (``tuner.tuning``,
+    ``store.inventory``, ``_compat``) and, for the storage and measuring modules, its file name alone
+    (``inventory``, ``compile_pool``) where no other module has it. A part's package is left out:
+    the docs also write ``tuner`` for an Autotuner (``tuner.cache_path()``)."""
+    by_name: dict[str, list[str]] = {}
+    for module in _module_names():
+        if hasattr(importlib.import_module(module), "__path__"):
+            continue
+        parts = module.split(".")[1:]
+        by_name.setdefault(".".join(parts), []).append(module)
+        if len(parts) > 1 and parts[0] in ("store", "measure"):
+            by_name.setdefault(parts[-1], []).append(module)
+    return {name: modules[0] for name, modules in by_name.items() if len(modules) == 1}
+
+
+def test_every_module_name_the_docs_write_names_what_that_module_has() -> None:
+    """`inventory.as_served`, `store.tree_merge.merge_into`, `compile_pool.IDLE_RELEASE_S`: a name
+    moved to another module leaves no such reference behind."""
+    modules = _modules_by_name()
+    wrong = []
+    for doc, text in {"README.md": README, **DOCS}.items():
+        for dotted in set(re.findall(r"`(?:triton_dejavu_like\.)?([A-Za-z_][\w.]*\.\w+)(?:\(\))?`", text)):
+            parts = dotted.split(".")
+            if parts[-1] in ("py", "md", "json"):
+                continue  # a file's name, not a module's member
+            known = [i for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules]
+            if known and not _has(
+                importlib.import_module(modules[".".join(parts[: known[0]])]), parts[known[0] :]
+            ):
+                wrong.append(f"{doc}: {dotted}")
+    assert wrong == []
+
+
+def test_every_file_the_docs_name_exists() -> None:
+    """`measure/compile_worker.py`, `tuner/deciding.py:KeyDecision`, `benchmarks/storage_io.py`: the
+    file is there, and the name after a colon is defined in it."""
+    folders = "|".join(
+        ("triton_dejavu_like", "tuner", "measure", "store", "search", "tools", "benchmarks", "tests")
+    )
+    wrong = []
+    for doc, text in {"README.md": README, **DOCS}.items():
+        for path, name in re.findall(rf"`((?:{folders}|examples)/[\w/.]*\.py)(?::([\w.]+))?`", text):
+            file = ROOT / path if (ROOT / path).exists() else ROOT / "triton_dejavu_like" / path
+            if not file.exists():
+                wrong.append(f"{doc}: {path} (no such file)")
+            elif name and not re.search(rf"^\s*(def|class) {name.split('.')[-1]}\b", file.read_text(), re.M):
+                wrong.append(f"{doc}: {path}:{name} (not defined there)")
+    assert wrong == []
