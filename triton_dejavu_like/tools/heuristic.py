@@ -238,7 +238,7 @@ def _module(
         f"{heuristic.keys} stored keys ({heuristic.method}). Accuracy: {accuracy}.",
         "",
         f"Use: @triton_dejavu_like.autotune(..., fallback_heuristic={name})",
-        "with TRITON_DEJAVU_FORCE_FALLBACK=1 (or as the tuner's answer where nothing is stored).",
+        "with TRITON_DEJAVU_FORCE_FALLBACK=1, or with tuning off for a key no stored key is comparable to.",
         '"""',
         "",
         *(["import math", ""] if heuristic.method == "nearest" else []),
