@@ -57,7 +57,8 @@ SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         answers = _compat.DriverAnswers(0, GPUTarget("cuda", 90, 32), {"max_shared_mem": 16384})
-        token = token_of(make_kernel().kernel_recipe().fn)
+        kernel = make_kernel()  # kept: Triton 3.2-3.6 keep no reference of their own to a JITFunction
+        token = token_of(kernel.kernel_recipe().fn)
         pool = CompilePool(2, 0, "fork", answers)
         pool.start()
         inherited = pool._executor.submit(compiler_state_inherited).result(timeout=60)
@@ -67,7 +68,8 @@ SCRIPT = textwrap.dedent(
         too_big, invalid = (verdict.failure() for verdict in verdicts[1:])
         raised = candidates_failed("no candidate ran", too_big)  # were it the first candidate
         gate_compiled = pool.submit_job(gate.compile_kernel).result(timeout=300)
-        later = token_of(make_kernel().kernel_recipe().fn)  # registered after the fork
+        registered_later = make_kernel()
+        later = token_of(registered_later.kernel_recipe().fn)  # registered after the fork
         lost = CallSpec(later, call.args, ())
         try:
             pool.submit(lost, configs[0]).result(timeout=60)
