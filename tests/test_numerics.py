@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 from kernels import FakeBench, add_kernel, grid, observe_block, scale_kernel
+from triton_release import since_triton
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like.measure.numerics import DEFAULT_TOLERANCES, compare
@@ -570,6 +571,7 @@ def set_descriptor_block(nargs):
     nargs["out_desc"].block_shape = [nargs["TILE"]]
 
 
+@since_triton((3, 4), "host-side tensor descriptors (triton.tools.tensor_descriptor)")
 @pytest.mark.parametrize("declared", [None, ["out_desc"]], ids=["found", "declared"])
 def test_outputs_written_through_a_tensor_descriptor_are_checked(declared):
     from triton.tools.tensor_descriptor import TensorDescriptor
