@@ -134,6 +134,24 @@ def test_a_cancelled_candidate_is_handed_out_again(name):
     assert sorted(search.results) == list(range(4)) and sorted(search.issued) == list(range(4))
 
 
+@pytest.mark.parametrize("name", ["exhaustive", "random", "bayesian"])
+def test_a_candidate_cancelled_once_the_whole_budget_was_handed_out_is_handed_out_again(name):
+    """An ask while the whole budget was pending ended the attempt; a candidate given back then
+    was never handed out again, so a search of the whole space ended without measuring it."""
+    _needs_smac(name)
+    space = grid_space((4,))
+    search = BatchSearch(make_strategy(name), space, Budget(max_share=1.0))
+    issued = search.ask(4)
+    assert search.ask(1) == []  # every candidate is pending
+    search.cancel(issued[-1])
+    for index in issued[:-1]:
+        search.tell(index, math.inf)
+    assert search.ask(1) == [issued[-1]]
+    search.tell(issued[-1], 1.0)
+    assert search.ask(1) == [] and search.done
+    assert sorted(search.results) == list(range(4)) and search.best() == issued[-1]
+
+
 def test_an_empty_ask_waits_for_pending_results_then_the_search_is_done():
     space = grid_space((3, 3))
     search = BatchSearch(make_strategy("exhaustive"), space)

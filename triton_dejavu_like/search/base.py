@@ -406,6 +406,8 @@ class BatchSearch:
         self.issued.remove(index)
         self.counted -= 1
         self._returned.append(index)  # the strategy has moved past it
+        # an ask while the whole budget was pending ended the attempt: the budget is judged again
+        self._attempt_over = False
 
     def tell(self, index: int, value: float) -> None:
         if index not in self.pending:
