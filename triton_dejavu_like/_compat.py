@@ -131,7 +131,9 @@ KNOWN_COMPILE_OPTIONS: frozenset[str] = frozenset(
 
 
 def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "0").strip().lower() in ("1", "true", "on", "yes")
+    """A flag as 3.2 and 3.3 read their environment (``os.getenv(name, "0") == "1"``): on only for
+    exactly ``1``."""
+    return os.environ.get(name, "0") == "1"
 
 
 def print_autotuning() -> bool:

@@ -917,3 +917,19 @@ def test_conflicting_meta_parameter_in_a_benchmark_is_upstreams_value_error(auto
     else:
         with pytest.raises(ValueError, match="Conflicting meta-parameters: BLOCK"):
             tuner[grid(40)](x, y, out, 40, BLOCK=16)
+
+
+# --- TRITON_PRINT_AUTOTUNING --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["1", "true", "on", " 1", "0"])
+@pytest.mark.parametrize("autotune", both())
+def test_print_autotuning_is_read_as_the_installed_triton_reads_it(monkeypatch, capsys, autotune, value):
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", value)
+    # 3.2 and 3.3 print when os.environ["TRITON_PRINT_AUTOTUNING"] == "1"; 3.4+ ask triton.knobs,
+    # which also take true, yes, on and y, in any case
+    prints = value == "1" if TRITON < (3, 4) else triton.knobs.autotuning.print
+    bench = Bench()
+    run_add(autotune(configs=bench.configs(), key=["n"], do_bench=bench)(add_kernel))
+    assert ("Triton autotuning for function add_kernel" in capsys.readouterr().out) == prints
+    assert prints or value != "1"
