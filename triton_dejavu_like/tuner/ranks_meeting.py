@@ -91,7 +91,7 @@ class Meeting:
         """What member ``member`` published of its process (None: nothing yet, or not valid)."""
         if member not in self._processes:
             name = f"process/{member}"
-            value = self._value(name) if self._waited(name, time.monotonic(), None) else None
+            value = self._value(name) if self.store.check([self.key(name)]) else None
             if not isinstance(value, dict):
                 return None
             self._processes[member] = value
