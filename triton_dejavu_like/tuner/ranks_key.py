@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .._compat import Config
-from .._log import DejavuTuningWarning, log, warn_once
+from .._log import log
 from ..codec import encode_config
 from ..measure import one_line_reason
 from ..store import InvalidEntry, StoredEntry
+from . import ranks_warnings
 from .errors import AutotuningError, candidates_failed
 from .key import TuningKey
 from .ranks_meeting import (
@@ -107,14 +108,7 @@ class KeyTuning:
         return sorted(self.candidates, key=self.config_id)
 
     def alone(self, why: str) -> Outcome:
-        warn_once(
-            DejavuTuningWarning,
-            f"{self.kernel_name}:ranks",
-            "%s: %s for key %s; tuning it on this rank alone (ranks may use different configs for it)",
-            self.kernel_name,
-            why,
-            self.key.values,
-        )
+        ranks_warnings.tuning_alone(self.kernel_name, self.key.values, why)
         outcome = self.measure(self.candidates)
         self.record(outcome)
         return outcome
@@ -257,7 +251,13 @@ class KeyTuning:
             shares = gather(self.meeting, len(candidates), members, 0, self.meeting.timeout_s, self.failures)
             missing = set(range(1, members)) - set(shares)
             if missing:  # a member failed or is gone: its share is measured here, so every candidate is
-                self.warn_missing(sorted(missing), members)
+                ranks_warnings.shares_missing(
+                    self.kernel_name,
+                    self.key.values,
+                    self.named(sorted(missing)),
+                    members,
+                    self.meeting.timeout_s,
+                )
                 taken, _ = self.measure_shares(members, missing)
                 shares[-1] = taken
             gathered = merged(own, shares)
@@ -282,7 +282,9 @@ class KeyTuning:
         decision = self.decision(careful.config, entry, gathered[winner])
         final = self.settle(decision)
         if final is not decision:  # the members chose without it: their choice, stored nowhere
-            self.warn_overtaken(careful.config, final)
+            ranks_warnings.overtaken(
+                self.kernel_name, self.key.values, 2 * self.meeting.timeout_s, careful.config, final
+            )
             return Outcome(candidates[decided(final, len(candidates)) or 0], "tuned", timings, duration)
         self.meeting.publish("decision", decision)
         outcome = Outcome(careful.config, "tuned", timings, duration, entry)
@@ -304,22 +306,13 @@ class KeyTuning:
             "ruled_out": [{"config": encode_config(self.candidates[i]), "reason": r} for i, r in failures],
         }
 
-    def warn_missing(self, missing: list[int], members: int) -> None:
+    def named(self, members: list[int]) -> list[str]:
+        """``members`` as a warning names them: with their global rank where they published it."""
         named = []
-        for member in missing:
+        for member in members:
             rank = (self.meeting.process(member) or {}).get("rank")
             named.append(f"member {member}" + (f" (rank {rank})" if isinstance(rank, int) else ""))
-        warn_once(
-            DejavuTuningWarning,
-            f"{self.kernel_name}:ranks",
-            "%s: %s of the %d ranks tuning key %s together gave no timings within %g s (it failed or "
-            "is gone); the leading rank measures its candidates itself",
-            self.kernel_name,
-            ", ".join(named),
-            members,
-            self.key.values,
-            self.meeting.timeout_s,
-        )
+        return named
 
     def follow(self, order: int, members: int, own: Timings, failed: AutotuningError | None) -> Outcome:
         """Use the leader's decision; without one, the decision of the first member that delivered
@@ -352,7 +345,9 @@ class KeyTuning:
             adopted = self.adopt(final, own)
             if adopted is not None:
                 return adopted
-        self.warn_without_leader(why, final.get("by", chooser), final.get("shares"), members)
+        ranks_warnings.without_leader(
+            self.kernel_name, self.key.values, why, final.get("by", chooser), final.get("shares"), members
+        )
         index = decided(final, len(self.candidates)) or 0
         return Outcome(self.candidates[index], "tuned", self.by_config(own), self.elapsed())
 
@@ -371,33 +366,3 @@ class KeyTuning:
         final = self.settle(choice)  # the leader's decision, if it came meanwhile, or an earlier member's
         self.meeting.publish(f"backup/{order}", final)
         return self.use(final, gathered, why, order, members)
-
-    def warn_overtaken(self, winner: Config, final: Any) -> None:
-        warn_once(
-            DejavuTuningWarning,
-            f"{self.kernel_name}:ranks",
-            "%s: the other ranks tuning key %s chose without this rank's decision (it came after their "
-            "wait of %g s for it ran out); this rank uses their choice (member %s chose it from %s shares) "
-            "instead of its own (%s), and stores neither",
-            self.kernel_name,
-            self.key.values,
-            2 * self.meeting.timeout_s,
-            final.get("by") if isinstance(final, dict) else "?",
-            final.get("shares") if isinstance(final, dict) else "?",
-            winner,
-        )
-
-    def warn_without_leader(self, why: str, chooser: int, shares: Any, members: int) -> None:
-        warn_once(
-            DejavuTuningWarning,
-            f"{self.kernel_name}:ranks",
-            "%s: the leading rank gave no decision for key %s (%s); member %s of the group chose the "
-            "best of the timings of %s of its %d members' shares for all members; not stored (the next run "
-            "tunes the key again)",
-            self.kernel_name,
-            self.key.values,
-            why,
-            chooser,
-            shares,
-            members,
-        )
