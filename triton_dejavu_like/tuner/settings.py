@@ -76,8 +76,9 @@ class TunerSettings:
         if self.prepare_informed_fallback is not None and self.informed_fallback is None:
             raise ValueError("prepare_informed_fallback needs informed_fallback")
         for name in ("metadata_key", "tag"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                raise TypeError(f"{name} must be a string, got {type(getattr(self, name)).__name__}")
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, got {type(value).__name__}")
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> TunerSettings:
