@@ -88,6 +88,42 @@ def test_the_lock_of_a_killed_holder_is_released(tmp_path, caplog):
     assert list(stored_entries(cf.path)) == [key_id((2,))]
 
 
+def test_a_stuck_lock_costs_its_timeout_once_and_loses_no_result(tmp_path, monkeypatch):
+    """A holder stopped with the lock (SIGSTOP): the first record waits the whole timeout, the later
+    ones a short while, and what none of them could write is written once the lock is free, without
+    overwriting what another process stored meanwhile for the same key."""
+    from triton_dejavu_like.store import cache_file as cache_file_module
+
+    monkeypatch.setattr(cache_file_module, "STUCK_LOCK_WAIT_S", 0.05)
+    cf = cache_file(tmp_path, lock_timeout=1.5)
+    ctx = process_context()
+    parent, child = ctx.Pipe()
+    holder = ctx.Process(target=worker_hold_lock, args=(str(cf.path), child))
+    holder.start()
+    try:
+        assert parent.poll(30) and parent.recv() == "locked"
+        os.kill(holder.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        assert not cf.record({key_id((1,)): make_entry((1,), block=16)})
+        assert time.monotonic() - started >= 1.4
+        started = time.monotonic()
+        for k in (2, 3):
+            assert not cf.record({key_id((k,)): make_entry((k,), block=16)})
+        assert time.monotonic() - started < 1.0  # two short waits, not two timeouts
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(10)
+    # another process stored key 3 while this one waited: its entry is newer than the one held back
+    assert cache_file(tmp_path).record({key_id((3,)): make_entry((3,), block=128)})
+    started = time.monotonic()
+    assert cf.record({key_id((4,)): make_entry((4,), block=16)})
+    assert time.monotonic() - started < 1.0
+    entries = stored_entries(cf.path)
+    assert sorted(entries) == sorted(key_id((k,)) for k in (1, 2, 3, 4))
+    blocks = {kid: decode_config(entry["config"])[0].kwargs["BLOCK"] for kid, entry in entries.items()}
+    assert blocks[key_id((3,))] == 128 and blocks[key_id((1,))] == 16 and blocks[key_id((2,))] == 16
+
+
 def test_sigkill_at_every_line_of_a_write_keeps_the_previous_file(tmp_path):
     """A writer is frozen at each line of the write path in turn and SIGKILLed there."""
     cf = cache_file(tmp_path)

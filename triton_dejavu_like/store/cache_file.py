@@ -55,6 +55,10 @@ from .rejected import sort_rejected
 
 #: What a lookup of the file fails with when there is no file to read (as ``Path.exists`` takes them;
 #: a symlink loop in the file's place is replaced by the next write)
+#: How long a lock is waited for once a wait for it timed out in this process, until one succeeds: a
+#: holder stopped (SIGSTOP) or hung costs the full ``lock_timeout`` once, not at every result.
+STUCK_LOCK_WAIT_S = 1.0
+
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF)
 
 
@@ -98,6 +102,11 @@ class CacheFile:
         self._known: tuple[bytes, EntryMap] | None = None
         #: key id -> (entry, its text) for the entries of the document last written
         self._texts: dict[str, tuple[StoredEntry, str]] = {}
+        #: the last wait for the lock timed out (later waits are short until one succeeds)
+        self._lock_stuck = False
+        #: entries a record could not write for the lock: written with the next record that can,
+        #: where the file has no entry of their key by then
+        self._held_back: EntryMap = {}
         #: the other top-level members of the document last read whole (written back as they were)
         self._extra: dict[str, Any] = {}
 
@@ -129,7 +138,14 @@ class CacheFile:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with file_lock(followed(self.path), self.lock_timeout):
+        timeout = min(self.lock_timeout, STUCK_LOCK_WAIT_S) if self._lock_stuck else self.lock_timeout
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(file_lock(followed(self.path), timeout))
+            except filelock.Timeout:
+                self._lock_stuck = True
+                raise
+            self._lock_stuck = False
             yield
 
     def _parse(self, raw: bytes, *, only: Collection[str] | None = None) -> Document:
@@ -288,7 +304,13 @@ class CacheFile:
                 )
         if not valid:
             return False
-        return self.update(lambda current: {**current, **valid})
+        held = self._held_back
+        if self.update(lambda current: {**held, **current, **valid}):
+            self._held_back = {}
+            return True
+        if self._lock_stuck:
+            self._held_back = {**held, **valid}
+        return False
 
     def _own(self, kid: str, entry: StoredEntry | Mapping[str, Any]) -> StoredEntry:
         data = entry.data if isinstance(entry, StoredEntry) else entry
@@ -348,11 +370,13 @@ class CacheFile:
             warn_once(
                 DejavuStorageWarning,
                 str(self.lock_path),
-                "could not lock %s within %.3g s; keeping results in memory for this process (they "
-                "are not stored). Another process holds it: one stopped (SIGSTOP) or hung while it "
-                "writes; continue or end it (fuser %s names it)",
+                "could not lock %s within %.3g s; results stay in memory for this process and are "
+                "written with its next result once the lock is free (later waits last %.3g s). "
+                "Another process holds it: one stopped (SIGSTOP) or hung while it writes; continue "
+                "or end it (fuser %s names it)",
                 self.lock_path,
                 self.lock_timeout,
+                min(self.lock_timeout, STUCK_LOCK_WAIT_S),
                 self.lock_path,
             )
         except OSError as exc:
