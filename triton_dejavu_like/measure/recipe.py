@@ -14,10 +14,11 @@ from typing import Any
 
 from .._compat import Config
 from .bench import Benchmarker, TimingPolicy, make_benchmarker
+from .checked import CheckedEvaluator
 from .evaluate import Evaluator
 from .isolation.settings import IsolationSettings
 from .launch import LaunchContext
-from .numerics import CheckedEvaluator, NumericalCheck
+from .numerics import NumericalCheck
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,10 @@ from ..._compat import Config
 from ..._log import DejavuTuningWarning, DejavuWarning, warn_once
 from ...codec import EncodingError, config_id, encode_config
 from ...store.identity import callable_name
+from ..checked import rule_out_unwritten
 from ..evaluate import Evaluator
 from ..forking import forking
 from ..launch import Failure, LaunchContext, TuningStopped, one_line
-from ..numerics import rule_out_unwritten
 from ..recipe import KernelRecipe
 from ._cuda import current_device
 from .settings import (

@@ -19,9 +19,9 @@ from ..._compat import Config
 from ..._log import log, relay_warnings
 from ...codec import config_id, decode_config
 from ...store.identity import callable_name
+from ..checked import CheckedEvaluator
 from ..evaluate import Evaluator, InProcessEvaluator
 from ..launch import LaunchContext, TuningStopped, one_line
-from ..numerics import CheckedEvaluator
 from ..recipe import KernelRecipe
 from ._cuda import cuda_context_error, synchronize
 from .settings import Description, IsolationError
