@@ -36,7 +36,7 @@ import triton_dejavu_like as tdl
 from triton_dejavu_like import DejavuConfigWarning, _compat
 from triton_dejavu_like.measure import one_line_reason
 from triton_dejavu_like.measure.bench import Benchmarker
-from triton_dejavu_like.tuner.tuning import Trial
+from triton_dejavu_like.tuner.trial import Trial
 
 
 def test_is_an_upstream_autotuner_and_picks_the_fastest():

@@ -29,7 +29,7 @@ from triton_dejavu_like.store.identity import stable_hash
 from triton_dejavu_like.store.lease import this_process
 from triton_dejavu_like.tuner import ranks, ranks_key, ranks_meeting
 from triton_dejavu_like.tuner.key import TuningKey
-from triton_dejavu_like.tuner.tuning import Outcome
+from triton_dejavu_like.tuner.trial import Outcome
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes")
 dist = pytest.importorskip("torch.distributed")
@@ -176,7 +176,7 @@ def test_a_rank_that_joins_after_the_group_decided_nothing_tunes_alone_and_says_
 
     from triton_dejavu_like import DejavuTuningWarning
     from triton_dejavu_like.tuner.key import TuningKey
-    from triton_dejavu_like.tuner.tuning import Outcome
+    from triton_dejavu_like.tuner.trial import Outcome
 
     store = dist.HashStore()
     candidates = [triton.Config({"BLOCK": b}) for b in (16, 32)]

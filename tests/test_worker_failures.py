@@ -20,7 +20,7 @@ import triton_dejavu_like as tdl
 from triton_dejavu_like.measure.isolation.transfer import MAX_PACKED_BYTES, PackedFailure, pack_failure
 from triton_dejavu_like.measure.pipeline import Pipeline
 from triton_dejavu_like.search import BatchSearch, Budget, SearchSpace, make_strategy
-from triton_dejavu_like.tuner.tuning import Trial
+from triton_dejavu_like.tuner.trial import Trial
 
 
 def sent(failure: BaseException | str) -> PackedFailure:

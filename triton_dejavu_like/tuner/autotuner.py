@@ -45,7 +45,7 @@ from .policy import MissPolicy
 from .report import report
 from .settings import TunerSettings
 from .storage import ConfigIds, StorageIdentity
-from .tuning import Outcome
+from .trial import Outcome
 from .upstream import UpstreamSemantics
 
 #: Every Autotuner of this process (and copies), for the locks a forked child must not inherit held.

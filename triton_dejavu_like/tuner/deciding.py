@@ -26,7 +26,8 @@ from .nearest import RestoredEntries
 from .policy import MissPolicy
 from .settings import TunerSettings
 from .single_flight import lease_held, stored_meanwhile, tune_once, wait_timeout_s
-from .tuning import Outcome, TuningRun
+from .trial import Outcome
+from .tuning import TuningRun
 
 
 @dataclass

@@ -36,7 +36,7 @@ from .key import TuningKey
 from .misses import Miss, record_miss
 from .mode import graph_capturing, tuning_enabled
 from .nearest import RestoredEntries, alike, nearest
-from .tuning import Outcome
+from .trial import Outcome
 
 _UNPREPARED = object()
 

@@ -57,7 +57,7 @@ from ..store.identity import stable_hash
 from .key import TuningKey
 from .ranks_key import KeyTuning, Measure
 from .ranks_meeting import CLOSED, PREFIX, Meeting
-from .tuning import Outcome
+from .trial import Outcome
 
 
 @dataclass

@@ -30,7 +30,8 @@ from .ranks_meeting import (
     merged,
     pick,
 )
-from .tuning import MAX_RULED_OUT, REFERENCE_TRIES, TOP_K, Outcome
+from .trial import Outcome
+from .tuning import MAX_RULED_OUT, REFERENCE_TRIES, TOP_K
 
 #: The leader's careful re-measurement covers this many of the best gathered candidates.
 FINALISTS = 3

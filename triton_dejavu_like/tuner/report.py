@@ -14,7 +14,7 @@ from typing import Any
 from .. import _compat
 from .._log import log
 from ..codec import describe_config
-from .tuning import Outcome
+from .trial import Outcome
 
 
 @dataclass(frozen=True)

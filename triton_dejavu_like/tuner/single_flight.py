@@ -27,7 +27,7 @@ from .._log import DejavuTuningWarning, log, warn_once
 from ..store import CacheFile, FileStore, LayeredStore, Store, StoredEntry
 from ..store.lease import STALE_AFTER_S, Lease, LeaseInfo, is_stale, lease_path, read_lease, take_over
 from .key import TuningKey
-from .tuning import Outcome
+from .trial import Outcome
 
 #: Without stored tuning times, a candidate is assumed to take this long to compile and time.
 DEFAULT_SECONDS_PER_CANDIDATE = 3.0
