@@ -20,10 +20,20 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from storage_helpers import AS_ROOT, InstantBench, deny_opens, launch, make_tuner, stored_entries
+from storage_helpers import (
+    AS_ROOT,
+    BLOCKS,
+    InstantBench,
+    deny_opens,
+    launch,
+    make_tuner,
+    stored_entries,
+    write_document,
+)
 
 import triton_dejavu_like as tdl
 from triton_dejavu_like import DejavuTuningWarning
@@ -140,8 +150,8 @@ def test_a_stopped_holder_is_taken_over_and_warns_when_continued(tmp_path):
     """A holder stopped (SIGSTOP) mid-tuning is alive, but its heartbeat stops: a waiter on its own
     host takes its key over once the heartbeat is older than STALE_AFTER_S (2 s here), tunes and
     records. The holder, continued, warns that it lost the lease (it looks dead to every other
-    process, not only to other hosts), records its own result (the later record wins) and removes
-    no lease but its own."""
+    process, not only to other hosts), finishes tuning, then finds the waiter's result and launches
+    it instead of overwriting it (both launch one config), and removes no lease but its own."""
     root, go, started = tmp_path / "store", tmp_path / "go", tmp_path / "started"
     release = tmp_path / "release"
     go.touch()
@@ -158,11 +168,11 @@ def test_a_stopped_holder_is_taken_over_and_warns_when_continued(tmp_path):
         holder.kill()
         holder.communicate(timeout=TIMEOUT_S)
     assert waiter["decision"] == "tuned" and waiter["benchmarks"] == 3
-    assert result["decision"] == "tuned"
+    assert result["decision"] == "restored" and result["benchmarks"] == 3  # tuned, then adopted
     assert "lost the tuning lease" in err and "looks dead to the other processes" in err
     assert leases(root) == []
     (entry,) = stored_entries(next(root.rglob("cache.json"))).values()
-    assert entry["config"]["kwargs"]["BLOCK"] == result["block"]
+    assert entry["config"]["kwargs"]["BLOCK"] == result["block"] == waiter["block"]
 
 
 def write_lease(path: Path, *, host: str, pid: int, age_s: float, **extra: str) -> None:
@@ -521,6 +531,39 @@ def test_a_result_recorded_while_waiting_is_restored(tmp_path):
     write_lease(path, host=socket.gethostname(), pid=LIVE_PID, age_s=0.0)
     launch(other, 70)
     assert other.last_decision == "restored" and second.calls == 0
+
+
+def test_a_result_recorded_while_this_process_tuned_is_launched_and_kept(tmp_path, caplog):
+    """Another process recorded the key while this one tuned it (it took over the lease of this one,
+    stopped meanwhile, or gave up waiting for it): this one launches that result and does not
+    overwrite it, so both launch one config and every later process restores it."""
+
+    class RecordedMeanwhile(InstantBench):
+        meanwhile: Callable[[], object] | None = None
+
+        def __call__(self, kernel_call, quantiles=(0.5, 0.2, 0.8)):
+            if self.calls == 0 and self.meanwhile is not None:  # while this process benchmarks
+                self.meanwhile()
+            return super().__call__(kernel_call, quantiles)
+
+    donor = make_tuner(bench=RecordedMeanwhile(), custom_data_storage=tmp_path / "donor")
+    launch(donor, 70)  # an entry for key 70, then made to name another config than this one's pick
+    document = json.loads(donor.cache_path().read_text())
+    (kid,) = document["entries"]
+    document["entries"][kid]["config"]["kwargs"]["BLOCK"] = BLOCKS[1]
+
+    bench = RecordedMeanwhile()
+    tuner = make_tuner(bench=bench, custom_data_storage=tmp_path / "store")
+    bench.meanwhile = lambda: write_document(tuner.cache_path(), document["identity"], document["entries"])
+    with caplog.at_level(logging.INFO, logger="triton_dejavu_like"):
+        launch(tuner, 70)
+    assert bench.calls == 3  # it tuned
+    assert tuner.best_config.kwargs["BLOCK"] == BLOCKS[1]  # and launched the other's result
+    assert stored_entries(tuner.cache_path())[kid]["config"]["kwargs"]["BLOCK"] == BLOCKS[1]
+    assert "another process recorded key" in caplog.text
+    later = make_tuner(bench=RecordedMeanwhile(), custom_data_storage=tmp_path / "store")
+    launch(later, 70)
+    assert later.last_decision == "restored" and later.best_config.kwargs["BLOCK"] == BLOCKS[1]
 
 
 def test_a_store_with_read_only_layers_still_waits_for_a_live_holder(tmp_path, monkeypatch):

@@ -103,7 +103,14 @@ class KeyDecision:
                 stored=lambda: stored_meanwhile(self.state.store, self.key, self._adopt),
             )
         return tune_once(
-            self.state.store, self.key, self.name, len(answer), self.state.restored, self._tune, self._adopt
+            self.state.store,
+            self.key,
+            self.name,
+            len(answer),
+            self.state.restored,
+            lambda: self._measure(self._tuned),
+            self._adopt,
+            self._keep,
         )
 
     def _measure(
@@ -152,11 +159,6 @@ class KeyDecision:
             # the write) was answered from memory at the next call and never written again
             self.state.store.record({self.key.id: outcome.entry})
             self.state.restored[self.key.id] = outcome.entry
-
-    def _tune(self) -> Outcome:
-        outcome = self._measure(self._tuned)
-        self._keep(outcome)
-        return outcome
 
     def _adopt(self, entry: StoredEntry) -> Outcome | None:
         """A result another process (or rank) stored for this key, if it fits these candidates."""

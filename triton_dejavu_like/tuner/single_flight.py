@@ -99,14 +99,21 @@ def tune_once(
     history: Mapping[str, StoredEntry],
     tune: Callable[[], Outcome],
     adopt: Adopt,
+    keep: Callable[[Outcome], None],
 ) -> Outcome:
-    """``tune()`` (which tunes and records the key), unless another process is doing it: then the
-    result it records, through ``adopt(entry)`` (None: the entry does not fit this process's
-    candidates, which are then tuned here)."""
+    """``tune()`` (which tunes the key) and ``keep(outcome)`` (which records it), unless another
+    process is doing it: then the result it records, through ``adopt(entry)`` (None: the entry does
+    not fit this process's candidates, which are then tuned here). A result another process
+    recorded while this one tuned (it took over a lease this one held while stopped, or stopped
+    waiting for this one) is adopted in place of this one's, which is not recorded: the first
+    result recorded for a key is the one every process launches."""
     cache_file = _writable_cache_file(store)
     if cache_file is None or key.id is None or not _env.single_flight():
-        return tune()
-    return _Flight(cache_file, key.id, kernel_name, wait_timeout_s(n_candidates, history)).run(tune, adopt)
+        outcome = tune()
+        keep(outcome)
+        return outcome
+    flight = _Flight(cache_file, key.id, kernel_name, wait_timeout_s(n_candidates, history))
+    return flight.run(lambda: flight.tuned(tune, adopt, keep), adopt)
 
 
 def stored_meanwhile(store: Store, key: TuningKey, adopt: Adopt) -> Outcome | None:
@@ -154,6 +161,23 @@ class _Flight:
                 "%s: the stored result for %s does not fit these candidates", self.kernel_name, self.key_id
             )
         return outcome
+
+    def tuned(self, tune: Callable[[], Outcome], adopt: Adopt, keep: Callable[[Outcome], None]) -> Outcome:
+        """``tune()``'s outcome, recorded by ``keep``; or, when another process recorded the key
+        meanwhile, that result (if it fits), so that both processes launch the same config."""
+        outcome = tune()
+        recorded = self.watcher.entry(force=True) if outcome.entry is not None else None
+        adopted = adopt(recorded) if recorded is not None else None
+        if adopted is None:
+            keep(outcome)
+            return outcome
+        log.info(
+            "%s: another process recorded key %s while this one tuned it; using its result, not "
+            "this one's, so that both launch the same config",
+            self.kernel_name,
+            self.key_id[:200],
+        )
+        return adopted
 
     def _announce_wait(self, holder: LeaseInfo) -> None:
         """Say that this process waits for ``holder``: a warning at the kernel's first wait (a warm-up
