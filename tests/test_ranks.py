@@ -618,10 +618,12 @@ def tune_in_threads(
     size: int | None = None,
     name: str = "kernel",
     ended: bool = False,
+    silent: bool = False,
 ) -> None:
     """The ranks of ``group`` miss the key in its order (None: a member that joins, then dies; with
-    ``ended``, a member whose process is seen to have ended), for the kernel ``name`` (each test its
-    own: a warning is given once per kernel)."""
+    ``ended``, a member whose process is seen to have ended; with ``silent``, one that says it runs
+    on another host and never beats), for the kernel ``name`` (each test its own: a warning is given
+    once per kernel)."""
     store = dist.HashStore()
     joined = f"{MEETING}joined"
     threads = []
@@ -632,6 +634,8 @@ def tune_in_threads(
             store.add(joined, 1)
             if ended:
                 store.set(f"{MEETING}process/{order}", json.dumps(ended_process()))
+            if silent:
+                store.set(f"{MEETING}process/{order}", json.dumps({**this_process(), "host": "elsewhere"}))
             continue
         thread = threading.Thread(target=rank.tune, args=(store, size or len(group), timeout_s, name))
         thread.start()
@@ -870,6 +874,94 @@ def test_members_of_a_leader_whose_process_ended_agree_without_waiting_for_it(ca
     assert launched(members) == [512, 512]  # the best of the members' shares: 32, 256 and 64, 512
     assert [member.recorded for member in members] == [[], []]
     assert "(its process, pid" in caplog.text and "is gone); member 1 of the group chose" in caplog.text
+
+
+@pytest.fixture
+def elsewhere(monkeypatch):
+    """Every rank says it runs on another host than the others: no pid can be looked up, only the
+    heartbeats tell who is alive (beats every 0.05 s, looked at every 0.1 s; silent after 0.6 s)."""
+    monkeypatch.setattr(ranks_meeting, "this_process", lambda: {**this_process(), "host": "elsewhere"})
+    monkeypatch.setattr(ranks_meeting, "GONE_CHECK_S", 0.1)
+    monkeypatch.setattr(ranks_meeting, "BEAT_S", 0.05)
+    monkeypatch.setattr(ranks_meeting, "SILENT_AFTER_S", 0.6)
+
+
+@pytest.mark.filterwarnings("ignore::triton_dejavu_like.DejavuTuningWarning")  # read in the log
+def test_a_member_on_another_host_whose_heartbeat_stopped_is_passed_over(elsewhere, caplog):
+    """Member 1 (another host: its pid cannot be looked up) joins and goes silent before it publishes
+    its share: the leader measures that share once the member's heartbeat has not moved for
+    SILENT_AFTER_S, not after the whole wait T (60 s here; it waited T)."""
+    candidates = blocks(16, 32, 64, 128, 256, 512)
+    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 3.0, 256: 1.0, 512: 2.0}  # member 1's share: 32, 256
+    group = [Rank(times, candidates), None, Rank(times, candidates)]
+    started = time.monotonic()
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        tune_in_threads(group, timeout_s=60.0, name="member_silent", silent=True)
+    assert time.monotonic() - started < 20
+    assert launched(group) == [256, 256]
+    assert "member 1 of the 3 ranks tuning key (64,) together gave no timings" in caplog.text
+
+
+class SlowRank(Rank):
+    """A member that takes longer over its share than SILENT_AFTER_S: alive, and beating."""
+
+    def measure(self, subset, reference=None, *, careful=False) -> Outcome:
+        time.sleep(2.0)
+        return super().measure(subset, reference, careful=careful)
+
+
+def test_a_slow_member_on_another_host_that_beats_is_waited_for(elsewhere, caplog):
+    """A member busy longer than SILENT_AFTER_S keeps its heartbeat going (a thread of its own): the
+    leader waits for its share and uses it, measuring nothing of it."""
+    candidates = blocks(16, 32, 64, 128, 256, 512)
+    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 3.0, 256: 1.0, 512: 2.0}
+    group = [Rank(times, candidates), SlowRank(times, candidates), Rank(times, candidates)]
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        tune_in_threads(group, timeout_s=60.0, name="member_slow")
+    assert launched(group) == [256] * 3
+    assert group[0].measured[0] == [16, 128]  # its own share, then the finalists only
+    assert all(32 not in subset for subset in group[0].measured[1:])
+    assert "gave no timings" not in caplog.text
+
+
+class SilentBeats:
+    """The meeting's store, except that member ``order``'s heartbeat never moves (a process stopped
+    with SIGSTOP, or a host that went down, while the rest of its threads' work goes on here)."""
+
+    def __init__(self, store, order: int) -> None:
+        self.store, self.beat = store, f"beat/{order}"
+
+    def add(self, key: str, amount: int) -> int:
+        return self.store.add(key, 0 if key.endswith(self.beat) else amount)
+
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
+
+
+class SilentLeader(KilledLeader):
+    """A leader on another host that goes silent in its share (its heartbeat stops)."""
+
+    def tune(self, store, size: int, timeout_s: float, name: str) -> None:
+        super().tune(SilentBeats(store, 0), size, timeout_s, name)
+
+    def measure(self, subset, reference=None, *, careful=False) -> Outcome:
+        self.members_done_first = all(member.done.wait(30.0) for member in self.members)
+        raise KeyboardInterrupt
+
+
+@pytest.mark.filterwarnings("ignore::triton_dejavu_like.DejavuTuningWarning")  # read in the log
+def test_members_of_a_silent_leader_on_another_host_agree_without_waiting_for_it(elsewhere, caplog):
+    """The leader (another host) goes silent in its share: the members agree on the best of their
+    shares once its heartbeat has not moved for SILENT_AFTER_S, not after 2T (120 s here)."""
+    candidates = blocks(16, 32, 64, 128, 256, 512)
+    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 1.0, 256: 3.0, 512: 2.0}  # the leader's: 16, 128
+    members = [Rank(times, candidates), Rank(times, candidates)]
+    leader = SilentLeader(times, candidates, members)
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        tune_in_threads([leader, *members], timeout_s=60.0, name="leader_silent")
+    assert leader.members_done_first
+    assert launched(members) == [512, 512]
+    assert "no heartbeat for" in caplog.text and "member 1 of the group chose" in caplog.text
 
 
 def test_the_stored_entry_holds_the_best_and_the_failures_of_every_share():

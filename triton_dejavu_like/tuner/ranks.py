@@ -153,7 +153,9 @@ def tune_together(
         meeting, key, kernel_name, candidates, measure, record, config_id, time.perf_counter(), stored=stored
     )
     order = int(store.add(meeting.key("joined"), 1)) - 1
-    if order < CLOSED:  # the others stop waiting for this member once it is gone (named in warnings)
-        meeting.introduce(order, _global_rank())
-    with lead() if order == 0 else contextlib.nullcontext():
+    if order >= CLOSED:  # late: a member of nobody, nobody waits for it
+        return tuning.run(order, size)
+    # the others stop waiting for this member once it is gone or silent (named in warnings)
+    meeting.introduce(order, _global_rank())
+    with meeting.beating(order), lead() if order == 0 else contextlib.nullcontext():
         return tuning.run(order, size)

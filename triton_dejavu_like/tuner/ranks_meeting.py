@@ -32,6 +32,12 @@ PREFIX = "triton_dejavu_like/"
 #: While a rank waits for what another member publishes, it looks this often whether that member's
 #: process is gone (on this host, in this pid namespace), so as not to wait out the timeout for it.
 GONE_CHECK_S = 1.0
+#: Each rank adds 1 to its heartbeat counter in the store this often while it tunes a key with others.
+BEAT_S = 1.0
+#: A member whose heartbeat counter did not move for this long is taken as gone, wherever it runs
+#: (another host, where its pid cannot be looked up; or stopped with SIGSTOP), as a single-flight
+#: lease of another host is (:data:`~triton_dejavu_like.store.lease.STALE_AFTER_S`).
+SILENT_AFTER_S = 30.0
 
 Timings = dict[int, list[float]]
 
@@ -75,6 +81,8 @@ class Meeting:
         self.prefix = prefix
         self.timeout_s = timeout_s
         self._processes: dict[int, dict[str, Any]] = {}  # the members' processes, as published
+        #: member -> (its heartbeat count, when this process saw that count first: its own clock)
+        self._beats: dict[int, tuple[int, float]] = {}
 
     def key(self, name: str) -> str:
         return f"{self.prefix}{name}"
@@ -87,6 +95,29 @@ class Meeting:
         the others stop waiting for what it would publish once they see it is gone."""
         self.publish(f"process/{order}", {**this_process(), "rank": rank})
 
+    @contextlib.contextmanager
+    def beating(self, order: int) -> Iterator[None]:
+        """Add 1 to member ``order``'s heartbeat counter every :data:`BEAT_S` while the block runs: the
+        others see it is alive where they cannot look its pid up (see :meth:`gone`)."""
+        stop = threading.Event()
+        name = self.key(f"beat/{order}")
+
+        def beat() -> None:
+            while not stop.wait(BEAT_S):
+                try:
+                    self.store.add(name, 1)
+                except RuntimeError as exc:  # the store went away (the job ends): stop beating
+                    log.debug("heartbeat %s stopped: %s", name, str(exc)[:200])
+                    return
+
+        thread = threading.Thread(target=beat, name=f"triton_dejavu_like-beat-{order}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=2 * BEAT_S)
+
     def process(self, member: int) -> dict[str, Any] | None:
         """What member ``member`` published of its process (None: nothing yet, or not valid)."""
         if member not in self._processes:
@@ -98,13 +129,32 @@ class Meeting:
         return self._processes[member]
 
     def gone(self, member: int) -> str | None:
-        """How member ``member`` is known to have ended ("pid P on HOST"), or None: it runs, or runs
-        where its pid cannot be looked up (another host or pid namespace: only a timeout tells)."""
+        """How member ``member`` is known to have ended ("pid P on HOST"), or to be silent ("pid P on
+        HOST, no heartbeat for S s": its counter did not move for :data:`SILENT_AFTER_S`, as seen by
+        this process, which looks at it each time it asks), or None: it runs, or has not said who it
+        is yet."""
         named = self.process(member) or {}
         host, pid, namespace = named.get("host"), named.get("pid"), named.get("pid_namespace", "")
         if not (isinstance(host, str) and type(pid) is int and isinstance(namespace, str)):
             return None
-        return f"pid {pid} on {host}" if process_gone(host, pid, namespace) else None
+        if process_gone(host, pid, namespace):
+            return f"pid {pid} on {host}"
+        silent = self._silent_s(member)
+        return f"pid {pid} on {host}, no heartbeat for {silent:.0f} s" if silent is not None else None
+
+    def _silent_s(self, member: int) -> float | None:
+        """How long member ``member``'s heartbeat counter has not moved, once that is
+        :data:`SILENT_AFTER_S` or more; else None."""
+        try:
+            count = int(self.store.add(self.key(f"beat/{member}"), 0))  # adding 0 reads it
+        except (RuntimeError, ValueError):
+            return None
+        now = time.monotonic()
+        seen = self._beats.get(member)
+        if seen is None or seen[0] != count:
+            self._beats[member] = (count, now)
+            return None
+        return now - seen[1] if now - seen[1] >= SILENT_AFTER_S else None
 
     def read(self, name: str, timeout_s: float | None = None, *, publisher: int | None = None) -> Any | None:
         """The JSON value published under ``name``, or None after the timeout, or as soon as the
@@ -113,7 +163,7 @@ class Meeting:
         wait = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + wait
         gone = False  # once it is, one last look: it may have published just before it ended
-        while not self._waited(name, time.monotonic() if gone else deadline, publisher):
+        while not self._waited(name, time.monotonic() if gone else deadline):
             if gone or deadline <= time.monotonic():
                 log.debug("no %s within %.1f s", self.key(name), wait)
                 return None
@@ -128,12 +178,11 @@ class Meeting:
             log.debug("%s is not valid (%s)", self.key(name), str(exc)[:200])
             return None
 
-    def _waited(self, name: str, deadline: float, publisher: int | None) -> bool:
-        """Whether ``name`` was published by the deadline, or (with a publisher) within the next
-        :data:`GONE_CHECK_S` of it."""
-        seconds = deadline - time.monotonic()
-        if publisher is not None:
-            seconds = min(seconds, GONE_CHECK_S)
+    def _waited(self, name: str, deadline: float) -> bool:
+        """Whether ``name`` was published by the deadline, or within the next :data:`GONE_CHECK_S`."""
+        # never long in one call: a store's client may serve one call at a time, and this rank's
+        # heartbeat (another thread) must not wait behind a long wait
+        seconds = min(deadline - time.monotonic(), GONE_CHECK_S)
         try:
             self.store.wait([self.key(name)], _dt.timedelta(seconds=max(0.001, seconds)))
         except RuntimeError:  # c10d timeouts are RuntimeErrors (DistStoreError)

@@ -29,8 +29,8 @@ def shares_missing(
     """``named``: the members whose share is missing, as the warning names them."""
     _warn(
         kernel_name,
-        "%s: %s of the %d ranks tuning key %s together gave no timings within %g s (it failed or "
-        "is gone); the leading rank measures its candidates itself",
+        "%s: %s of the %d ranks tuning key %s together gave no timings within %g s (it failed, "
+        "ended, or its heartbeat stopped); the leading rank measures its candidates itself",
         ", ".join(named),
         members,
         key_values,
