@@ -859,19 +859,26 @@ class KilledLeader(Rank):
         raise KeyboardInterrupt  # ends the thread (a killed process publishes nothing: too late here)
 
 
+def members_without_their_leader(leader_class: type[KilledLeader], name: str, caplog) -> list[Rank]:
+    """Three ranks whose leader (``leader_class``) drops out in its share: the members, who agreed on
+    the best of their own shares before the leader's thread ended (60 s wait T)."""
+    candidates = blocks(16, 32, 64, 128, 256, 512)
+    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 1.0, 256: 3.0, 512: 2.0}  # the leader's: 16, 128
+    members = [Rank(times, candidates), Rank(times, candidates)]
+    leader = leader_class(times, candidates, members)
+    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
+        tune_in_threads([leader, *members], timeout_s=60.0, name=name)
+    assert leader.members_done_first
+    assert launched(members) == [512, 512]  # the best of the members' shares: 32, 256 and 64, 512
+    return members
+
+
 @pytest.mark.filterwarnings("ignore::triton_dejavu_like.DejavuTuningWarning")  # read in the log
 def test_members_of_a_leader_whose_process_ended_agree_without_waiting_for_it(caplog):
     """The leader's process ends in its share (SIGKILL, OOM): the members on its host see it gone and
     agree on the best of their shares, without waiting out 2T for its decision (120 s here: they
     waited that long, whereas the leader's process was known gone)."""
-    candidates = blocks(16, 32, 64, 128, 256, 512)
-    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 1.0, 256: 3.0, 512: 2.0}  # the leader's: 16, 128
-    members = [Rank(times, candidates), Rank(times, candidates)]
-    leader = KilledLeader(times, candidates, members)
-    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
-        tune_in_threads([leader, *members], timeout_s=60.0, name="leader_ended")
-    assert leader.members_done_first
-    assert launched(members) == [512, 512]  # the best of the members' shares: 32, 256 and 64, 512
+    members = members_without_their_leader(KilledLeader, "leader_ended", caplog)
     assert [member.recorded for member in members] == [[], []]
     assert "(its process, pid" in caplog.text and "is gone); member 1 of the group chose" in caplog.text
 
@@ -953,14 +960,7 @@ class SilentLeader(KilledLeader):
 def test_members_of_a_silent_leader_on_another_host_agree_without_waiting_for_it(elsewhere, caplog):
     """The leader (another host) goes silent in its share: the members agree on the best of their
     shares once its heartbeat has not moved for SILENT_AFTER_S, not after 2T (120 s here)."""
-    candidates = blocks(16, 32, 64, 128, 256, 512)
-    times = {16: 6.0, 32: 5.0, 64: 4.0, 128: 1.0, 256: 3.0, 512: 2.0}  # the leader's: 16, 128
-    members = [Rank(times, candidates), Rank(times, candidates)]
-    leader = SilentLeader(times, candidates, members)
-    with caplog.at_level("WARNING", logger="triton_dejavu_like"):
-        tune_in_threads([leader, *members], timeout_s=60.0, name="leader_silent")
-    assert leader.members_done_first
-    assert launched(members) == [512, 512]
+    members_without_their_leader(SilentLeader, "leader_silent", caplog)
     assert "no heartbeat for" in caplog.text and "member 1 of the group chose" in caplog.text
 
 
