@@ -63,6 +63,12 @@ def component(field: str, value: Any) -> str:
     return sanitize(f"{_PREFIX.get(field, '')}{value}")
 
 
+def level_value(field: str, folder: str) -> str:
+    """The value a folder of the level of ``field`` names (``triton_3.6.0`` -> ``3.6.0``; sanitised)."""
+    prefix = _PREFIX.get(field, "")
+    return folder[len(prefix) :] if folder.startswith(prefix) else folder
+
+
 def relative_dir(identity: Mapping[str, Any]) -> Path:
     """The directory (relative to a root) of the cache file made for ``identity``."""
     return Path(*(component(name, identity[name]) for name in IDENTITY_FIELDS))

@@ -37,25 +37,33 @@ MAX_FOREIGN_FILES = 64
 VARYING = (*PLATFORM_FIELDS, "autotune_config", "kernel_configs", "tag")
 
 
+def sibling_folders(
+    root: Traversable, identity: Mapping[str, Any], varying: tuple[str, ...] = VARYING
+) -> list[tuple[tuple[str, ...], Any]]:
+    """The folders under ``root`` (a folder or a package resource) that hold a cache file of the
+    kernel of ``identity`` whose identity differs from it at most in the fields ``varying`` (by
+    default: the same code and key on any platform, settings, config list or tag), as (their path
+    under ``root`` by level, the folder), sorted by that path; the folder of ``identity`` itself is
+    left out."""
+    found: list[tuple[tuple[str, ...], Any]] = [((), root)]
+    for level in sibling_levels(identity, varying):
+        if level is None:
+            found = [((*parts, name), sub) for parts, node in found for name, sub in subfolders(node)]
+        else:
+            found = [((*parts, level), node / level) for parts, node in found]
+    mine = relative_dir(identity).parts
+    return [(parts, node) for parts, node in found if parts != mine and is_file(node / CACHE_FILE_NAME)]
+
+
 def sibling_cache_files(root: Traversable, identity: Mapping[str, Any], own: Path | None = None) -> list[Any]:
     """Cache files under ``root`` (a folder or a package resource) for the same kernel, code, configs
     and key on any platform, sorted by their path under ``root``; the file of ``identity`` itself
     and ``own`` (this process's file, which a sibling's path may link to) are left out."""
     # os.path.realpath never raises (Path.resolve raises on a symlink loop before Python 3.13)
     own_resolved = os.path.realpath(own) if own is not None else None
-    levels = sibling_levels(identity, VARYING)
-    found: list[tuple[tuple[str, ...], Any]] = [((), root)]
-    for level in levels:
-        if level is None:
-            found = [((*parts, name), sub) for parts, node in found for name, sub in subfolders(node)]
-        else:
-            found = [((*parts, level), node / level) for parts, node in found]
-    mine = relative_dir(identity).parts
-    files = [node / CACHE_FILE_NAME for parts, node in found if parts != mine]
+    files = [node / CACHE_FILE_NAME for _, node in sibling_folders(root, identity)]
     return [
-        f
-        for f in files
-        if is_file(f) and not (isinstance(f, Path) and own_resolved and os.path.realpath(f) == own_resolved)
+        f for f in files if not (isinstance(f, Path) and own_resolved and os.path.realpath(f) == own_resolved)
     ]
 
 

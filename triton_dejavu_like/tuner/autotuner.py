@@ -320,6 +320,7 @@ class Autotuner(
             recipe=self.kernel_recipe,
             config_id=self._config_id,
             expose_nargs=self._expose_nargs,
+            find_elsewhere=self._stored_elsewhere,
         ).outcome()
 
     def _expose_nargs(self, nargs: dict[str, Any] | None) -> None:

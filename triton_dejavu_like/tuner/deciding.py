@@ -41,6 +41,9 @@ class ProcessState:
     identity: dict[str, Any] | None  # the storage identity (None: not computable)
     #: ``add_store`` registrations the store has read (``store.layered.registrations()``)
     registrations: int = 0
+    #: the roots holding this kernel's results under another identity (looked for once, when
+    #: nothing is stored for its own and tuning is off: :meth:`KeyDecision.stored_elsewhere`)
+    elsewhere: list[str] | None = None
 
 
 @dataclass(kw_only=True)
@@ -61,6 +64,8 @@ class KeyDecision:
     recipe: Callable[[], KernelRecipe]
     config_id: Callable[[Config], str]
     expose_nargs: Callable[[dict[str, Any] | None], None]
+    #: the roots holding this kernel's results under another identity (``"ROOT: WHAT"``)
+    find_elsewhere: Callable[[], list[str]] = list
     _tuned: list[Config] = field(init=False, default_factory=list)  # the candidates the policy left
     _run: TuningRun | None = field(init=False, default=None)
 
@@ -69,7 +74,12 @@ class KeyDecision:
         ranks that miss this key split its candidates; otherwise one process tunes it under a lease
         and the others adopt what it stores."""
         answer = self.policy.answer(
-            self.key, self.candidates, self.candidates_hash, self.state.restored, pruning=self.pruning
+            self.key,
+            self.candidates,
+            self.candidates_hash,
+            self.state.restored,
+            pruning=self.pruning,
+            elsewhere=self.stored_elsewhere,
         )
         if isinstance(answer, Outcome):
             return answer
@@ -112,6 +122,13 @@ class KeyDecision:
             self._adopt,
             self._keep,
         )
+
+    def stored_elsewhere(self) -> list[str]:
+        """The roots holding this kernel's results under another identity, looked for once per
+        process state (a directory walk; only asked when nothing is stored for the kernel itself)."""
+        if self.state.elsewhere is None:
+            self.state.elsewhere = self.find_elsewhere()
+        return self.state.elsewhere
 
     def _measure(
         self, subset: list[Config], reference: Sequence[Config] | None = None, run: TuningRun | None = None

@@ -65,8 +65,11 @@ class MissPolicy:
         restored: Mapping[str, StoredEntry],
         *,
         pruning: bool,
+        elsewhere: Callable[[], list[str]] = list,
     ) -> Outcome | list[Config]:
-        """An :class:`Outcome` that needs no tuning, or the candidates to tune among."""
+        """An :class:`Outcome` that needs no tuning, or the candidates to tune among. ``elsewhere``:
+        the roots holding the kernel's results under another identity (asked with tuning off when
+        nothing is stored for it, for the warning)."""
         entry = restored.get(key.id) if key.id is not None else None
         if entry is not None:
             found = self.restored(entry, candidates, candidates_hash, pruning=pruning)
@@ -76,7 +79,9 @@ class MissPolicy:
         forced = _env.force_fallback()
         outcome = self._fallback(key, candidates, restored, tuning) if forced else None
         if outcome is None and not tuning:  # a heuristic the forced fallback asked is not asked again
-            outcome = self.without_tuning(key, candidates, restored, heuristic=not forced)
+            outcome = self.without_tuning(
+                key, candidates, restored, heuristic=not forced, elsewhere=elsewhere
+            )
         if outcome is not None:
             if not tuning:  # a key answered without tuning while tuning is off is a miss, however answered
                 record_miss(
@@ -115,10 +120,11 @@ class MissPolicy:
         restored: Mapping[str, StoredEntry],
         *,
         heuristic: bool = True,
+        elsewhere: Callable[[], list[str]] = list,
     ) -> Outcome:
         """The nearest tuned key's config, else the ``fallback_heuristic`` (unless ``heuristic`` is
         False: it was asked already), else the first candidate (upstream's choice when it does not
-        benchmark)."""
+        benchmark). ``elsewhere``: see :meth:`answer`."""
         deterministic = _env.deterministic()
         if graph_capturing() and not deterministic:
             warn_once(
@@ -136,12 +142,13 @@ class MissPolicy:
             warn_once(
                 DejavuTuningWarning,
                 self.label,
-                "%s: tuning is off (%s) and some keys are not in the store; they are answered by the "
+                "%s: tuning is off (%s) and %s; they are answered by the "
                 "nearest tuned key, the fallback_heuristic or the first config. Tune them ahead of time "
                 "with 'python -m triton_dejavu_like tune SPEC' (%s; 'python -m triton_dejavu_like "
                 "misses FILE' lists them)",
                 self.label,
                 f"{_env.DETERMINISTIC}=1" if deterministic else f"{_env.READ_ONLY} or tuning(False)",
+                _what_is_missing(restored, elsewhere),
                 f"{_env.MISSES_FILE} records them"
                 if _env.misses_file()
                 else f"set {_env.MISSES_FILE}=FILE to record them",
@@ -281,6 +288,21 @@ class MissPolicy:
         if not warn_once(DejavuTuningWarning, f"{self.label}:{name}", "%s; %s", text, instead):
             log.info("%s; %s", text, instead)
         return None
+
+
+def _what_is_missing(restored: Mapping[str, StoredEntry], elsewhere: Callable[[], list[str]]) -> str:
+    """Which keys the tuning-off warning is about: some, or (nothing stored for the kernel as it is)
+    every one, with the roots that hold its results for another code version, config list, Triton..."""
+    if restored:
+        return "some keys are not in the store"
+    found = elsewhere()
+    if not found:
+        return "none of its keys is in the store"
+    return (
+        f"none of its keys is stored for the kernel as it is now, only for what differs from it "
+        f"({' / '.join(found)}), which is never launched for it: every key is a miss until its shapes "
+        "are tuned again for this version and the new results shipped"
+    )
 
 
 def _problem(config: Any, candidates: list[Config], arg_names: Sequence[str]) -> str | None:

@@ -26,6 +26,7 @@ from ..store import (
     inventory,
     registered_stores,
 )
+from ..store.elsewhere import stored_elsewhere
 from ..store.identity import code_version, stable_hash
 from ..store.layered import registrations, usable
 from .mode import tuning_enabled
@@ -169,6 +170,17 @@ class StorageIdentity:
                 module,
                 self._name,
             )
+
+    def _stored_elsewhere(self) -> list[str]:
+        """The roots (the written one, then the layers) that hold results of this kernel under another
+        identity (another code version, config list, Triton, ...): ``"ROOT: WHAT"`` each."""
+        try:
+            identity = self.kernel_identity(self._platform()).as_dict()
+        except (OSError, ValueError, TypeError, EncodingError):
+            return []
+        root = self._root()
+        roots = [(str(root), root), *((layer.label, layer.location) for layer in self._layers(root))]
+        return stored_elsewhere(roots, identity)
 
     @staticmethod
     def _layers(root: Path) -> list[StoreLayer]:
