@@ -495,6 +495,40 @@ def test_export_writes_no_empty_archive_when_no_case_stored_anything(capsys, tmp
     assert status == 0 and archive.is_file() and len(report["exported"]) == 1
 
 
+def test_an_export_beside_read_only_layers_says_it_holds_only_what_the_root_stores(tmp_path):
+    """tune --root local:team --export ship wrote only local's keys, with "exported 1 cache file(s)":
+    a team shipping it in place of team served every key team held by the nearest key instead."""
+    local, team, ship = tmp_path / "local", tmp_path / "team", tmp_path / "ship"
+    spec = tmp_path / "spec.py"  # aot_cases imported by its own name in every run (one storage identity)
+    spec.write_text(
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import aot_cases, triton_dejavu_like as tdl\n"
+        "def first():\n    return aot_cases.cases()\n"
+        "def more():\n    return [*aot_cases.cases(), tdl.TuneCase('add-3000', aot_cases.add, (3000,))]\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "TRITON_INTERPRET": "1"}
+
+    def tune_in_a_process(*argv: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "triton_dejavu_like", "tune", *argv]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+    assert tune_in_a_process(f"{spec}:first", "--root", str(team)).returncode == 0
+    roots = os.pathsep.join([str(local), str(team)])
+    done = tune_in_a_process(f"{spec}:more", "--root", roots, "--export", str(ship), "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and statuses(report)["add-3000"] == "tuned" and len(report["exported"]) == 1
+    assert [e.key[0] for e in stored(ship)["add_kernel"]] == [3000]  # team's keys stay in team
+    note = report["export_note"]
+    assert str(team) in note and f"export OUT --root {roots}" in note
+    done = tune_in_a_process(f"{spec}:more", "--root", roots, "--export", str(tmp_path / "ship2"))
+    assert done.returncode == 0 and note.replace(str(ship), str(tmp_path / "ship2")) in done.stdout
+    # without layers, the export is all there is: nothing to add
+    done = tune_in_a_process(
+        f"{spec}:more", "--root", str(team), "--export", str(tmp_path / "ship3"), "--json"
+    )
+    assert done.returncode == 0 and json.loads(done.stdout)["export_note"] is None
+
+
 @pytest.mark.parametrize("workers", [[], ["--workers", "1"]])
 def test_a_kernel_launched_while_the_spec_loads_stores_into_the_root(capsys, tmp_path, monkeypatch, workers):
     """A SPEC that launched a kernel at import (a quick check) opened its store in

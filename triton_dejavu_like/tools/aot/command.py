@@ -6,6 +6,7 @@ returns a :class:`TuneReport` that the CLI turns into the summary table or JSON.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class TuneReport:
     exported: list[str] = field(default_factory=list)
     #: Why ``--export`` wrote nothing (no case used a cache file under the root), or None
     not_exported: str | None = None
+    #: What ``--export`` left out: the keys the read-only layers hold (None: there are no layers)
+    export_note: str | None = None
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -68,6 +71,7 @@ class TuneReport:
             "errors": self.errors,
             "exported": self.exported,
             "not_exported": self.not_exported,
+            "export_note": self.export_note,
         }
 
 
@@ -133,6 +137,7 @@ def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
 
     Raises :class:`~.case.SpecError` (the SPEC), :class:`~.ray_backend.RayUnavailable`, ValueError.
     """
+    layers = _env.storage_roots()[1:] if request.layers is None else request.layers
     # the layers are layers here, in the workers (they inherit the variable) and for Ray's driver
     with tuning_into(request.root, request.layers):
         cases = load_cases(request.spec)
@@ -149,6 +154,8 @@ def tune(request: TuneRequest, *, quiet: bool = False) -> TuneReport:
     report = TuneReport(results, time.perf_counter() - start, problems, errors)
     if request.export is not None:
         export(report, request.root, request.export)
+        if report.exported and layers:
+            report.export_note = _left_in_layers(request.root, layers, request.export)
     return report
 
 
@@ -178,6 +185,17 @@ def _run(
         results.append(run_case(case, request.root))
         progress(results[-1])
     return results, [], []
+
+
+def _left_in_layers(root: Path, layers: list[Path], out: Path) -> str:
+    """What an export beside read-only layers does not hold, and how to ship everything served."""
+    roots = os.pathsep.join(str(r) for r in (root, *layers))
+    return (
+        f"{out} holds what is stored under {root} only: the keys the read-only layer(s) "
+        f"{', '.join(map(str, layers))} hold are not in it (they were restored, not tuned). Serve it "
+        f"in front of them, or write everything the cases' kernels are served with: "
+        f"python -m triton_dejavu_like export OUT --root {roots}"
+    )
 
 
 def export(report: TuneReport, root: Path, out: Path) -> None:

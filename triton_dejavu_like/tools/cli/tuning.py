@@ -309,6 +309,8 @@ def tune_summary(report: aot.TuneReport) -> str:
         lines.append(f"exported {len(report.exported)} cache file(s)")
     if report.not_exported:
         lines.append(report.not_exported)
+    if report.export_note:
+        lines.append(report.export_note)
     return "\n".join(lines)
 
 
