@@ -479,6 +479,25 @@ def test_export_to_an_archive_or_refused_before_tuning(capsys, tmp_path):
     assert not (tmp_path / "r2").exists() and not (tmp_path / "ship.tar").exists()
 
 
+def test_export_into_a_folder_ships_the_results_the_cases_used_over_what_it_held(capsys, tmp_path):
+    """A folder holding a newer result of a case's key kept it (merged preferring the newest): the
+    export shipped a config the run never chose."""
+    root, ship = tmp_path / "root", tmp_path / "ship"
+    assert tune(capsys, f"{SPEC}:cases", "--root", str(root), "--export", str(ship))[0] == 0
+    [held] = inventory.read_sources([ship])[0]
+    kid, entry = sorted(held.entries.items())[0]
+    newer = {**entry.to_json(), "tuned_at": "2040-01-01T00:00:00+00:00"}
+    other = 64 if entry.config.kwargs["BLOCK"] != 64 else 16
+    newer["config"] = {**newer["config"], "kwargs": {"BLOCK": other}}
+    document = json.loads(Path(held.source).read_bytes())
+    document["entries"][kid] = newer
+    Path(held.source).write_text(json.dumps(document))
+    status, report = tune(capsys, f"{SPEC}:cases", "--root", str(root), "--export", str(ship))
+    assert status == 0 and set(statuses(report).values()) == {"stored"}
+    shipped = {e.key[0]: e.config.kwargs["BLOCK"] for e in stored(ship)["add_kernel"]}
+    assert shipped == {n: best_block(n) for n in SIZES}
+
+
 def test_export_writes_no_empty_archive_when_no_case_stored_anything(capsys, tmp_path):
     """Every case failed: an empty archive was left behind (could be shipped by mistake) and refused
     the export of the run after the SPEC was mended."""

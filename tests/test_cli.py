@@ -742,6 +742,23 @@ def test_export_to_a_folder(capsys, root, tmp_path):
     assert not cache_file(out, OTHER_GPU).path.exists()
 
 
+def test_an_export_into_a_folder_ships_the_exported_results_over_what_it_held(capsys, root, tmp_path):
+    """The folder kept the entries it held when they were newer (merged preferring the newest): the
+    command said it exported the root's results, and the deployment shipped other configs."""
+    out = tmp_path / "deploy"
+    held = entries_for([(1024,), (8,)], block=128, tuned_at="2030-01-01T00:00:00+00:00")
+    cache_file(out).record(held)
+    before = stored_bytes(out)
+    select = ("--root", str(root), "--kernel", "matmul", "--gpu", IDENTITY["gpu"])
+    assert run("export", str(out), *select, "--dry-run") == 0
+    assert f"would replace 1 stored entries in {cache_file(out).path}" in capsys.readouterr().out
+    assert stored_bytes(out) == before
+    assert run("export", str(out), *select) == 0
+    assert f"replaced 1 stored entries in {cache_file(out).path}" in capsys.readouterr().out
+    shipped = stored_entries(cache_file(out).path)
+    assert shipped == {**stored_entries(cache_file(root).path), key_id((8,)): held[key_id((8,))]}
+
+
 def test_export_counts_the_keys_it_writes(capsys, root, tmp_path):
     """Two files of one identity (a copy kept inside the root) were counted twice: 4 keys exported,
     2 in the archive."""

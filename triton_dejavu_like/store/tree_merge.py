@@ -90,11 +90,17 @@ class MergeReport:
 
 
 def _combine(
-    current: Mapping[str, StoredEntry], group: list[StoredFile], prefer: str, label: str
+    current: Mapping[str, StoredEntry], group: list[StoredFile], prefer: str, label: str, *, replace: bool
 ) -> MergeResult:
-    result = MergeResult(dict(current), dict.fromkeys(current, label))
+    """What the destination's entries ``current`` become: ``group`` merged into them, or (``replace``)
+    laid over them, so that each key ``group`` holds has ``group``'s preferred entry."""
+    result = MergeResult({}, {}) if replace else MergeResult(dict(current), dict.fromkeys(current, label))
     for f in group:
         merge_entries(result, f.entries, f.source, prefer, about=group[0])
+    if replace:
+        kept = {kid: entry for kid, entry in current.items() if kid not in result.entries}
+        result.entries = {**kept, **result.entries}
+        result.origins = {**dict.fromkeys(kept, label), **result.origins}
     return result
 
 
@@ -147,14 +153,14 @@ def destination_entries(target: CacheFile, writer: str, *, dry_run: bool) -> Ent
 
 
 def _merge_group(
-    target: CacheFile, group: list[StoredFile], prefer: str, dry_run: bool
+    target: CacheFile, group: list[StoredFile], prefer: str, dry_run: bool, replace: bool
 ) -> tuple[EntryMap, MergeResult] | str:
     """(the destination's entries before, the merge) or why the destination could not take it."""
     label = str(target.path)
     outcome: list[tuple[EntryMap, MergeResult]] = []
 
     def change(current: EntryMap) -> EntryMap:
-        outcome[:] = [(current, _combine(current, group, prefer, label))]
+        outcome[:] = [(current, _combine(current, group, prefer, label, replace=replace))]
         return dict(outcome[0][1].entries)
 
     current = destination_entries(target, "a merge", dry_run=dry_run)
@@ -168,21 +174,28 @@ def _merge_group(
 
 
 def merge_into(
-    root: Path, files: Iterable[StoredFile], *, prefer: str = "newest", dry_run: bool = False
+    root: Path,
+    files: Iterable[StoredFile],
+    *,
+    prefer: str = "newest",
+    dry_run: bool = False,
+    replace: bool = False,
 ) -> MergeReport:
     """Merge the entries of ``files`` into the storage tree ``root``, one cache file per identity.
 
     Files of one identity are combined with each other and with what ``root`` already holds; for a
     key present more than once the ``prefer`` rule picks the winner ("newest": latest ``tuned_at``,
     then fastest; "fastest": lowest median time, then newest). Keys whose candidates chose different
-    configs are reported as conflicts. A destination file made for another identity is not touched.
+    configs are reported as conflicts. With ``replace`` (an export: the destination ships what was
+    exported) the entries of ``files`` replace those ``root`` holds for their keys, whatever their
+    age or time; its other keys stay. A destination file made for another identity is not touched.
     """
     if prefer not in PREFERENCES:
         raise ValueError(f"prefer must be one of {PREFERENCES}, not {prefer!r}")
     report = MergeReport()
     for group in group_by_identity(files).values():
         target = CacheFile.for_identity(root, group[0].identity, keep_unreadable=True)
-        outcome = _merge_group(target, group, prefer, dry_run)
+        outcome = _merge_group(target, group, prefer, dry_run, replace)
         if isinstance(outcome, str):
             report.problems.append(Problem(str(target.path), f"not merged: {outcome}"))
             continue

@@ -212,6 +212,6 @@ def export(report: TuneReport, root: Path, out: Path) -> None:
     if inventory.is_archive(out):
         report.exported = write_archive(out, files)
         return
-    merged = tree_merge.merge_into(out, files)
+    merged = tree_merge.merge_into(out, files, replace=True)  # the folder ships what was tuned or restored
     report.exported = merged.written
     report.problems += merged.problems

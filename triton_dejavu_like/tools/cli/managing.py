@@ -301,8 +301,9 @@ def _export_archive(
 def _export_folder(
     out: Path, files: Sequence[inventory.StoredFile], args: argparse.Namespace
 ) -> tuple[list[str], list[tuple[str, int]]]:
-    """Export into a storage root (merged into what it holds): the files written, and those whose
-    entries were replaced."""
+    """Export into a storage root (merged into what it holds, the selection's entry winning for each
+    of its keys: the folder ships what was exported): the files written, and those whose entries were
+    replaced."""
     refuse_file(out, str(out))
     if args.force:
         warn_once(
@@ -311,7 +312,7 @@ def _export_folder(
             "export: --force has no effect when exporting into a directory: the selection is merged "
             "into what it holds (it replaces only an existing .tar.gz archive)",
         )
-    report = tree_merge.merge_into(out, files, dry_run=args.dry_run)
+    report = tree_merge.merge_into(out, files, dry_run=args.dry_run, replace=True)  # what is shipped
     if report.problems:
         report_problems(report.problems)
         raise CliError(f"could not export into {out}")
