@@ -103,6 +103,45 @@ def test_a_root_part_that_is_not_there_exits_2_beside_one_that_is(capsys, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["merge", "{root}", "--root", "{tmp}/file"],
+        ["import-dejavu", "{root}", "--kernel", "no_such_module:k", "--root", "{tmp}/file"],
+        ["tune", "no_such_spec.py", "--root", "{tmp}/file"],
+    ],
+)
+def test_a_written_root_that_is_a_file_exits_2_in_one_line_before_any_work(capsys, tmp_path, root, argv):
+    """merge and import-dejavu went on: a line per destination file, each "Not a directory" under
+    the file's path, exit 1 (tune already refused it)."""
+    (tmp_path / "file").write_text("in the way\n")
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{root}", str(root)) for a in argv]
+    assert run(*argv) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"triton-dejavu-like {argv[0]}: error: --root {tmp_path / 'file'} is not a folder"
+    ]
+    assert (tmp_path / "file").read_text() == "in the way\n"
+
+
+@pytest.mark.parametrize("inside", ["merged", "dejavu_0.1/merged"])
+def test_merge_into_a_folder_inside_a_source_exits_2_and_writes_nothing(capsys, root, inside):
+    """The merged tree was written inside the source: the source's next list showed every file twice,
+    and its next merge or export read both."""
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    assert run("merge", str(root), "--root", str(root / inside)) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"is inside {root}, a source read" in err, err
+    assert sorted(p for p in root.rglob("*") if p.is_file()) == files
+
+
+def test_merge_of_a_root_into_itself_changes_nothing_and_is_no_error(capsys, root):
+    before = stored_entries(cache_file(root).path)
+    assert run("merge", str(root), "--root", str(root)) == 0
+    assert "0 added, 0 replaced, 2 unchanged" in capsys.readouterr().out
+    assert stored_entries(cache_file(root).path) == before
+
+
 def test_a_storage_layer_that_is_not_there_is_said_once(capsys, tmp_path, root, monkeypatch):
     monkeypatch.setenv(_env.STORAGE, os.pathsep.join([str(root), str(tmp_path / "gone")]))
     assert run("list") == 0

@@ -39,10 +39,11 @@ from .roots import (
     refuse_file,
     refuse_inside,
     refuse_other_archive,
+    refuse_root_inside,
     refuse_several,
     selected,
     served_files,
-    written_root,
+    writable_root,
 )
 
 
@@ -71,9 +72,11 @@ def conflict_payload(c: tree_merge.Conflict) -> dict[str, Any]:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    root = written_root(args)
+    root = writable_root(args)
     note_layers(args, "merge")
-    files, problems = inventory.read_sources(Path(s).expanduser() for s in args.sources)
+    sources = [Path(s).expanduser() for s in args.sources]
+    refuse_root_inside(root, sources)
+    files, problems = inventory.read_sources(sources)
     if problems and not args.skip_invalid:
         report_problems(problems)
         raise CliError(

@@ -37,8 +37,9 @@ def written_root(args: argparse.Namespace) -> Path:
 
 
 def writable_root(args: argparse.Namespace) -> Path:
-    """The written root of a command that writes into it (``tune``): a path that exists and is not a
-    folder is refused before any work (a --root given so is a usage error)."""
+    """The written root of a command that writes into it (``merge``, ``import-dejavu``, ``tune``): a
+    path that exists and is not a folder is refused before any work (a --root given so is a usage
+    error)."""
     root = written_root(args)
     if root.exists() and not root.is_dir():
         error = UsageError if args.root else CliError
@@ -152,6 +153,17 @@ def refuse_inside(out: Path, root: Path, named: str) -> None:
         return  # an archive in a tree is never read as its files
     if out.resolve().is_relative_to(root.resolve()):
         raise UsageError(f"{named} is inside {root}, the root read; export to a folder outside it")
+
+
+def refuse_root_inside(root: Path, sources: Sequence[Path]) -> None:
+    """A written root inside a source folder (``merge SRC --root SRC/merged``) is a usage error: the
+    files written there would be read as that source's (twice, by the next list, export or merge of
+    it). The source itself is no mistake: merging a root into itself changes nothing."""
+    written = root.resolve()
+    for source in sources:
+        read = source.resolve()
+        if source.is_dir() and written != read and written.is_relative_to(read):
+            raise UsageError(f"{root}, the root written, is inside {source}, a source read; write outside it")
 
 
 def existing_root(args: argparse.Namespace) -> Path:

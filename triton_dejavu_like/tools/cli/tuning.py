@@ -50,12 +50,11 @@ from .roots import (
     selected,
     served_files,
     writable_root,
-    written_root,
 )
 
 
 def cmd_import_dejavu(args: argparse.Namespace) -> int:
-    root = written_root(args)
+    root = writable_root(args)
     note_layers(args, "import-dejavu")
     missing = [s for s in args.sources if not Path(s).expanduser().exists()]
     if missing:
