@@ -127,3 +127,15 @@ def test_heuristic_refuses_results_of_several_tags_code_versions_or_config_lists
         capsys, "heuristic", "matmul", "--root", str(root), "--method", "nearest", option, IDENTITY[field]
     )
     assert status == 0 and "'BLOCK': 16" not in out
+
+
+def test_heuristic_with_a_kernel_option_naming_another_kernel_says_so(capsys, tmp_path):
+    """It said "nothing stored for kernel 'matmul'", which is stored."""
+    root = tmp_path / "root"
+    store(root, IDENTITY, keys=[(64,), (128,)])
+    store(root, {**IDENTITY, "kernel": "softmax"}, keys=[(64,)])
+    status, out, err = run(capsys, "heuristic", "matmul", "--root", str(root), "--kernel", "softmax")
+    assert status == 2 and not out
+    assert "--kernel softmax names another kernel than KERNEL matmul" in err
+    status, out, _ = run(capsys, "heuristic", "matmul", "--root", str(root), "--kernel", "matmul")
+    assert status == 0 and "def heuristic" in out

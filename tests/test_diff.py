@@ -87,6 +87,19 @@ def test_bad_sources(tmp_path, capsys):
     assert status == 2 and "cannot use" in err
 
 
+@pytest.mark.parametrize("again", ["{a}", "{a}/.", "{b}/../a"])
+def test_a_source_given_twice_is_a_mistake_not_an_agreement(tmp_path, capsys, again):
+    """It was compared with nothing: "0 key(s) stored by several sources", exit 0 (the winners agree)."""
+    for name in ("a", "b"):
+        store_at(tmp_path / name, entries_for([(1,)], block=16 if name == "a" else 32))
+    second = again.format(a=tmp_path / "a", b=tmp_path / "b")
+    status, out, err = run(capsys, tmp_path / "a", second)
+    assert status == 2 and not out
+    assert len(err.splitlines()) == 1 and "one source given twice" in err, err
+    status, _, _ = run(capsys, tmp_path / "a", tmp_path / "b")
+    assert status == 1
+
+
 def test_a_root_and_its_copy_are_the_same_whatever_platforms_and_tags_it_holds(tmp_path, capsys):
     """Each source's results for other GPUs and tags were compared with each other: a root diffed
     with its copy had every key "with different winners"."""

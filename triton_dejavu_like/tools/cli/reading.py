@@ -236,6 +236,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
     absent = [str(s) for s in sources if not s.exists()]
     if absent:
         raise UsageError(f"no such source: {', '.join(absent)}")
+    first: dict[Path, Path] = {}
+    for s in sources:  # one source given twice was never compared with itself: nothing to say, exit 0
+        if (seen := first.setdefault(s.resolve(), s)) is not s:
+            same = str(s) if str(s) == str(seen) else f"{seen} and {s}"
+            raise UsageError(f"{same}: one source given twice; name each source once")
     try:
         result = diff.compare(sources, match=args.match or ())
     except ValueError as exc:

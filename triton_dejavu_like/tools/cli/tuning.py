@@ -342,6 +342,8 @@ def cmd_heuristic(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser() if args.out else None
     if out is not None and (out.is_dir() or (out.exists() and not args.force)):
         raise UsageError(f"{out} already exists; nothing was written (--force replaces a file)")
+    if args.kernel not in (None, args.kernel_name):  # it selects another kernel: nothing would be found
+        raise UsageError(f"--kernel {args.kernel} names another kernel than KERNEL {args.kernel_name}")
     _, files, problems = served_files(args)  # every layer: what serving with these roots restores
     files = [f for f in selected(args, files) if f.identity["kernel"] == args.kernel_name]
     if not files:
