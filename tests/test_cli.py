@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import subprocess
 import sys
 import tarfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from storage_helpers import (
     InstantBench,
     aside_files,
     cache_file,
+    deny_opens,
     entries_for,
     launch,
     make_entry,
@@ -594,6 +597,29 @@ def test_prune_that_cannot_rewrite_a_file_counts_nothing_as_removed(capsys, tmp_
     report = json.loads(capsys.readouterr().out)
     assert report["removed_entries"] == 0 and report["kept_entries"] == 2
     assert report["removed_files"] == [] and report["problems"]
+
+
+@pytest.mark.parametrize(
+    "command", [["merge", "{src}"], ["prune", "--older-than", "2030-01-01"], ["prune", "--keep-newest", "1"]]
+)
+def test_a_root_that_cannot_be_written_is_said_by_the_command_not_as_a_tuning_process(
+    capsys, tmp_path, monkeypatch, command
+):
+    """merge and prune on a read-only root gave the tuner's warning: "results stay in memory for
+    this process and later processes tune these keys again", then only "could not be rewritten"."""
+    root, src = tmp_path / "root", tmp_path / "src"
+    cache_file(root).record(entries_for([(1,), (2,)], tuned_at="2024-06-01T00:00:00+00:00"))
+    cache_file(src).record(entries_for([(3,)]))
+    before = stored_bytes(root)
+    deny_opens(monkeypatch, root, errno.EROFS, writes_only=True)
+    argv = [a.replace("{src}", str(src)) for a in command]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DejavuStorageWarning)
+        assert run(*argv, "--root", str(root)) == 1
+    err = capsys.readouterr().err
+    assert "results stay in memory" not in err
+    assert f"{cache_file(root).path}: " in err and "Read-only file system" in err, err
+    assert stored_bytes(root) == before
 
 
 def stored_bytes(root: Path) -> dict[Path, bytes]:

@@ -80,6 +80,7 @@ class CacheFile:
         lock_timeout: float = LOCK_TIMEOUT_S,
         keep_unreadable: bool = False,
         keep_unknown: bool = True,
+        tool_rewrite: bool = False,
     ) -> None:
         self.path = Path(path)
         self.identity = dict(identity)
@@ -92,6 +93,10 @@ class CacheFile:
         #: entries of a kind this release does not read (a later release's) stay as they are; False
         #: for a rewrite that removes the whole file (prune of another platform), which sets them aside
         self.keep_unknown = keep_unknown
+        #: a tool's rewrite (merge, prune, an import or export): a root it cannot write is said in
+        #: :attr:`refused`, which the tool reports, not with the tuner's warning (results kept in
+        #: memory, later processes tuning again: nothing a tool does)
+        self.tool_rewrite = tool_rewrite
         #: the raw entries kept as they are at the last read under the lock (with ``keep_unreadable``)
         self.unreadable: dict[str, Any] = {}
         self.writable = True
@@ -119,6 +124,7 @@ class CacheFile:
         parameters: Collection[str] | None = None,
         lock_timeout: float = LOCK_TIMEOUT_S,
         keep_unreadable: bool = False,
+        tool_rewrite: bool = False,
     ) -> CacheFile:
         """The cache file a kernel of this identity uses under ``root``."""
         path = cache_path(root, identity)
@@ -129,6 +135,7 @@ class CacheFile:
             parameters=parameters,
             lock_timeout=lock_timeout,
             keep_unreadable=keep_unreadable,
+            tool_rewrite=tool_rewrite,
         )
 
     @property
@@ -380,6 +387,9 @@ class CacheFile:
                 self.lock_path,
             )
         except OSError as exc:
+            if self.tool_rewrite:
+                self.refused = f"cannot write under {self.root} ({exc})"
+                return False
             warn_once(
                 DejavuStorageWarning,
                 str(self.root),

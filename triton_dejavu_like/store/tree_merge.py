@@ -194,7 +194,7 @@ def merge_into(
         raise ValueError(f"prefer must be one of {PREFERENCES}, not {prefer!r}")
     report = MergeReport()
     for group in group_by_identity(files).values():
-        target = CacheFile.for_identity(root, group[0].identity, keep_unreadable=True)
+        target = CacheFile.for_identity(root, group[0].identity, keep_unreadable=True, tool_rewrite=True)
         outcome = _merge_group(target, group, prefer, dry_run, replace)
         if isinstance(outcome, str):
             report.problems.append(Problem(str(target.path), f"not merged: {outcome}"))

@@ -100,6 +100,7 @@ def prune(
                 root=root,
                 keep_unreadable=not drop_all,
                 keep_unknown=not drop_all,
+                tool_rewrite=True,
             )
             if not target.update(change):  # nothing of it removed: counted as kept
                 report.problems.append(Problem(f.source, target.refused or "could not be rewritten"))

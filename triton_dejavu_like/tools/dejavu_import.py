@@ -415,7 +415,7 @@ def _write(
     """Write each identity's entries into its cache file under ``root`` (or count what would be)."""
     for slot in by_identity.values():
         ident, entries = slot.identity, slot.chosen(report)
-        cf = CacheFile.for_identity(root, ident, parameters=tuner.arg_names)
+        cf = CacheFile.for_identity(root, ident, parameters=tuner.arg_names, tool_rewrite=True)
         existing = tree_merge.destination_entries(cf, "an import", dry_run=dry_run)
         if isinstance(existing, str):  # update() would refuse it: say so, count nothing
             report.problems.append(inventory.Problem(str(cf.path), existing))
