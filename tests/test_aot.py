@@ -498,6 +498,17 @@ def test_export_into_a_folder_ships_the_results_the_cases_used_over_what_it_held
     assert shipped == {n: best_block(n) for n in SIZES}
 
 
+def test_export_into_a_folder_inside_a_layer_is_refused_before_tuning(capsys, tmp_path):
+    """Only the written root was checked: the export went into the layer, whose next list, export or
+    merge read its files twice."""
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    roots = os.pathsep.join([str(tmp_path / "rw"), str(layer)])
+    assert cli.main(["tune", f"{SPEC}:cases", "--root", roots, "--export", str(layer / "ship")]) == 2
+    assert f"--export {layer / 'ship'} is inside {layer}, the root read" in capsys.readouterr().err
+    assert list(layer.iterdir()) == [] and not (tmp_path / "rw").exists()
+
+
 def test_export_writes_no_empty_archive_when_no_case_stored_anything(capsys, tmp_path):
     """Every case failed: an empty archive was left behind (could be shipped by mistake) and refused
     the export of the run after the SPEC was mended."""

@@ -286,7 +286,8 @@ def _tune_request(args: argparse.Namespace) -> aot.TuneRequest:
     if export is not None:
         refuse_other_archive(export, f"--export {export}")
         refuse_file(export, f"--export {export}")  # found after the tuning, it failed the export
-        refuse_inside(export, request.root, f"--export {export}")
+        for root in (request.root, *(request.layers or ())):  # a layer is read too
+            refuse_inside(export, root, f"--export {export}")
         if inventory.is_archive(export) and export.exists():
             raise UsageError(f"--export {export} already exists; nothing was tuned (remove it first)")
     return request
