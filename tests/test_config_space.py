@@ -209,3 +209,43 @@ def test_a_numpy_array_of_values_is_a_list_of_python_values():
     np = pytest.importorskip("numpy")
     space = ConfigSpace({"BLOCK": np.array([16, 32])})
     assert [type(c.kwargs["BLOCK"]) for c in space.configs()] == [int, int]
+
+
+@pytest.mark.parametrize("value", [[16, 32], {"a": 1}, bytearray(b"x")])
+def test_a_value_that_cannot_be_hashed_is_refused_when_the_space_is_made(value):
+    """triton.Config hashes its values (the tuner keys its timings by config): a list among the
+    values made a space, then its first launch failed deep inside tuning with ``unhashable type``."""
+    with pytest.raises(TypeError, match=r"BLOCK lists .* cannot be hashed.*a tuple"):
+        ConfigSpace({"BLOCK": [value, (1, 2)]})
+    with pytest.raises(TypeError, match=r"num_warps lists .* cannot be hashed"):
+        ConfigSpace({"BLOCK": [16]}, num_warps=[4, value])
+
+
+def test_numpy_arrays_among_the_values_are_refused_saying_why():
+    """Arrays as values failed on comparing them (``truth value of an array ... is ambiguous``), and a
+    2-D array made rows of lists; both are values a config cannot hold."""
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TypeError, match="cannot be hashed"):
+        ConfigSpace({"BLOCK": [np.array([1, 2]), np.array([3, 4])]})
+    with pytest.raises(TypeError, match="cannot be hashed"):
+        ConfigSpace({"BLOCK": np.array([[16, 32], [64, 128]])})
+
+
+def test_a_config_list_holding_a_value_that_cannot_be_hashed_names_the_config():
+    from kernels import add_kernel
+
+    import triton_dejavu_like as tdl
+
+    configs = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": [32]})]
+    with pytest.raises(TypeError, match=r"configs\[1\] .*cannot be hashed"):
+        tdl.autotune(configs=configs, key=["n"])(add_kernel)
+
+
+def test_a_single_config_holding_a_list_is_still_launched_untimed():
+    """One config is launched without timing (nothing hashes it): it keeps working as it did."""
+    from kernels import add_kernel
+
+    import triton_dejavu_like as tdl
+
+    assert len(ConfigSpace({"BLOCK": [[16, 32]]})) == 1
+    tdl.autotune(configs=[triton.Config({"BLOCK": [16]})], key=["n"])(add_kernel)  # no TypeError

@@ -192,6 +192,7 @@ def check_configs(
     for i, config in enumerate(configs or ()):
         if not isinstance(config, Config):
             raise TypeError(f"configs[{i}] is a {type(config).__name__}, not a triton.Config")
+        _refuse_unhashable(i, config, len(configs or ()))
     _check_config_parameters(
         _compat.python_function(fn).__name__,
         arg_names,
@@ -208,6 +209,20 @@ def unknown_parameters(arg_names: Sequence[str], names: Iterable[str]) -> list[s
         return []
     known = _compat.compile_option_names()
     return [name for name in unknown if name not in known]
+
+
+def _refuse_unhashable(i: int, config: Config, n_configs: int) -> None:
+    """Configs to tune are told apart by hashing them (as upstream keeps its timings): one holding a
+    list failed deep inside the first tuning run; a single config is launched untimed."""
+    if n_configs < 2:
+        return
+    try:
+        hash(config)
+    except TypeError as exc:
+        raise TypeError(
+            f"configs[{i}] holds a value that cannot be hashed ({exc}): the configs to tune are told "
+            "apart by their values, which must be hashable (a tuple instead of a list)"
+        ) from None
 
 
 def _check_config_parameters(kernel: str, arg_names: list[str], parameters: list[Iterable[str]]) -> None:

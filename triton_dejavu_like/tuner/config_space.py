@@ -91,6 +91,9 @@ class ConfigSpace:
             self.options[name] = self._as_values(name, values)
         # triton-dejavu crosses the Config fields in alphabetical order (of the names)
         self.options = dict(sorted(self.options.items()))
+        if self.raw_size > 1:  # one config is launched untimed; several are keyed by config
+            for name, values in self.parameters.items():
+                _refuse_unhashable(name, values)
         self.kwarg_conditions: tuple[KwargCondition, ...] = _as_conditions(
             "kwarg_conditions", kwarg_conditions
         )
@@ -112,6 +115,8 @@ class ConfigSpace:
             raise TypeError(f"ConfigSpace: {name} must be a list of values, got {values!r}")
         if len(values) == 0:
             raise ValueError(f"ConfigSpace: {name} has an empty list of values")
+        if len(values) > 1:
+            _refuse_unhashable(name, values)  # before comparing them (arrays compare elementwise)
         for i, value in enumerate(values):
             for other in values[:i]:
                 if other == value:  # Config compares them equal: one config, timed twice, one timing kept
@@ -260,6 +265,19 @@ class ConfigSpace:
     def __repr__(self) -> str:
         dims = ", ".join(f"{k}={list(v)}" for k, v in self.parameters.items())
         return f"ConfigSpace({dims}; {len(self.kwarg_conditions) + len(self.conditions)} conditions)"
+
+
+def _refuse_unhashable(name: str, values: Sequence[Any]) -> None:
+    """A ``TypeError`` for a value ``triton.Config`` cannot hash: a space of such configs failed at its
+    first launch deep inside tuning (timings and decisions are kept by config, as upstream keeps them)."""
+    for value in values:
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(
+                f"ConfigSpace: {name} lists {value!r:.60}, which cannot be hashed: the configs of a "
+                "space are told apart by their values, which must be hashable (a tuple instead of a list)"
+            ) from None
 
 
 def _kwarg_condition(cond: KwargCondition, kwargs: dict[str, Any]) -> bool:
