@@ -249,3 +249,17 @@ def test_a_single_config_holding_a_list_is_still_launched_untimed():
 
     assert len(ConfigSpace({"BLOCK": [[16, 32]]})) == 1
     tdl.autotune(configs=[triton.Config({"BLOCK": [16]})], key=["n"])(add_kernel)  # no TypeError
+
+
+def test_a_space_is_true_without_counting_its_points():
+    """``config_space or default`` asked ``len()``, which walks every point and condition (seconds
+    for a million points); a space is never empty (an empty one is refused when made)."""
+    asked = []
+
+    def condition(kwargs):
+        asked.append(kwargs)
+        return True
+
+    space = ConfigSpace({"A": list(range(100)), "B": list(range(100))}, kwarg_conditions=[condition])
+    asked.clear()
+    assert space and not asked and space._size is None

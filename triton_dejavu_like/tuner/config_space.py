@@ -249,6 +249,10 @@ class ConfigSpace:
             self._size = sum(1 for _ in self)
         return self._size
 
+    def __bool__(self) -> bool:
+        """Always true (a space that keeps no point is refused when made), without counting it."""
+        return True
+
     def configs(self, platform_check: PlatformCheck | None = None) -> list[Config]:
         """All valid Configs (for a platform, if a check is given), in cross-product order; listed
         once per platform check, then kept."""
