@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from collections.abc import Hashable, Sequence
@@ -21,6 +22,43 @@ def _sort_values(values: list[Any]) -> list[Any]:
     if all(v is None or _is_number(v) for v in values):
         return [None, *sorted(v for v in values if v is not None)]  # e.g. maxnreg: None, 128, 255
     return values
+
+
+def _distinct(column: list[Any]) -> list[Any]:
+    """The values of ``column`` in the order first seen, each once (equal values, as ``in`` tells
+    them: 1, 1.0 and True are one); found by hashing, so that a dimension of many values is not
+    compared pair by pair (unhashable values are compared)."""
+    out: list[Any] = []
+    hashed: dict[Any, None] = {}
+    unhashable: list[Any] = []
+    for v in column:
+        try:
+            if v in hashed or any(v == u for u in unhashable):
+                continue
+            hashed[v] = None
+        except TypeError:
+            if v in out:
+                continue
+            unhashable.append(v)
+        out.append(v)
+    return out
+
+
+class _Positions:
+    """A value's index in a list of distinct values (the first equal one, as ``list.index``)."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self.values = values
+        self.index: dict[Any, int] = {}
+        for i, v in enumerate(values):
+            with contextlib.suppress(TypeError):  # an unhashable value: found by list.index
+                self.index.setdefault(v, i)
+
+    def __call__(self, value: Any) -> int:
+        try:
+            return self.index[value]
+        except (KeyError, TypeError):
+            return self.values.index(value)
 
 
 class SearchSpace:
@@ -55,15 +93,13 @@ class SearchSpace:
         values: list[list[Any]] = []
         kept: list[str] = []
         for name in names:
-            seen: list[Any] = []
-            for row in rows:
-                v = row.get(name)
-                if v not in seen:
-                    seen.append(v)
+            seen = _distinct([row.get(name) for row in rows])
             if len(seen) > 1:
                 kept.append(name)
                 values.append(_sort_values(seen))
-        points = [tuple(vals.index(row.get(n)) for n, vals in zip(kept, values)) for row in rows]
+        positions = [(n, _Positions(vals)) for n, vals in zip(kept, values)]
+        columns = [[position(row.get(n)) for row in rows] for n, position in positions]
+        points = list(zip(*columns)) if columns else [() for _ in rows]
         return cls(configs, points, kept, values)
 
     @classmethod
