@@ -6,6 +6,7 @@ tune a kernel through the interpreter in separate Python processes with an insta
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -14,7 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import triton
@@ -66,20 +69,27 @@ def test_two_processes_recording_the_same_keys_leave_one_valid_entry_each(tmp_pa
         assert config.kwargs["BLOCK"] in (16, 128)
 
 
-def test_the_lock_of_a_killed_holder_is_released(tmp_path, caplog):
-    cf = cache_file(tmp_path, lock_timeout=0.5)
+@contextlib.contextmanager
+def lock_held_by_another_process(path: Path) -> Iterator[Any]:
+    """A process holding the lock of the cache file ``path`` while the block runs; SIGKILLed after."""
     ctx = process_context()
     parent, child = ctx.Pipe()
-    holder = ctx.Process(target=worker_hold_lock, args=(str(cf.path), child))
+    holder = ctx.Process(target=worker_hold_lock, args=(str(path), child))
     holder.start()
     try:
         assert parent.poll(30) and parent.recv() == "locked"
-        # while the holder lives, the lock is real: a writer gives up after its timeout
-        assert not cf.record({key_id((1,)): make_entry((1,))})
-        assert "could not lock" in caplog.text
+        yield holder
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.join(10)
+
+
+def test_the_lock_of_a_killed_holder_is_released(tmp_path, caplog):
+    cf = cache_file(tmp_path, lock_timeout=0.5)
+    with lock_held_by_another_process(cf.path) as holder:
+        # while the holder lives, the lock is real: a writer gives up after its timeout
+        assert not cf.record({key_id((1,)): make_entry((1,))})
+        assert "could not lock" in caplog.text
     assert holder.exitcode == -signal.SIGKILL
     assert cf.lock_path.exists()  # the lock file stays; the kernel dropped the lock itself
     started = time.monotonic()
@@ -96,12 +106,7 @@ def test_a_stuck_lock_costs_its_timeout_once_and_loses_no_result(tmp_path, monke
 
     monkeypatch.setattr(cache_file_module, "STUCK_LOCK_WAIT_S", 0.05)
     cf = cache_file(tmp_path, lock_timeout=1.5)
-    ctx = process_context()
-    parent, child = ctx.Pipe()
-    holder = ctx.Process(target=worker_hold_lock, args=(str(cf.path), child))
-    holder.start()
-    try:
-        assert parent.poll(30) and parent.recv() == "locked"
+    with lock_held_by_another_process(cf.path) as holder:
         os.kill(holder.pid, signal.SIGSTOP)
         started = time.monotonic()
         assert not cf.record({key_id((1,)): make_entry((1,), block=16)})
@@ -110,9 +115,6 @@ def test_a_stuck_lock_costs_its_timeout_once_and_loses_no_result(tmp_path, monke
         for k in (2, 3):
             assert not cf.record({key_id((k,)): make_entry((k,), block=16)})
         assert time.monotonic() - started < 1.0  # two short waits, not two timeouts
-    finally:
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.join(10)
     # another process stored key 3 while this one waited: its entry is newer than the one held back
     assert cache_file(tmp_path).record({key_id((3,)): make_entry((3,), block=128)})
     started = time.monotonic()
