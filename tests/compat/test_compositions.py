@@ -30,9 +30,18 @@ def masked_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constex
 
 @triton.jit
 def options_kernel(
-    x_ptr, out_ptr, n, alpha, flag, D: tl.constexpr, BLOCK: tl.constexpr, HAS_B: tl.constexpr = False, b=None
+    x_ptr,
+    out_ptr,
+    n,
+    alpha,
+    flag: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HAS_B: tl.constexpr = False,
+    b=None,
 ):
-    """out = x * alpha * D (+ b when HAS_B): scalars, a constexpr, a default and an optional pointer."""
+    """out = x * alpha * D (+ b when HAS_B): scalars, constexprs (``flag`` a bool one: the interpreters
+    of Triton 3.6 and 3.7 cannot pass a bool as a run-time scalar), a default and an optional pointer."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     value = tl.load(x_ptr + offs, mask=mask) * alpha * D
