@@ -53,12 +53,12 @@ from .files import LOCK_TIMEOUT_S, atomic_write, file_lock, followed, quarantine
 from .layout import LOCK_SUFFIX, cache_path
 from .rejected import sort_rejected
 
-#: What a lookup of the file fails with when there is no file to read (as ``Path.exists`` takes them;
-#: a symlink loop in the file's place is replaced by the next write)
 #: How long a lock is waited for once a wait for it timed out in this process, until one succeeds: a
 #: holder stopped (SIGSTOP) or hung costs the full ``lock_timeout`` once, not at every result.
 STUCK_LOCK_WAIT_S = 1.0
 
+#: What a lookup of the file fails with when there is no file to read (as ``Path.exists`` takes them;
+#: a symlink loop in the file's place is replaced by the next write)
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EBADF)
 
 
@@ -143,9 +143,14 @@ class CacheFile:
         path = followed(self.path)
         return path.with_name(path.name + LOCK_SUFFIX)
 
+    @property
+    def _stuck_wait_s(self) -> float:
+        """How long the lock is waited for after a wait for it timed out."""
+        return min(self.lock_timeout, STUCK_LOCK_WAIT_S)
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        timeout = min(self.lock_timeout, STUCK_LOCK_WAIT_S) if self._lock_stuck else self.lock_timeout
+        timeout = self._stuck_wait_s if self._lock_stuck else self.lock_timeout
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(file_lock(followed(self.path), timeout))
@@ -383,7 +388,7 @@ class CacheFile:
                 "or end it (fuser %s names it)",
                 self.lock_path,
                 self.lock_timeout,
-                min(self.lock_timeout, STUCK_LOCK_WAIT_S),
+                self._stuck_wait_s,
                 self.lock_path,
             )
         except OSError as exc:

@@ -93,7 +93,8 @@ class ConfigSpace:
         self.options = dict(sorted(self.options.items()))
         if self.raw_size > 1:  # one config is launched untimed; several are keyed by config
             for name, values in self.parameters.items():
-                _refuse_unhashable(name, values)
+                if len(values) == 1:  # (longer lists were checked by _as_values)
+                    _refuse_unhashable(name, values)
         self.kwarg_conditions: tuple[KwargCondition, ...] = _as_conditions(
             "kwarg_conditions", kwarg_conditions
         )

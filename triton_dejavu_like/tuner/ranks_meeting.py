@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import _env
 from .._log import log
-from ..store.lease import process_gone, this_process
+from ..store.lease import STALE_AFTER_S, process_gone, this_process
 
 #: Seconds the first rank to miss a key waits for others to miss it too (default of
 #: ``TRITON_DEJAVU_JOIN_WINDOW``). A rank that misses it later is late and uses the group's decision:
@@ -36,8 +36,8 @@ GONE_CHECK_S = 1.0
 BEAT_S = 1.0
 #: A member whose heartbeat counter did not move for this long is taken as gone, wherever it runs
 #: (another host, where its pid cannot be looked up; or stopped with SIGSTOP), as a single-flight
-#: lease of another host is (:data:`~triton_dejavu_like.store.lease.STALE_AFTER_S`).
-SILENT_AFTER_S = 30.0
+#: lease of another host is.
+SILENT_AFTER_S = STALE_AFTER_S
 
 Timings = dict[int, list[float]]
 
