@@ -6,10 +6,11 @@ a kwarg condition or a config condition keeping 1% of them (one B per A), and la
 ``autotune(config_space=..., use_random_search=True, search_max_share=21 / points kept)`` once, with
 a deterministic ``do_bench`` (no timer: what is measured is the tuner's own work). It prints the
 wall time of building the space, of the first launch (listing, storage identity, search, the 21
-candidates run by the interpreter, the stored result), the peak memory the process added
-(``ru_maxrss``) and how many candidates were timed. With ``--baseline DIR`` (another checkout of the
-package, e.g. ``git worktree add /tmp/base main``) every case also runs against that tree, and the
-ratios baseline / this tree are printed.
+candidates run by the interpreter, the stored result), of a second launch with another key value
+(tuned again over the same list: what a new key costs once the space is listed), the peak memory
+the process added (``ru_maxrss``) and how many candidates each key timed. With ``--baseline DIR``
+(another checkout of the package, e.g. ``git worktree add /tmp/base main``) every case also runs
+against that tree, and the ratios baseline / this tree are printed.
 
     python benchmarks/config_space_scale.py                                   # 1e4, 1e5, 1e6 points
     python benchmarks/config_space_scale.py --sizes 1000000 --baseline /tmp/base
@@ -91,11 +92,16 @@ def child(points: int, condition: str) -> dict[str, Any]:
     tuner[lambda meta: (triton.cdiv(64, meta["BLOCK"]),)](x, out, 64)
     launched = time.perf_counter()
     assert torch.equal(out, x) and tuner.last_decision == "tuned"
+    first_timed = len(timed)
+    tuner[lambda meta: (triton.cdiv(63, meta["BLOCK"]),)](x, out, 63)  # another key, the same space
+    again = time.perf_counter()
+    assert tuner.last_decision == "tuned" and len(timed) == 2 * first_timed
     return {
         "build_s": built - start,
         "first_launch_s": launched - built,
+        "second_key_s": again - launched,
         "maxrss_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024,
-        "timed": len(timed),
+        "timed": first_timed,
     }
 
 
@@ -127,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.baseline is not None:
         trees["baseline"] = args.baseline.resolve()
     print(
-        f"{'points':>9} {'condition':>9} {'tree':>9} {'build s':>8} {'launch s':>9} {'+MB':>7} {'timed':>5}"
+        f"{'points':>9} {'condition':>9} {'tree':>9} {'build s':>8} {'launch s':>9} {'key 2 s':>8} "
+        f"{'+MB':>7} {'timed':>5}"
     )
     for points in args.sizes:
         for condition in args.conditions:
@@ -136,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 r = results[name] = run_case(tree, points, condition)
                 print(
                     f"{points:>9} {condition:>9} {name:>9} {r['build_s']:>8.2f} {r['first_launch_s']:>9.2f} "
+                    f"{r['second_key_s']:>8.2f} "
                     f"{r['maxrss_mb']:>7.0f} {r['timed']:>5}",
                     flush=True,
                 )
@@ -145,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ours["build_s"] + ours["first_launch_s"]
                 )
                 memory_ratio = base["maxrss_mb"] / max(ours["maxrss_mb"], 1.0)
-                ratios = f"time {time_ratio:.1f}x, memory {memory_ratio:.1f}x"
+                key_ratio = base["second_key_s"] / ours["second_key_s"]
+                ratios = f"time {time_ratio:.1f}x, second key {key_ratio:.1f}x, memory {memory_ratio:.1f}x"
                 print(f"{'':>9} {'':>9} {'ratio':>9} baseline / this tree: {ratios}")
     return 0
 

@@ -126,6 +126,48 @@ def test_a_stuck_lock_costs_its_timeout_once_and_loses_no_result(tmp_path, monke
     assert blocks[key_id((3,))] == 128 and blocks[key_id((1,))] == 16 and blocks[key_id((2,))] == 16
 
 
+HELD_AT_EXIT = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from storage_helpers import cache_file, make_entry
+from triton_dejavu_like.codec import key_id
+
+cf = cache_file(Path(sys.argv[1]), lock_timeout=0.3)
+print("written" if cf.record({{key_id((1,)): make_entry((1,))}}) else "held back", flush=True)
+sys.stdin.readline()  # then exits, recording nothing more
+"""
+
+
+@pytest.mark.parametrize("free_at_exit", [True, False])
+def test_results_held_back_for_a_stuck_lock_are_written_at_exit(tmp_path, free_at_exit):
+    """A process whose only result met a held lock writes it when it exits, if the lock is free by
+    then; if not, it says (with default warning settings) that the result was not stored."""
+    cf = cache_file(tmp_path)
+    script = tmp_path / "record.py"
+    script.write_text(HELD_AT_EXIT.format(tests=str(Path(__file__).parent)))
+    with lock_held_by_another_process(cf.path):
+        child = subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdout.readline().strip() == "held back"
+        if not free_at_exit:
+            _, err = child.communicate("\n", timeout=120)
+    if free_at_exit:  # the holder is gone: the lock is free
+        _, err = child.communicate("\n", timeout=120)
+    assert child.returncode == 0, err
+    if free_at_exit:
+        assert list(stored_entries(cf.path)) == [key_id((1,))]
+        assert "were not written" not in err
+    else:
+        assert not cf.path.exists()
+        assert "DejavuStorageWarning: 1 tuning results were not written" in err
+
+
 def test_sigkill_at_every_line_of_a_write_keeps_the_previous_file(tmp_path):
     """A writer is frozen at each line of the write path in turn and SIGKILLed there."""
     cf = cache_file(tmp_path)

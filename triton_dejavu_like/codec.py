@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import reprlib
+from collections.abc import Sequence
 from typing import Any
 
 from ._compat import CONFIG_FIELDS, CONFIG_FIELDS_ANY_RELEASE, Config, is_constexpr
@@ -182,11 +184,25 @@ def config_id(config: Config) -> str:
     return canonical_json(encode_config(config))
 
 
-def config_state(config: Config) -> tuple[Any, ...]:
-    """What :func:`config_id` reads of ``config``, unencoded (cheap): equal states, equal ids, so an
-    id remembered for a Config object is still its id while its state compares equal (a prune may
-    change a config in place)."""
-    return (tuple(config.kwargs.items()), *(getattr(config, f, d) for f, d in CONFIG_FIELDS.items()))
+_CONFIG_FIELDS_OF = operator.attrgetter(*CONFIG_FIELDS)  # (num_warps, num_stages at least: a tuple)
+
+
+def config_fields(config: Config) -> tuple[Any, ...]:
+    """What :func:`config_id` reads of ``config`` besides its ``kwargs``, unencoded (cheap): equal
+    kwargs and fields, equal ids, so an id remembered for a Config object is still its id while
+    both compare equal (a prune may change a config in place)."""
+    try:
+        return _CONFIG_FIELDS_OF(config)
+    except AttributeError:  # an object without a field of this Triton's Config
+        return tuple(getattr(config, f, d) for f, d in CONFIG_FIELDS.items())
+
+
+def configs_fields(configs: Sequence[Config]) -> list[tuple[Any, ...]]:
+    """:func:`config_fields` of each config, read without a Python-level loop where they allow."""
+    try:
+        return list(map(_CONFIG_FIELDS_OF, configs))
+    except AttributeError:
+        return [config_fields(config) for config in configs]
 
 
 def decode_config(data: Any, *, pre_hook: Any = None) -> tuple[Config, list[str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from .base import BatchSearch, Strategy
@@ -10,13 +11,7 @@ from .space import SearchSpace
 
 def ordered(first: Sequence[int], rest: Sequence[int]) -> list[int]:
     """``first`` (deduplicated) followed by the other members of ``rest``, in order."""
-    seen: set[int] = set()
-    out: list[int] = []
-    for i in (*first, *rest):
-        if i not in seen:
-            seen.add(i)
-            out.append(i)
-    return out
+    return list(dict.fromkeys(itertools.chain(first, rest)))
 
 
 class OrderedStrategy(Strategy):

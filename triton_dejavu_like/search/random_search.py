@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
+
+import numpy as np
 
 from .exhaustive import OrderedStrategy, ordered
 
@@ -12,6 +13,6 @@ class RandomSearch(OrderedStrategy):
     name = "random"
 
     def order(self, n: int, warm_start: Sequence[int], seed: int) -> list[int]:
-        rest = list(range(n))
-        random.Random(seed).shuffle(rest)
+        # numpy's permutation: 10^6 candidates in milliseconds (random.shuffle took about 1 s of the budget)
+        rest = np.random.default_rng(seed).permutation(n).tolist()
         return ordered(warm_start, rest)

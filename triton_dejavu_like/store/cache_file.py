@@ -32,11 +32,13 @@ writes of one file are :mod:`.files`; which invalid entries stay and which are m
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import hashlib
 import json
 import os
+import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,26 @@ from .rejected import sort_rejected
 #: How long a lock is waited for once a wait for it timed out in this process, until one succeeds: a
 #: holder stopped (SIGSTOP) or hung costs the full ``lock_timeout`` once, not at every result.
 STUCK_LOCK_WAIT_S = 1.0
+
+#: The cache files of this process holding entries back for a stuck lock (written at exit; a forked
+#: child, a compile or isolation worker, does not write its parent's).
+_holding: weakref.WeakSet[CacheFile] = weakref.WeakSet()
+os.register_at_fork(after_in_child=_holding.clear)
+
+
+@atexit.register
+def _write_held_back_at_exit() -> None:
+    for cache_file in list(_holding):
+        if not cache_file.write_held_back():
+            warn_once(
+                DejavuStorageWarning,
+                f"{cache_file.path}:exit",
+                "%d tuning results were not written to %s: its lock was still held when this process "
+                "exited (by a stopped or hung process); later processes tune those keys again",
+                len(cache_file._held_back),
+                cache_file.path,
+            )
+
 
 #: What a lookup of the file fails with when there is no file to read (as ``Path.exists`` takes them;
 #: a symlink loop in the file's place is replaced by the next write)
@@ -322,6 +344,19 @@ class CacheFile:
             return True
         if self._lock_stuck:
             self._held_back = {**held, **valid}
+            _holding.add(self)
+        return False
+
+    def write_held_back(self) -> bool:
+        """Write the entries held back for the lock (where the file has no entry of their key by
+        then); True when none is left. Called at the process's exit for every file holding some: a
+        process that records nothing after a stuck lock loses nothing once the lock is free."""
+        held = self._held_back
+        if not held:
+            return True
+        if self.update(lambda current: {**held, **current}):
+            self._held_back = {}
+            return True
         return False
 
     def _own(self, kid: str, entry: StoredEntry | Mapping[str, Any]) -> StoredEntry:
@@ -383,7 +418,8 @@ class CacheFile:
                 DejavuStorageWarning,
                 str(self.lock_path),
                 "could not lock %s within %.3g s; results stay in memory for this process and are "
-                "written with its next result once the lock is free (later waits last %.3g s). "
+                "written with its next result, or at its exit, once the lock is free (later waits "
+                "last %.3g s). "
                 "Another process holds it: one stopped (SIGSTOP) or hung while it writes; continue "
                 "or end it (fuser %s names it)",
                 self.lock_path,

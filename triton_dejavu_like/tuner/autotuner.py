@@ -34,6 +34,7 @@ from .arguments import (
 )
 from .attributes import UpstreamAttributes, changes
 from .calls import CallCheck
+from .config_ids import ConfigIds
 from .config_space import ConfigSpace
 from .deciding import KeyDecision, ProcessState
 from .dejavu_extras import MetadataRecorder, post_hook_as_called
@@ -44,7 +45,7 @@ from .nearest import RestoredEntries
 from .policy import MissPolicy
 from .report import report
 from .settings import TunerSettings
-from .storage import ConfigIds, StorageIdentity
+from .storage import StorageIdentity
 from .trial import Outcome
 from .upstream import UpstreamSemantics
 
@@ -154,7 +155,7 @@ class Autotuner(
         self.best_config: Config | None = None
         self.last_decision: str | None = None
         self.nargs: dict[str, Any] | None = None
-        self._config_ids: ConfigIds = {}
+        self._config_ids = ConfigIds()
         self._state: ProcessState | None = None
         self._lock = threading.RLock()
         _tuners.add(self)
@@ -189,7 +190,7 @@ class Autotuner(
         state = self.__dict__.copy()
         state["_lock"] = None
         state["_state"] = None
-        state["_config_ids"] = {}  # (weak references) the copy learns its configs' ids again
+        state["_config_ids"] = ConfigIds()  # (weak references, id()) the copy learns its configs' ids again
         # a snapshot (one C-level copy): another thread deciding a key meanwhile adds to the table,
         # and deepcopy walking the live dict raised "dictionary changed size during iteration"
         state["_launch"] = self._launch.copy()
@@ -272,6 +273,9 @@ class Autotuner(
         # the storage identity hashes the config list: another list's results are kept in (and
         # restored from) its own file, opened at the next miss
         self.__dict__["_state"] = None
+        ids = self.__dict__.get("_config_ids")  # (none yet while the decorator sets .configs)
+        if ids is not None:
+            ids.forget_sets()  # the old list's sets are not asked for again
 
     def _process_state(self) -> ProcessState:
         if self._state is None:
@@ -305,23 +309,27 @@ class Autotuner(
                 short_repr(key.values),
                 key.problem,
             )
-        return KeyDecision(
-            name=self._label,
-            state=state,
-            key=key,
-            args=args,
-            kwargs=kwargs,
-            nargs=nargs,
-            candidates=candidates,
-            candidates_hash=self._configs_hash(candidates),
-            pruning=bool(self.early_config_prune or self.perf_model),
-            policy=self._policy,
-            settings=self.settings,
-            recipe=self.kernel_recipe,
-            config_id=self._config_id,
-            expose_nargs=self._expose_nargs,
-            find_elsewhere=self._stored_elsewhere,
-        ).outcome()
+        ids = self._config_ids
+        chosen = ids.candidates(candidates)
+        with ids.deciding(chosen):
+            return KeyDecision(
+                name=self._label,
+                state=state,
+                key=key,
+                args=args,
+                kwargs=kwargs,
+                nargs=nargs,
+                candidates=candidates,
+                candidates_hash=chosen.hash,
+                pruning=bool(self.early_config_prune or self.perf_model),
+                policy=self._policy,
+                settings=self.settings,
+                recipe=self.kernel_recipe,
+                config_id=self._config_id,
+                candidate_set=ids.candidates,
+                expose_nargs=self._expose_nargs,
+                find_elsewhere=self._stored_elsewhere,
+            ).outcome()
 
     def _expose_nargs(self, nargs: dict[str, Any] | None) -> None:
         """Upstream's ``nargs``: the arguments of the call being tuned, which hooks and

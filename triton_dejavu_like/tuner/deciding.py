@@ -21,6 +21,7 @@ from ..search import Budget
 from ..store import Platform, Store, StoredEntry
 from ..store.warm_start import MAX_FOREIGN_SEEDS
 from . import ranks
+from .config_ids import CandidateSet
 from .key import TuningKey
 from .nearest import RestoredEntries
 from .policy import MissPolicy
@@ -63,6 +64,8 @@ class KeyDecision:
     settings: TunerSettings
     recipe: Callable[[], KernelRecipe]
     config_id: Callable[[Config], str]
+    #: a candidate list's set (its config ids, its search grid), shared by the keys that tune it
+    candidate_set: Callable[[Sequence[Config]], CandidateSet]
     expose_nargs: Callable[[dict[str, Any] | None], None]
     #: the roots holding this kernel's results under another identity (``"ROOT: WHAT"``)
     find_elsewhere: Callable[[], list[str]] = list
@@ -135,14 +138,15 @@ class KeyDecision:
     ) -> Outcome:
         run = run or self._run
         assert run is not None
+        chosen = self.candidate_set(subset)
         self.expose_nargs(self.nargs)
         try:
             return run.run(
                 self.key,
                 self.args,
                 self.kwargs,
-                subset,
-                warm_start=self._warm_start(subset),
+                chosen,
+                warm_start=self._warm_start(chosen),
                 candidates_hash=self.candidates_hash,
                 reference=reference,
             )
@@ -184,13 +188,13 @@ class KeyDecision:
             self.state.restored[self.key.id or ""] = entry
         return found
 
-    def _warm_start(self, candidates: list[Config]) -> list[int]:
+    def _warm_start(self, candidates: CandidateSet) -> list[int]:
         """Indices of candidates that won other stored keys, then of the winners of this kernel
         stored for other GPUs and platforms (a few): good first guesses for a new key, those that
         won more keys first (a search may measure only the first few: BO's warm-start cap)."""
         if self.settings.strategy == "exhaustive":
             return []
-        index = {self.config_id(c): i for i, c in enumerate(candidates)}
+        index = candidates.index
         won = Counter(entry.config_id for entry in self.state.restored.values())
         winners = [cid for cid, _ in won.most_common()]
         foreign = [cid for cid in self.state.store.foreign_winners() if cid in index]

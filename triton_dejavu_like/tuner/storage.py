@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
 import os
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import _compat, _env
 from .._compat import Config
 from .._log import DejavuStorageWarning, log, warn_once
-from ..codec import EncodingError, config_id, config_state
+from ..codec import EncodingError
 from ..store import (
     FileStore,
     KernelIdentity,
@@ -29,25 +27,12 @@ from ..store import (
 from ..store.elsewhere import stored_elsewhere
 from ..store.identity import code_version, stable_hash
 from ..store.layered import registrations, usable
+from .config_ids import ConfigIds
 from .mode import tuning_enabled
 from .settings import TunerSettings
 
 if TYPE_CHECKING:
     from .deciding import ProcessState
-
-#: The start of the id of a config that cannot be stored (of this process only).
-_UNSTORABLE = "unstorable:"
-#: Numbers the ids of configs that cannot be stored (never reused, unlike an object's address).
-_unstorable = itertools.count()
-#: :meth:`StorageIdentity._config_id`'s memo: ``id(config)`` -> (the config, held weakly; its state; its id).
-ConfigIds = dict[int, tuple["weakref.ref[Config]", tuple[Any, ...], str]]
-
-
-def _forget(memo: ConfigIds, key: int, ref: weakref.ref[Config]) -> None:
-    """A config of ``memo`` is gone: its entry goes too (unless a later one replaced it)."""
-    entry = memo.get(key)
-    if entry is not None and entry[0] is ref:
-        memo.pop(key, None)
 
 
 class StorageIdentity:
@@ -65,34 +50,9 @@ class StorageIdentity:
     _config_ids: ConfigIds
 
     def _config_id(self, config: Config) -> str:
-        """``config_id(config)``, remembered per Config object while its fields stay the same (configs
-        are hashed several times on a miss: for the storage identity, the candidate set and matching
-        a stored winner; an ``early_config_prune`` may change them in place in between). A config
-        with a value that cannot be stored (a JIT function as a constexpr) gets an id of this process
-        only: its results stay in memory. A config is remembered while it lives: the configs that an
-        ``early_config_prune`` makes anew at each miss were all kept for the life of the kernel."""
-        state = config_state(config)
-        memo, key = self._config_ids, id(config)
-        known = memo.get(key)
-        if known is None or known[0]() is not config or known[1] != state:
-            try:
-                ident = config_id(config)
-            except EncodingError:
-                ident = f"{_UNSTORABLE}{next(_unstorable)}"
-            ref = weakref.ref(config, lambda ref: _forget(memo, key, ref))
-            known = memo[key] = (ref, state, ident)
-        return known[2]
-
-    def _stored_config_id(self, config: Config) -> str:
-        """:meth:`_config_id`, raising :class:`EncodingError` for a config that cannot be stored."""
-        ident = self._config_id(config)
-        return config_id(config) if ident.startswith(_UNSTORABLE) else ident
-
-    def _configs_hash(self, configs: Sequence[Config], *, stored: bool = False) -> str:
-        """Hash of a set of configs, independent of their order (``stored``: raises EncodingError
-        where one cannot be stored)."""
-        ids = self._stored_config_id if stored else self._config_id
-        return stable_hash(sorted(ids(c) for c in configs))
+        """``config_id(config)``, remembered per Config object while its fields stay the same
+        (:class:`~triton_dejavu_like.tuner.config_ids.ConfigIds`)."""
+        return self._config_ids(config)
 
     def kernel_identity(self, platform: Platform) -> KernelIdentity:
         return KernelIdentity(
@@ -101,7 +61,7 @@ class StorageIdentity:
             autotune_config=stable_hash(self.settings.identity()),
             code_version=code_version(self.fn),
             tune_features=stable_hash({"key": list(self.keys), "ignore_dtypes": self.settings.ignore_dtypes}),
-            kernel_configs=self._configs_hash(self.configs, stored=True),
+            kernel_configs=self._config_ids.hash(self.configs, stored=True),
             tag=self.settings.tag or default_tag(),
         )
 

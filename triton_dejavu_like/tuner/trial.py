@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .._compat import Config
@@ -16,6 +16,7 @@ from ..codec import describe_config
 from ..measure import QUANTILES, Evaluator, Failure, TuningStopped, one_line_reason
 from ..measure.isolation import WorkerError
 from ..store import StoredEntry
+from .config_ids import first_positions
 from .errors import AutotuningError, candidates_failed, upstream_precedence
 from .key import TuningKey
 
@@ -41,16 +42,17 @@ class Outcome:
 class Trial:
     """The measurements of one tuning run: screened timings, failures, and refined finalists."""
 
-    def __init__(self, kernel_name: str, candidates: list[Config]) -> None:
+    def __init__(
+        self, kernel_name: str, candidates: list[Config], order: Mapping[Config, int] | None = None
+    ) -> None:
+        """``order``: each candidate's first position in ``candidates``, if known."""
         self.kernel_name = kernel_name
         self.candidates = candidates
         self.timings: dict[Config, list[float]] = {}
         self.failures: dict[Config, str] = {}
         self.refined: dict[Config, list[float]] = {}
         self.phases: dict[str, float] = {}
-        self._order: dict[Config, int] = {}
-        for index, config in enumerate(candidates):
-            self._order.setdefault(config, index)
+        self._order = first_positions(candidates) if order is None else order
         # the failure upstream's autotuner would raise if none ran: (rank, config, failure), see rule_out
         self._first: tuple[tuple[int, int], Config, Failure] | None = None
         #: The candidate whose measurement ended tuning (:class:`TuningStopped`), if one did.

@@ -33,6 +33,7 @@ from ..measure.pipeline import Counters, Pipeline
 from ..measure.progress import progress_bar
 from ..search import BatchSearch, Budget, SearchSpace, make_strategy
 from ..store import InvalidEntry, StoredEntry
+from .config_ids import CandidateSet
 from .errors import AutotuningError, candidates_failed
 from .key import TuningKey
 from .trial import Outcome, Trial
@@ -63,15 +64,17 @@ class TuningRun:
         key: TuningKey,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        candidates: list[Config],
+        candidates: CandidateSet,
         *,
         warm_start: Sequence[int] = (),
         candidates_hash: str,
         reference: Sequence[Config] | None = None,
     ) -> Outcome:
-        """Tune ``key`` over ``candidates``. ``reference``: configs that the numerical check tries,
-        in order and untimed, as its reference before any candidate is measured (see
-        :meth:`_adopt_reference`); None: the first :data:`REFERENCE_TRIES` candidates."""
+        """Tune ``key`` over ``candidates``; ``candidates_hash`` is stored with the result (the hash
+        of the list before the miss policy, or a rank's share, left what is tuned). ``reference``:
+        configs that the numerical check tries, in order and untimed, as its reference before any
+        candidate is measured (see :meth:`_adopt_reference`); None: the first
+        :data:`REFERENCE_TRIES` candidates."""
         name = self.recipe.kernel_name
         if _env.split_cache():
             warn_once(
@@ -81,8 +84,8 @@ class TuningRun:
                 "TRITON_CACHE_DIR per process for separate compile caches",
                 _env.SPLIT_CACHE,
             )
-        space = SearchSpace.from_configs(candidates)
-        trial = Trial(name, candidates)
+        space = candidates.space
+        trial = Trial(name, candidates.configs, candidates.order)
         start = time.perf_counter()
         ctx = self.recipe.context(args, kwargs, interpreted=self.interpreted, benchmarker=self.benchmarker)
         for argument in self.recipe.isolation.ignored():
