@@ -611,7 +611,7 @@ def first_measured_block(with_foreign_store: bool) -> int:
         run_add(tuned_add(elsewhere, use_random_search=True, search_seed=0))
         store_as_other_gpu(tuned_add(elsewhere, use_random_search=True, search_seed=0), "NVIDIA_H100")
     here = FakeBench()
-    run_add(tuned_add(here, use_random_search=True, search_seed=1, search_max_share=0.5), n=300)
+    run_add(tuned_add(here, use_random_search=True, search_seed=2, search_max_share=0.5), n=300)
     return here.blocks[0]
 
 

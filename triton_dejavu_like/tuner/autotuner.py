@@ -310,7 +310,7 @@ class Autotuner(
                 key.problem,
             )
         ids = self._config_ids
-        chosen = ids.candidates(candidates)
+        chosen = ids.candidates(candidates, self.configs)
         with ids.deciding(chosen):
             return KeyDecision(
                 name=self._label,
@@ -326,7 +326,7 @@ class Autotuner(
                 settings=self.settings,
                 recipe=self.kernel_recipe,
                 config_id=self._config_id,
-                candidate_set=ids.candidates,
+                candidate_set=lambda configs: ids.candidates(configs, self.configs),
                 expose_nargs=self._expose_nargs,
                 find_elsewhere=self._stored_elsewhere,
             ).outcome()

@@ -109,6 +109,8 @@ class ConfigIds:
         self._memo: Memo = {}
         self._recent: list[CandidateSet] = []
         self._current: CandidateSet | None = None
+        #: ``id()`` of the tuner's listed configs (made at the first set, dropped with the sets)
+        self._listed: frozenset[int] | None = None
 
     def __call__(self, config: Config) -> str:
         """``config_id(config)``, remembered while the config's fields stay the same. A config with a
@@ -143,8 +145,10 @@ class ConfigIds:
         ids = self.stored if stored else self
         return stable_hash(sorted(ids(c) for c in configs))
 
-    def candidates(self, configs: Sequence[Config]) -> CandidateSet:
-        """The set of ``configs``: a recent one that holds them unchanged, else a new one."""
+    def candidates(self, configs: Sequence[Config], listed: Sequence[Config] = ()) -> CandidateSet:
+        """The set of ``configs``: a recent one that holds them unchanged, else a new one, kept for
+        later keys if its configs are all among ``listed`` (the tuner's own list, alive anyway):
+        configs that a prune makes anew at every miss are not kept alive by a set no key reuses."""
         members = tuple(map(id, configs))
         current = self._current
         if current is not None and members == current.members:  # checked when the miss began
@@ -154,7 +158,10 @@ class ConfigIds:
                 self._recent.insert(0, self._recent.pop(i))
                 return known
         made = CandidateSet(configs, [self(config) for config in configs])
-        self._recent = [made, *self._recent[: KEEP_SETS - 1]]
+        if self._listed is None:
+            self._listed = frozenset(map(id, listed))
+        if self._listed.issuperset(made.members):
+            self._recent = [made, *self._recent[: KEEP_SETS - 1]]
         return made
 
     def _unchanged(self, known: CandidateSet) -> bool:
@@ -169,8 +176,9 @@ class ConfigIds:
         ) == list(map(_kwargs, configs))
 
     def forget_sets(self) -> None:
-        """Drop the candidate sets (the config list was replaced: they are not asked for again)."""
+        """Drop the candidate sets (the config list was changed: they are not asked for again)."""
         self._recent = []
+        self._listed = None
 
     @contextlib.contextmanager
     def deciding(self, chosen: CandidateSet) -> Iterator[None]:
