@@ -387,7 +387,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser, selection: argparse.
     p = sub.add_parser(
         "export", parents=[common, selection], help="copy one platform's results for a deployment"
     )
-    p.add_argument("out", type=path_text, help="a directory (a storage root) or a .tar.gz archive")
+    p.add_argument("out", type=path_text, help="a directory (a storage root) or a .tar.gz (.tgz) archive")
     p.add_argument("--dry-run", action="store_true", help="report, write nothing")
     p.add_argument("--force", action="store_true", help="replace an existing archive")
     p.set_defaults(func=cmd_export)
