@@ -95,9 +95,6 @@ class CandidateSet:
     def space(self) -> SearchSpace:
         return SearchSpace.from_configs(self.configs)
 
-    def __len__(self) -> int:
-        return len(self.configs)
-
 
 class ConfigIds:
     """A tuner's config ids (remembered per Config object while it lives) and the sets of its recent
