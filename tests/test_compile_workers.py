@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from process_helpers import all_exit, run_script
@@ -456,7 +457,7 @@ def test_a_kernel_given_to_compile_workers_is_freed_once_deleted():
 
 CRASHING = textwrap.dedent(
     """
-    import json, math, multiprocessing, os, resource, sys, time
+    import json, math, multiprocessing, os, resource, subprocess, sys, time
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -480,6 +481,12 @@ CRASHING = textwrap.dedent(
 
     def crash_the_compiler(**hook):  # a config the compiler dies on (an LLVM abort, say)
         if "num_warps=2," in hook["repr"]:
+            hang_log = os.environ.get("HANG_LOG")
+            if hang_log:  # or hangs on, waiting for a tool it started (ptxas, say)
+                tool = subprocess.Popen(["sleep", "600"])
+                with open(hang_log, "a") as log:
+                    log.write(f"{tool.pid}\\n")
+                tool.wait()
             os.abort()
 
 
@@ -538,11 +545,16 @@ CRASHING = textwrap.dedent(
 )
 
 
-def test_a_config_compiled_before_it_is_launched_here_cannot_crash_this_process(tmp_path):
+@pytest.mark.parametrize("compiler", ["crashes", "hangs"])
+def test_a_config_compiled_before_it_is_launched_here_cannot_crash_this_process(tmp_path, compiler):
     # the numerical check's reference runs in the tuning process before the search: a worker compiles
     # it first, so a config that crashes the compiler ends a worker (the pool is replaced) and is not
-    # launched here; one that compiles is launched from the disk cache, with the same pool
-    result = run_script(tmp_path, "crashing.py", CRASHING, "first-compiled-safely")
+    # launched here, nor is one whose compile overruns TRITON_DEJAVU_COMPILE_TIMEOUT (the workers are
+    # stopped, the pool replaced); one that compiles is launched from the disk cache, with the same pool
+    hang = {"TRITON_DEJAVU_COMPILE_TIMEOUT": "3", "HANG_LOG": str(tmp_path / "tools.txt")}
+    result = run_script(
+        tmp_path, "crashing.py", CRASHING, "first-compiled-safely", **(hang if compiler == "hangs" else {})
+    )
     assert result == {"safe": [[False, False], [True, False]], "pools": 2}, result
 
 
@@ -556,3 +568,21 @@ def test_a_config_that_crashes_the_compiler_is_ruled_out_and_the_run_goes_on(tmp
     assert all("compile worker died" in reason for reason in result["ruled_out"].values()), result
     assert 1 + len(crashers) <= result["pools"] <= 1 + 3 * len(crashers), result
     assert result["left"] == [], result
+
+
+def test_a_compile_that_hangs_is_stopped_with_what_it_started_and_ruled_out(tmp_path):
+    # the compiler waits forever for a tool it started: after TRITON_DEJAVU_COMPILE_TIMEOUT the
+    # workers are stopped with the tool, the config is ruled out saying so, every other config is
+    # compiled by a worker and timed, and no process is left behind
+    hang_log = tmp_path / "tools.txt"
+    started = time.monotonic()
+    limit = {"TRITON_DEJAVU_COMPILE_TIMEOUT": "3", "HANG_LOG": str(hang_log)}
+    result = run_script(tmp_path, "hanging.py", CRASHING, timeout=200, **limit)
+    hangers = {i for i in range(6) if i % 2 == 0}  # num_warps=2
+    assert result["timed"] == sorted(set(range(6)) - hangers), result
+    assert {int(i) for i in result["ruled_out"]} == hangers, result
+    assert all("TRITON_DEJAVU_COMPILE_TIMEOUT" in r for r in result["ruled_out"].values()), result
+    assert result["left"] == [], result
+    tools = [int(pid) for pid in hang_log.read_text().split()]
+    assert len(tools) >= len(hangers) and all_exit(tools), tools
+    assert time.monotonic() - started < 120

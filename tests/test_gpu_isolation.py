@@ -136,7 +136,7 @@ def test_faulting_hanging_and_wrong_candidates_are_ruled_out_on_the_gpu(tmp_path
 
 COMPILER_CRASH = textwrap.dedent(
     """
-    import json, os, resource, sys
+    import json, os, resource, subprocess, sys
 
     import torch
     import triton
@@ -157,6 +157,8 @@ COMPILER_CRASH = textwrap.dedent(
 
     def crash_the_compiler(**hook):  # as an LLVM abort on some configs would
         if hook["fn"].name.endswith("scale") and "num_warps=2," in hook["repr"]:
+            if os.environ.get("TDL_TEST_HANG") == "1":  # or a ptxas that never returns
+                subprocess.run(["sleep", "600"])
             os.abort()
 
 
@@ -177,23 +179,29 @@ COMPILER_CRASH = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("compiler", ["crashes", "hangs"])
 @pytest.mark.parametrize("check", ["0", "1"], ids=["unchecked", "numerical_check"])
-def test_configs_that_crash_the_compiler_are_ruled_out_by_compile_workers(tmp_path, check):
+def test_configs_that_crash_the_compiler_are_ruled_out_by_compile_workers(tmp_path, check, compiler):
     # a crash in the compiler ends a compile worker, never the tuning process: the config is ruled
     # out and the others are tuned (before, the tuning process compiled it again, and died). The
     # first config crashes: with the numerical check it is tried as the reference before the search,
-    # compiled by a worker first (before, this process compiled it, and died)
+    # compiled by a worker first (before, this process compiled it, and died). A compiler that hangs
+    # has its workers stopped after TRITON_DEJAVU_COMPILE_TIMEOUT (before, tuning hung with it)
     report = run_script(
         tmp_path,
         "compiler_crash.py",
         COMPILER_CRASH,
+        timeout=240,
         TRITON_DEJAVU_COMPILE_PROCESSES="1",
+        TRITON_DEJAVU_COMPILE_TIMEOUT="8",
         TDL_TEST_CHECK=check,
+        TDL_TEST_HANG="1" if compiler == "hangs" else "0",
     )
     print(json.dumps(report, indent=1))
     assert report["ok"] and report["best"][1] != 2
     assert len(report["ruled_out"]) == 4 and all(w == 2 for w, _ in report["ruled_out"])
-    assert all("compile worker died" in reason for _, reason in report["ruled_out"])
+    said = "TRITON_DEJAVU_COMPILE_TIMEOUT" if compiler == "hangs" else "compile worker died"
+    assert all(said in reason for _, reason in report["ruled_out"]), report
 
 
 AUTOGRAD_ARGUMENT = textwrap.dedent(

@@ -564,7 +564,7 @@ def test_a_worker_that_survives_sigkill_is_reported():
     from triton_dejavu_like.measure.isolation import parent
 
     class Unkillable:
-        pid, exitcode, killed = 4242, None, False
+        pid, exitcode, killed = 2**31 - 1, None, False  # no process has this pid (nor children)
 
         def kill(self) -> None:
             self.killed = True
@@ -576,7 +576,7 @@ def test_a_worker_that_survives_sigkill_is_reported():
     ours, theirs = multiprocessing.Pipe()
     worker.process, worker.conn = Unkillable(), ours
     with pytest.warns(
-        tdl.DejavuTuningWarning, match=r"worker \(pid 4242\) did not exit within .* of SIGKILL"
+        tdl.DejavuTuningWarning, match=rf"worker \(pid {2**31 - 1}\) did not exit within .* of SIGKILL"
     ):
         worker.kill()
     assert worker.process.killed and ours.closed

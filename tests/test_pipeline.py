@@ -274,22 +274,29 @@ class CrashingPool:
                     future.set_exception(BrokenProcessPool("a process in the pool was terminated abruptly"))
 
 
+def run_through_pools(monkeypatch, make_pool, n):
+    """An exhaustive streamed search over ``n`` candidates (candidate ``i`` takes ``n - i`` ms,
+    batch 4) compiled by ``make_pool()``, which also makes each pool that replaces a broken one: the
+    search, the log, why candidates were ruled out, and the first pool."""
+    from triton_dejavu_like.measure import pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module.CompilePool, "shared", classmethod(lambda cls, d, m: make_pool()))
+    reasons: dict[int, str] = {}
+    pipeline, search, log = make_pipeline(n, [float(n - i) for i in range(n)], batch_size=4)
+    pipeline.rule_out = lambda i, reason: reasons.setdefault(i, reason) and math.inf
+    first = make_pool()
+    pipeline.run_streamed(first, call=None)
+    return search, log, reasons, first
+
+
 @pytest.mark.parametrize("crashers", [{5}, {2, 9}, set()], ids=["one", "two", "none"])
 def test_a_candidate_that_crashes_compile_workers_is_ruled_out_never_compiled_here(monkeypatch, crashers):
     """A config that crashes the compiler ends a worker every time: it is ruled out with its reason
     and never timed (timing would compile it in the tuning process, and the crash would end the
     program); the candidates that were in the broken pools with it, however the breaks coincide,
     are compiled again in workers and timed, each once."""
-    from triton_dejavu_like.measure import pipeline as pipeline_module
-
     pools: list[CrashingPool] = []
-    monkeypatch.setattr(
-        pipeline_module.CompilePool, "shared", classmethod(lambda cls, d, m: CrashingPool(crashers, pools))
-    )
-    reasons: dict[int, str] = {}
-    pipeline, search, log = make_pipeline(16, [float(16 - i) for i in range(16)], batch_size=4)
-    pipeline.rule_out = lambda i, reason: reasons.setdefault(i, reason) and math.inf
-    pipeline.run_streamed(CrashingPool(crashers, pools), call=None)
+    search, log, reasons, _ = run_through_pools(monkeypatch, lambda: CrashingPool(crashers, pools), 16)
 
     timed = [i for kind, i in log if kind == "time"]
     assert sorted(timed) == sorted(set(range(16)) - crashers)  # every other candidate, once
@@ -316,6 +323,54 @@ def test_a_pool_broken_once_rules_nothing_out(monkeypatch):
     assert not [i for kind, i in log if kind == "out"] and len(pools) == 2
     assert not search.pending and len(search.results) == 12
     assert 3 in pools[1].compiled  # compiled again in a worker, not in this process
+
+
+class HangingPool(CrashingPool):
+    """A process pool whose compiles of the candidates in ``hangers`` take ``hang_s`` (a compiler in
+    a loop) unless :meth:`kill` stops its workers; each compile is marked running when submitted."""
+
+    def __init__(self, hangers: set[int], pools: list[CrashingPool], workers: int = 4, hang_s: float = 5.0):
+        super().__init__(set(), pools)
+        self.hang_s = hang_s
+        self.hangers = hangers
+        self.workers = workers
+        self.killed = False
+
+    def submit(self, call, config):
+        index = config.kwargs["I"]
+        if index not in self.hangers:
+            future = super().submit(call, config)
+        else:
+            with self._lock:
+                self.submitted.append(index)
+                future = cf.Future()
+                self._futures.append(future)
+            threading.Timer(self.hang_s, self._finish, (future, index)).start()
+        future.set_running_or_notify_cancel()
+        return future
+
+    def kill(self) -> None:
+        self.killed = True
+        self._crash()
+
+
+@pytest.mark.parametrize("hangers", [{6}, {1, 2}], ids=["one", "two-at-once"])
+def test_a_compile_that_overruns_its_time_is_ruled_out_and_the_others_compile_again(monkeypatch, hangers):
+    """A compiler that hangs must not hang tuning: once a compile has run for
+    TRITON_DEJAVU_COMPILE_TIMEOUT, the pool's workers are stopped, that candidate is ruled out with a
+    reason naming the variable, and the candidates that were compiling beside it go to fresh workers
+    without counting against them (nothing else is ruled out)."""
+    monkeypatch.setenv("TRITON_DEJAVU_COMPILE_TIMEOUT", "0.3")
+    pools: list[CrashingPool] = []
+    search, log, reasons, first = run_through_pools(monkeypatch, lambda: HangingPool(hangers, pools), 12)
+
+    timed = [i for kind, i in log if kind == "time"]
+    assert sorted(timed) == sorted(set(range(12)) - hangers)  # every other candidate, once
+    assert set(reasons) == hangers
+    assert all("TRITON_DEJAVU_COMPILE_TIMEOUT" in reason for reason in reasons.values()), reasons
+    assert first.killed and not pools[-1].killed
+    assert len(pools) == 2  # hangers compiling at once are blamed together: one pool stopped
+    assert not search.pending and search.best() == 11
 
 
 def test_streamed_bayesian_search_proposes_in_batches_and_learns_as_results_arrive():

@@ -35,6 +35,7 @@ INSTANCE_RUN_ID = "TRITON_DEJAVU_INSTANCE_RUN_ID"
 COMPILE_THREADS = "TRITON_DEJAVU_COMPILE_THREADS"
 COMPILE_PROCESSES = "TRITON_DEJAVU_COMPILE_PROCESSES"
 COMPILE_START = "TRITON_DEJAVU_COMPILE_START"
+COMPILE_TIMEOUT = "TRITON_DEJAVU_COMPILE_TIMEOUT"
 PROGRESS = "TRITON_DEJAVU_PROGRESS"
 READ_ONLY = "TRITON_DEJAVU_READ_ONLY"
 DETERMINISTIC = "TRITON_DEJAVU_DETERMINISTIC"
@@ -64,6 +65,7 @@ ALL = (
     COMPILE_THREADS,
     COMPILE_PROCESSES,
     COMPILE_START,
+    COMPILE_TIMEOUT,
     PROGRESS,
     READ_ONLY,
     DETERMINISTIC,
@@ -233,6 +235,22 @@ def isolation_timeout_s() -> float | None:
     is clamped to 1e6 s).
     """
     return _positive_seconds(ISOLATION_TIMEOUT, "120 s")
+
+
+#: Seconds a candidate's compile may take in a compile worker before the worker is stopped and the
+#: candidate ruled out (``TRITON_DEJAVU_COMPILE_TIMEOUT``): a matmul config compiles in under a
+#: second and the largest attention configs in tens of seconds, even with every core compiling; the
+#: margin covers a host shared by several tuning processes, while a compiler that hangs (an LLVM
+#: pass or ptxas in a loop) costs minutes, not the process.
+DEFAULT_COMPILE_TIMEOUT_S = 300.0
+
+
+def compile_timeout_s() -> float:
+    """``TRITON_DEJAVU_COMPILE_TIMEOUT``: seconds a candidate may compile in a worker process
+    (default :data:`DEFAULT_COMPILE_TIMEOUT_S`). Accepted: a number of seconds > 0 (``inf`` or
+    anything above 1e6 means no practical timeout and is clamped to 1e6 s)."""
+    configured = _positive_seconds(COMPILE_TIMEOUT, f"{DEFAULT_COMPILE_TIMEOUT_S:g} s")
+    return DEFAULT_COMPILE_TIMEOUT_S if configured is None else configured
 
 
 def compile_threads() -> int:

@@ -60,7 +60,7 @@ from .._log import DejavuConfigWarning, log, warn_once
 from ..codec import EncodingError, encode_config
 from .compile_call import CallSpec, Unsupported, forked_kernels
 from .compile_worker import compile_candidate, init_forked, init_worker, run_ahead
-from .forking import forking
+from .forking import forking, kill_descendants
 from .isolation.settings import FORKSERVER_PRELOAD
 from .isolation.transfer import PackedFailure
 from .launch import LaunchContext
@@ -233,6 +233,18 @@ class CompilePool:
             if CompilePool._instance is self:
                 CompilePool._instance = None
 
+    def kill(self) -> None:
+        """Stop every worker now, with what it started (a compile that overran its time, in ptxas
+        say): the pool breaks, so each of its compiles fails with BrokenProcessPool; :func:`replaced`
+        gives the pool to go on with."""
+        if os.getpid() != self._owner:
+            return
+        workers = getattr(self._executor, "_processes", None) or {}  # pid -> process, 3.10-3.14
+        for worker in list(workers.values()):
+            kill_descendants(worker.pid)
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # gone, or closed
+                worker.kill()
+
     def shutdown(self, wait: bool = False) -> None:
         if os.getpid() != self._owner:
             return  # inherited through a fork: the workers, queues and pipes are the parent's
@@ -323,11 +335,17 @@ def compiled_safely(streamed: Streamed, config: Config) -> tuple[bool, Streamed]
     numerical check's reference, run before the search): whether it may be launched here (it
     compiled into Triton's disk cache, or no worker could try it and this process compiles it as it
     would without workers), and the pool and call to go on with. A config that crashes the compiler
-    ends a worker, never this process: False, and the broken pool is replaced."""
+    ends a worker, never this process: False, and the broken pool is replaced; so is a pool whose
+    compile of it overran ``TRITON_DEJAVU_COMPILE_TIMEOUT``, once its workers are stopped."""
     pool, call = streamed
+    timeout_s = _env.compile_timeout_s()
     try:
-        failure = pool.submit(call, config).result()
+        failure = pool.submit(call, config).result(timeout=timeout_s)
     except BrokenProcessPool:
+        return False, (replaced(pool), call)
+    except cf.TimeoutError:
+        log.debug("compiling %s took over %g s: its compile workers are stopped", config, timeout_s)
+        pool.kill()
         return False, (replaced(pool), call)
     except Exception as exc:  # the config cannot travel, the pool was shut down, the worker could not try
         log.debug("compile worker did not compile %s: %s", config, exc)

@@ -1,9 +1,12 @@
-"""Forking worker processes while other threads run."""
+"""Forking worker processes while other threads run, and stopping them with what they started."""
 
 from __future__ import annotations
 
 import contextlib
+import glob
+import os
 import re
+import signal
 import warnings
 from collections.abc import Iterator
 
@@ -27,3 +30,27 @@ def forking() -> Iterator[None]:
         yield
     finally:
         remove_warning_filters([entry])
+
+
+def kill_descendants(pid: int) -> None:
+    """SIGKILL every process that process ``pid`` started, and theirs, where the system lists a
+    process's children (Linux's ``/proc``; elsewhere nothing is done): a worker stopped while it
+    waits for ptxas must not leave ptxas running on a core. Call it before stopping the worker
+    (its children then still list under it)."""
+    doomed: list[int] = []
+    stack = _children(pid)
+    while stack:
+        child = stack.pop()
+        doomed.append(child)
+        stack.extend(_children(child))
+    for child in doomed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for listing in glob.glob(f"/proc/{pid}/task/*/children"):
+        with contextlib.suppress(OSError, ValueError), open(listing) as file:
+            found.extend(int(child) for child in file.read().split())
+    return found

@@ -17,11 +17,13 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import math
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _env
 from .._compat import Config
 from .._log import log
 from .compile_call import CallSpec, Unsupported
@@ -97,14 +99,23 @@ class Pipeline:
         """Keep ``batch_size`` candidates compiling in ``pool`` while this process times the
         compiled ones, in the order they finish compiling. A worker that dies breaks the pool, which
         is replaced; its candidates are tried again as :class:`_Retries` says, never compiled in
-        this process, since the crash would end the program. An exception that ends the run (one
-        that ends tuning, Ctrl-C) cancels the compiles not started yet: the pool serves later runs."""
+        this process, since the crash would end the program. A compile that takes longer than
+        ``TRITON_DEJAVU_COMPILE_TIMEOUT`` stops the pool's workers (a compiler that hangs): that
+        candidate is ruled out, the others that were compiling go again to fresh workers. An
+        exception that ends the run (one that ends tuning, Ctrl-C) cancels the compiles not started
+        yet: the pool serves later runs."""
         _Stream(self, pool, call).run()
+
+
+#: How often a streamed run waiting for compiles looks for one that overran the compile timeout
+#: (at most; a quarter of a shorter timeout).
+OVERDUE_CHECK_S = 1.0
 
 
 class _Stream:
     """One streamed run of a :class:`Pipeline`: the compiles in flight (future -> (candidate, the
-    pool it went to)), the compiled candidates waiting to be timed, and the retries after crashes."""
+    pool it went to)), the compiled candidates waiting to be timed, the retries after crashes, and
+    the compiles that overran their time."""
 
     def __init__(self, pipeline: Pipeline, pool: CompilePool, call: CallSpec) -> None:
         self.pipeline = pipeline
@@ -113,6 +124,7 @@ class _Stream:
         self.flight: dict[cf.Future[PackedFailure | None], tuple[int, CompilePool]] = {}
         self.ready: collections.deque[int] = collections.deque()
         self.retries = _Retries()
+        self.overdue = _Overdue(_env.compile_timeout_s())
 
     def run(self) -> None:
         p, flight, ready, retries = self.pipeline, self.flight, self.ready, self.retries
@@ -135,9 +147,21 @@ class _Stream:
                     if retries:
                         continue
                     return  # nothing compiling, nothing to time, and the search hands out nothing more
-                done, _ = cf.wait(flight, return_when=cf.FIRST_COMPLETED)
-                for future in done:
-                    self.collect(future)
+                self.wait()
+
+    def wait(self) -> None:
+        """Wait for a compile to finish, and collect the finished ones; meanwhile, stop the workers
+        of a pool whose compile overran the timeout (its compiles then finish, broken)."""
+        while True:
+            stuck = self.overdue.find(self.flight)
+            if stuck is not None:
+                stuck.kill()
+                self.replace(stuck)
+            done, _ = cf.wait(self.flight, timeout=self.overdue.check_s, return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                self.collect(future)
+            if done:
+                return
 
     def replace(self, broken: CompilePool) -> None:
         if broken is self.pool:  # the first sign of a break replaces the pool
@@ -172,7 +196,10 @@ class _Stream:
             failure = None if packed is None else packed.failure()
         except BrokenProcessPool:  # a worker died, with this candidate in its pool
             self.replace(owner)
-            failure = self.retries.broke(index)
+            if not self.overdue.stopped(owner):
+                failure = self.retries.broke(index)
+            elif (failure := self.overdue.verdict(index)) is None:  # stopped for another's compile
+                self.submit(index)
             if failure is None:
                 return
         except Exception as exc:  # the worker could not even try (e.g. the kernel's module)
@@ -223,3 +250,54 @@ class _Retries:
         if free > 0 and self.suspects and worst == 0:
             return self.suspects.popleft(), free - 1
         return None, free
+
+
+@dataclass
+class _Overdue:
+    """Compiles that overran ``timeout_s`` in a worker (timed from when the pool took each; a
+    future is marked running when it enters the queue the workers take from, at most one more
+    than the workers, so at most ``workers`` of a pool's overdue compiles are blamed, the longest
+    running first), and the pools stopped for them."""
+
+    timeout_s: float
+    started: dict[cf.Future[Any], float] = field(default_factory=dict)
+    blamed: dict[int, float] = field(default_factory=dict)  # candidate -> seconds it had compiled
+    pools: list[CompilePool] = field(default_factory=list)
+
+    @property
+    def check_s(self) -> float:
+        return min(OVERDUE_CHECK_S, self.timeout_s / 4)
+
+    def find(self, flight: dict[cf.Future[Any], tuple[int, CompilePool]]) -> CompilePool | None:
+        """The pool to stop (its overdue candidates are blamed), or None while no compile is overdue."""
+        now = time.monotonic()
+        for future in list(self.started):
+            if future not in flight:
+                del self.started[future]
+        for future in flight:
+            if future.running():
+                self.started.setdefault(future, now)
+        late = [f for f, t in self.started.items() if now - t > self.timeout_s]
+        late = sorted((f for f in late if not self.stopped(flight[f][1])), key=self.started.get)
+        if not late:
+            return None
+        pool = flight[late[0]][1]
+        ours = [f for f in late if flight[f][1] is pool][: pool.workers]
+        for future in ours:
+            self.blamed[flight[future][0]] = now - self.started[future]
+        log.debug("%d compiles overran %g s: its workers are stopped", len(ours), self.timeout_s)
+        self.pools.append(pool)
+        return pool
+
+    def stopped(self, pool: CompilePool) -> bool:
+        """Whether ``pool`` was stopped here (its other candidates are not to blame)."""
+        return any(pool is stopped for stopped in self.pools)
+
+    def verdict(self, index: int) -> str | None:
+        """Why ``index`` is ruled out, if its compile overran the timeout (None: it did not)."""
+        if index not in self.blamed:
+            return None
+        return (
+            f"its compile took over {self.timeout_s:g} s ({_env.COMPILE_TIMEOUT}); the compile "
+            f"worker was stopped after {self.blamed[index]:.0f} s"
+        )

@@ -46,7 +46,7 @@ from ...codec import EncodingError, config_id, encode_config
 from ...store.identity import callable_name
 from ..checked import rule_out_unwritten
 from ..evaluate import Evaluator
-from ..forking import forking
+from ..forking import forking, kill_descendants
 from ..launch import Failure, LaunchContext, TuningStopped, one_line
 from ..recipe import KernelRecipe
 from ._cuda import current_device
@@ -439,6 +439,8 @@ class _Worker:
 
     def kill(self) -> None:
         if self.process.exitcode is None:
+            if self.process.pid is not None:
+                kill_descendants(self.process.pid)  # ptxas, say, if it hung there
             self.process.kill()
             self.process.join(GRACE_S)
             if self.process.exitcode is None:  # stuck in the kernel (a GPU driver call): leaked
