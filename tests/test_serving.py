@@ -469,8 +469,37 @@ def test_cli_misses_before_any_miss_is_no_error(tmp_path, monkeypatch, capsys):
     assert cli.main(["misses", "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["misses"] == [] and "no miss recorded" in captured.err
-    assert cli.main(["misses", str(tmp_path / "no-such-folder" / "misses.jsonl")]) == 1  # nowhere to write it
-    assert "No such file or directory" in capsys.readouterr().err
+    nowhere = tmp_path / "no-such-folder" / "misses.jsonl"
+    assert cli.main(["misses", str(nowhere)]) == 1  # nowhere to write it: a mistyped path
+    assert f"does not exist, nor does its folder {nowhere.parent}" in capsys.readouterr().err
+
+
+def test_cli_aggregates_the_misses_files_of_several_deployments(tmp_path, monkeypatch, capsys):
+    """One misses file per deployment (the docs' advice: the file only grows): `misses A B` counts a
+    key missed in both once, with the sum of its counts, as if their lines were in one file; a file
+    not created yet (no miss there) is no error."""
+    monkeypatch.setenv("TRITON_DEJAVU_READ_ONLY", "1")
+    files = [tmp_path / "misses-a.jsonl", tmp_path / "misses-b.jsonl"]
+    for misses, ns in zip(files, [(100, 100, 7), (100, 9)]):
+        monkeypatch.setenv("TRITON_DEJAVU_MISSES_FILE", str(misses))
+        for n in ns:
+            run_add(tuned_add(FakeBench()), n)
+    monkeypatch.delenv("TRITON_DEJAVU_MISSES_FILE")
+    with files[1].open("a") as f:
+        f.write("not json\n")
+
+    never = tmp_path / "misses-c.jsonl"
+    assert cli.main(["misses", *map(str, files), str(never), "--json"]) == 0
+    captured = capsys.readouterr()
+    payload = json.loads(captured.out)
+    assert {m["key"]: m["count"] for m in payload["misses"]} == {
+        repr(add_key(100)): 3,
+        repr(add_key(7)): 1,
+        repr(add_key(9)): 1,
+    }
+    assert payload["misses"][0]["key"] == repr(add_key(100))  # most frequent first, over all files
+    assert payload["invalid_lines"] == 1 and payload["files"] == [*map(str, files), str(never)]
+    assert "misses-c.jsonl does not exist: no miss recorded" in captured.err
 
 
 # --- deterministic selection -------------------------------------------------------------------------------

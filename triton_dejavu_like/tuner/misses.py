@@ -169,8 +169,19 @@ def read_misses_file(path: Path) -> tuple[list[MissSummary], int]:
 
     The file only grows (every serving process appends to it), so it is read line by line, whatever
     its size; a line longer than :data:`MAX_LINE_BYTES` is counted as unusable."""
-    with open_regular(path) as handle:
-        return aggregate(_lines(handle))
+    return read_misses_files([path])
+
+
+def read_misses_files(paths: Iterable[Path]) -> tuple[list[MissSummary], int]:
+    """The lines of several misses files (one per deployment, or per day) aggregated as one file's
+    (:func:`read_misses_file`)."""
+
+    def lines() -> Iterator[str]:
+        for path in paths:
+            with open_regular(path) as handle:
+                yield from _lines(handle)
+
+    return aggregate(lines())
 
 
 def _lines(handle: BinaryIO) -> Iterator[str]:

@@ -164,35 +164,41 @@ def _import_payload(r: dejavu_import.ImportReport) -> dict[str, Any]:
 
 
 def cmd_misses(args: argparse.Namespace) -> int:
-    source = Path(args.file).expanduser() if args.file else _env.misses_file()
-    if source is None:
+    named = [Path(file).expanduser() for file in args.files]
+    sources = named or [source for source in [_env.misses_file()] if source is not None]
+    if not sources:
         raise UsageError(f"name the misses file (or set {_env.MISSES_FILE})")
+    readable = []
+    for source in sources:
+        if source.exists() or source.is_symlink():
+            readable.append(source)
+        elif not source.parent.is_dir():  # no serving process could write it there either
+            raise CliError(f"{source} does not exist, nor does its folder {source.parent}")
+        else:  # a serving process creates the file at its first miss: none yet is no miss, not an error
+            said = f"{printable(str(source))} does not exist: no miss recorded"
+            print(f"{PROG} misses: {said}", file=sys.stderr)
+    where = ", ".join(str(source) for source in sources)
     try:
-        rows, bad = miss_log.read_misses_file(source)
+        rows, bad = miss_log.read_misses_files(readable)
     except InvalidCacheFile as exc:
-        raise CliError(f"cannot read {source}: {exc}") from exc
-    except FileNotFoundError:
-        if not source.parent.is_dir():  # no serving process could write it there either
-            raise
-        # a serving process creates the file at its first miss: none yet is no miss, not an error
-        print(f"{PROG} misses: {printable(str(source))} does not exist: no miss recorded", file=sys.stderr)
-        rows, bad = [], 0
+        raise CliError(f"cannot read {where}: {exc}") from exc
     table_rows = [[r.label, r.key, r.answer, str(r.count), ", ".join(r.configs)] for r in rows]
     text = (
         table(["KERNEL", "KEY", "ANSWER", "COUNT", "CONFIG"], table_rows)
         if rows
-        else f"no misses recorded in {source}"
+        else f"no misses recorded in {where}"
     )
     if rows:
         text += "\n\ntune them ahead of time: python -m triton_dejavu_like tune SPEC"
     payload = {
-        "file": str(source),
+        "file": str(sources[0]) if len(sources) == 1 else None,
+        "files": [str(source) for source in sources],
         "misses": [dataclasses.asdict(r) for r in rows],
         "invalid_lines": bad,
     }
     emit(args, payload, text)
     if bad and not args.json:
-        print(f"{PROG}: skipped {bad} line(s) of {source} that are not miss records", file=sys.stderr)
+        print(f"{PROG}: skipped {bad} line(s) of {where} that are not miss records", file=sys.stderr)
     return 0
 
 
@@ -428,7 +434,12 @@ def _add_import_dejavu(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _add_misses(sub: Any) -> None:
     p = sub.add_parser("misses", help="aggregate the keys serving processes answered without tuning")
-    p.add_argument("file", nargs="?", help=f"a misses file (default: ${_env.MISSES_FILE})")
+    p.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help=f"misses files, aggregated as one (default: ${_env.MISSES_FILE})",
+    )
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
     p.set_defaults(func=cmd_misses)
 
