@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import triton
@@ -87,6 +88,27 @@ def test_unknown_field_is_an_error():
 def test_bad_lists_are_errors(bad):
     with pytest.raises((TypeError, ValueError)):
         ConfigSpace(bad)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"num_warps": [4, 0]}, "num_warps lists 0, which is not a power of 2"),
+        ({"num_warps": [3]}, "num_warps lists 3"),
+        ({"num_warps": ["8"]}, "num_warps lists '8'"),
+        ({"num_warps": [True]}, "num_warps lists True"),
+        ({"num_stages": [2, -1]}, "num_stages lists -1, which is not a whole number >= 0"),
+        ({"num_ctas": [1.0]}, "num_ctas lists 1.0"),
+        ({"maxnreg": [None, 0]}, "maxnreg lists 0"),
+    ],
+)
+def test_a_launch_option_no_compile_takes_is_refused_when_the_space_is_made(options, said):
+    """A typo in a launch option's list (num_warps=[0], ["8"]) made every point with it fail to
+    compile during tuning, each ruled out one by one: it is an error naming the value at once."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        ConfigSpace({"BLOCK": [16]}, **options)
+    accepted = ConfigSpace({"BLOCK": [16]}, num_warps=[1, 8], num_stages=[0, 3], maxnreg=[None, 128])
+    assert accepted.raw_size == 8
 
 
 def test_platform_filter():

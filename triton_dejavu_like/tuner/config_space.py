@@ -28,7 +28,8 @@ class ConfigSpace:
     give the candidates of ``triton.Config``'s own fields. A field the installed Triton does not have
     but another release does (``num_buffers_warp_spec``, ``enable_warp_specialization``, ...) is
     dropped with a warning, so one kernel file serves several Triton releases; a name no release
-    knows is a ``TypeError``.
+    knows is a ``TypeError``; a value no compile takes (``num_warps=[3]``, ``num_stages=[-1]``,
+    ``num_ctas=["2"]``) a ``ValueError``.
 
     ``kwarg_conditions`` are functions of the kwargs dict, ``conditions`` functions of the whole
     Config; a point is kept when every one returns true (a space whose conditions keep no point is
@@ -89,6 +90,7 @@ class ConfigSpace:
                     f"ConfigSpace got an unknown Config field {name!r}; Config fields are: {known}"
                 )
             self.options[name] = self._as_values(name, values)
+            _check_launch_option(name, self.options[name])
         # triton-dejavu crosses the Config fields in alphabetical order (of the names)
         self.options = dict(sorted(self.options.items()))
         if self.raw_size > 1:  # one config is launched untimed; several are keyed by config
@@ -270,6 +272,32 @@ class ConfigSpace:
     def __repr__(self) -> str:
         dims = ", ".join(f"{k}={list(v)}" for k, v in self.parameters.items())
         return f"ConfigSpace({dims}; {len(self.kwarg_conditions) + len(self.conditions)} conditions)"
+
+
+#: Launch options whose values Triton's compilers take as whole numbers: the least value each
+#: accepts, and whether it must be a power of 2 (``num_warps``: the NVIDIA and AMD backends assert
+#: it). ``maxnreg`` may also be None (no limit).
+_WHOLE_OPTIONS = {
+    "num_warps": (1, True),
+    "num_ctas": (1, False),
+    "num_stages": (0, False),
+    "maxnreg": (1, False),
+}
+
+
+def _check_launch_option(name: str, values: Sequence[Any]) -> None:
+    """Refuse a value of a launch option that no compile could take (``num_warps=[0, 3, "8"]``),
+    when the space is made: otherwise every point with it would compile, fail and be ruled out."""
+    if name not in _WHOLE_OPTIONS:
+        return
+    least, power_of_two = _WHOLE_OPTIONS[name]
+    for value in values:
+        if value is None and name == "maxnreg":
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if not whole or value < least or (power_of_two and value & (value - 1)):
+            wanted = "a power of 2" if power_of_two else f"a whole number >= {least}"
+            raise ValueError(f"ConfigSpace: {name} lists {value!r}, which is not {wanted}")
 
 
 def _refuse_unhashable(name: str, values: Sequence[Any]) -> None:
