@@ -188,6 +188,21 @@ def test_show_lists_keys_in_the_order_of_their_values(capsys, tmp_path):
     ]
 
 
+def test_show_says_what_ended_the_search_where_the_entry_records_it(capsys, tmp_path):
+    """A pick found under a time limit or a share is told apart from one of a full search."""
+    root = tmp_path / "root"
+    entries = entries_for([(16, "f16"), (32, "f16"), (64, "f16")], strategy="bayesian")
+    for key_values, ended_by in zip(entries.values(), ["time limit", "every candidate", None]):
+        if ended_by is not None:
+            key_values["ended_by"] = ended_by
+    cache_file(root).record(entries)
+    assert run("show", "matmul", "--root", str(root)) == 0
+    found = [line.strip() for line in capsys.readouterr().out.splitlines() if "found by" in line]
+    assert [line.split(" s", 1)[1].split(",")[0] for line in found] == [" (ended by: time limit)", "", ""]
+    shown = run_json(capsys, "show", "matmul", "--root", str(root))["files"][0]["entries"]
+    assert [entry["ended_by"] for entry in shown] == ["time limit", "every candidate", None]
+
+
 def test_show_by_id_or_path_and_as_json(capsys, root):
     [softmax] = [
         f

@@ -187,6 +187,31 @@ def test_time_budget_stops_handing_out_work_but_the_first_candidate_always_runs(
     assert len(late.ask(4)) == 1  # the first one runs
 
 
+def test_a_finished_search_says_what_ended_it(clock):
+    """The stored entry records why a search stopped where it did (`show` prints it): a user who
+    finds a poor pick must tell a time limit from the adaptive stop from a share."""
+    space = grid_space((20, 25))
+    flat = lambda i: 1.0  # noqa: E731 - nothing ever improves after the first result
+    ended = {
+        budget_name: drive_batched(make_strategy(name), space, budget, flat, batch_size=4).ended_by
+        for budget_name, name, budget in [
+            ("whole", "exhaustive", Budget()),
+            ("share", "random", Budget(max_share=0.1)),
+            ("adaptive", "random", Budget()),
+        ]
+    }
+    assert ended == {"whole": "every candidate", "share": "evaluation limit", "adaptive": "no improvement"}
+
+    timed = BatchSearch(make_strategy("random"), space, Budget(max_time_s=5.0))
+    first = timed.ask(4)
+    assert timed.ended_by is None  # still going
+    clock.now = 5.0
+    assert timed.ask(4) == [] and timed.ended_by is None  # results pending
+    for i in first:
+        timed.tell(i, 1.0)
+    assert timed.ended_by == "time limit"
+
+
 def test_default_budget_caps_time_for_search_strategies_only():
     assert Budget().time_limit(adaptive_strategy=True) == base.DEFAULT_TIME_CAP_S
     assert Budget().time_limit(adaptive_strategy=False) == math.inf

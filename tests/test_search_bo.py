@@ -549,7 +549,7 @@ doc = json.loads(add.cache_path().read_text())
 print(json.dumps({"decision": add.last_decision, "measured": measured, "best": add.best_config.kwargs,
                   "smac_imported": "smac" in sys.modules,
                   "entry": {k: entry.get(k) for k in ("strategy", "budget", "evaluated", "space_size",
-                                                       "tuning_time_s", "ruled_out")}}))
+                                                       "tuning_time_s", "ruled_out", "ended_by")}}))
 """
 
 
@@ -574,6 +574,7 @@ def test_use_bo_tunes_stores_its_budget_and_restores_in_a_new_process(tmp_path):
     assert entry["strategy"] == "bayesian"
     assert entry["budget"]["max_share"] == 0.5 and entry["budget"]["seed"] == 7
     assert entry["evaluated"] == 24 and entry["space_size"] == 48  # half of the configs
+    assert entry["ended_by"] == "evaluation limit"
     # blocks that are not powers of two fail to compile: evaluated, ruled out, never benchmarked
     distinct = {tuple(c) for c in first["measured"]}
     assert all(block in (16, 32, 64, 128) for block, _ in distinct)

@@ -221,6 +221,7 @@ class BatchSearch:
         self._attempt_over = False
         self._polishing: list[int] = []
         self._returned: list[int] = []  # cancelled candidates, handed out again first
+        self._ended_by: str | None = None
         self._start_attempt()
         for index, value in self.results.items():
             self._observe(index, value)
@@ -235,6 +236,7 @@ class BatchSearch:
         # with POLISH, once stalled: the neighbours of the best few results
         self._polish_around: list[int] = []
         self._attempt_over = False
+        self._ended_by = None
         t = time.perf_counter()
         self.strategy.start(self.space, self.warm_start, self.seed + self.attempt, self.limit)
         self.strategy_time_s += time.perf_counter() - t
@@ -263,14 +265,26 @@ class BatchSearch:
         ``max(16, batch)`` evaluations; never before ``MIN_EVALUATIONS`` evaluations in the attempt.
         With ``POLISH``, a stalled search still measures the best few candidates' neighbours first
         (:meth:`_polish_candidates`)."""
+        return self._stall() is not None
+
+    def _stall(self) -> str | None:
+        """Which adaptive stop holds (:meth:`stalled`), as :attr:`ended_by` names it; None: neither."""
         measured = self._measured_in_attempt
         if measured < MIN_EVALUATIONS or not math.isfinite(self._best_value_attempt):
-            return False
+            return None
         since = measured - self._last_improvement
         gain = self.strategy.expected_gain()
         if gain is not None and gain < NEGLIGIBLE_GAIN and since >= max(16, self.batch_size):
-            return True
-        return since >= self._patience()
+            return "negligible expected gain"
+        return "no improvement" if since >= self._patience() else None
+
+    @property
+    def ended_by(self) -> str | None:
+        """What ended the search's last attempt, once it is :attr:`done`: ``"every candidate"`` (none
+        left to measure), ``"evaluation limit"`` (the budget's share or count), ``"time limit"``,
+        ``"no improvement"`` or ``"negligible expected gain"`` (the adaptive stop, after its polish),
+        ``"strategy"`` (it proposed nothing more); None while it goes on."""
+        return self._ended_by if self.done else None
 
     def _patience(self) -> int:
         return max(
@@ -297,18 +311,32 @@ class BatchSearch:
         return [i for i in self._polish_around if i not in self.results and i not in self.pending]
 
     def _limit_reached(self) -> bool:
-        if self._attempt_over or self.open_count <= 0 or self.counted >= self.limit:
-            return True
-        return self.counted > 0 and self.elapsed_s >= self.time_limit_s
+        return self._limit() is not None
+
+    def _limit(self) -> str | None:
+        """The limit that ends this attempt (:attr:`ended_by`'s words), or None while none does."""
+        if self._attempt_over:  # kept: the stop that ended it (waiting for pending results takes time)
+            return self._ended_by or "strategy"
+        if self.open_count <= 0:
+            return "every candidate"
+        if self.counted >= self.limit:
+            return "evaluation limit"
+        return "time limit" if self.counted > 0 and self.elapsed_s >= self.time_limit_s else None
 
     def _attempt_spent(self) -> bool:
         self._polishing = []
-        if self._limit_reached():
+        limit = self._limit()
+        if limit is not None:
+            self._ended_by = limit
             return True
-        if not (self.adaptive and self.stalled()):
+        stall = self._stall() if self.adaptive else None
+        if stall is None:
             return False
         self._polishing = self._polish_candidates()  # the best few's untried neighbours first
-        return not self._polishing
+        if self._polishing:
+            return False
+        self._ended_by = stall
+        return True
 
     def _polish_pending(self) -> bool:
         """A stalled search waits for the best few's neighbours still being measured: one may improve."""
@@ -408,6 +436,7 @@ class BatchSearch:
         self._returned.append(index)  # the strategy has moved past it
         # an ask while the whole budget was pending ended the attempt: the budget is judged again
         self._attempt_over = False
+        self._ended_by = None
 
     def tell(self, index: int, value: float) -> None:
         if index not in self.pending:

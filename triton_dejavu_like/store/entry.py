@@ -174,6 +174,14 @@ class StoredEntry:
         return value if isinstance(value, str) else None
 
     @property
+    def ended_by(self) -> str | None:
+        """What ended the search that found it (``BatchSearch.ended_by``: a time limit, the adaptive
+        stop, ...); None where the entry does not say (written before it was recorded, imported, or
+        tuned by ranks together)."""
+        value = self.data.get("ended_by")
+        return value if isinstance(value, str) else None
+
+    @property
     def twin(self) -> int:
         """Which of the candidates with the chosen config's fields won, counted in list order: configs
         that differ only in what is not stored (a ``pre_hook``) are told apart by it; 0 when the chosen

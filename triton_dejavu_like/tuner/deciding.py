@@ -167,6 +167,7 @@ class KeyDecision:
             )
             if outcome.entry is not None:
                 data = {**outcome.entry.to_json(), **self._run.search_fields()}
+                data.pop("ended_by", None)  # the finalists' measurement ended, not the search
                 outcome.entry = StoredEntry.from_json(outcome.entry.key_id, data)
         else:
             outcome = self._measure(subset, reference)

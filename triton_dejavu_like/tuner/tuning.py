@@ -261,6 +261,7 @@ class TuningRun:
                 space_size=len(search.space),
                 tuning_time_s=duration,
                 **self.search_fields(),
+                ended_by=search.ended_by,
                 refined=len(trial.refined),
                 phases_s=trial.phases,
                 strategy_s=round(search.strategy_time_s, 6),

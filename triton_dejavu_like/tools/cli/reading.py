@@ -19,6 +19,7 @@ from .output import (
     key_order,
     key_text,
     path_text,
+    printable,
     problems_payload,
     report_problems,
     table,
@@ -121,6 +122,7 @@ def entry_payload(entry: StoredEntry) -> dict[str, Any]:
         "evaluated": entry.evaluated,
         "space_size": entry.space_size,
         "tuning_time_s": entry.tuning_time_s,
+        "ended_by": entry.ended_by,
         "tuned_at": entry.data["tuned_at"],
         "top": [{"config_text": describe_config(c), "timings_ms": t} for c, t in entry.top()],
         "ruled_out": [{"config_text": describe_config(c), "reason": r} for c, r in entry.ruled_out()],
@@ -133,7 +135,7 @@ def entry_lines(entry: StoredEntry, *, top: bool) -> list[str]:
         f"    config     {describe_config(entry.config)}",
         f"    time       {times_text(entry.timings_ms)}",
         f"    found by   {entry.strategy}: {entry.evaluated} of {entry.space_size} configs "
-        f"evaluated in {entry.tuning_time_s:.3g} s, {entry.data['tuned_at']}",
+        f"evaluated in {entry.tuning_time_s:.3g} s{_ended(entry)}, {entry.data['tuned_at']}",
     ]
     if top:
         for config, timings in entry.top():
@@ -143,6 +145,11 @@ def entry_lines(entry: StoredEntry, *, top: bool) -> list[str]:
         lines.append(f"    ruled out  {len(ruled_out)}:")
         lines.extend(f"      [{describe_config(c)}] {r[:200]}" for c, r in ruled_out)
     return lines
+
+
+def _ended(entry: StoredEntry) -> str:
+    ended_by = entry.ended_by
+    return f" (ended by: {printable(ended_by[:60])})" if ended_by and ended_by != "every candidate" else ""
 
 
 #: The shortest ID prefix ``show`` takes (IDs are hex: a kernel named ``add`` or ``f`` is no ID).
