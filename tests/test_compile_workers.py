@@ -480,6 +480,9 @@ CRASHING = textwrap.dedent(
 
 
     def crash_the_compiler(**hook):  # a config the compiler dies on (an LLVM abort, say)
+        if os.environ.get("SLOW_COMPILE_S"):  # or every config compiles slowly, and fine
+            time.sleep(float(os.environ["SLOW_COMPILE_S"]))
+            return
         if "num_warps=2," in hook["repr"]:
             hang_log = os.environ.get("HANG_LOG")
             if hang_log:  # or hangs on, waiting for a tool it started (ptxas, say)
@@ -543,6 +546,15 @@ CRASHING = textwrap.dedent(
         }))
     """
 )
+
+
+def test_a_slow_compile_waiting_for_a_worker_is_timed_from_its_start_and_not_ruled_out(tmp_path):
+    # each of 6 configs compiles in 2 s on 2 workers with a 3 s timeout: the compiles queued behind
+    # busy workers wait up to 4 s before a worker takes them, which must not count against them
+    slow = {"TRITON_DEJAVU_COMPILE_TIMEOUT": "3", "SLOW_COMPILE_S": "2"}
+    result = run_script(tmp_path, "slow.py", CRASHING, timeout=200, **slow)
+    assert result["timed"] == list(range(6)) and result["ruled_out"] == {}, result
+    assert result["pools"] == 1 and result["left"] == [], result
 
 
 @pytest.mark.parametrize("compiler", ["crashes", "hangs"])

@@ -47,9 +47,11 @@ from __future__ import annotations
 import atexit
 import concurrent.futures as cf
 import contextlib
+import itertools
 import multiprocessing
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -66,6 +68,10 @@ from .isolation.transfer import PackedFailure
 from .launch import LaunchContext
 from .main_script import main_reimport_is_harmless
 from .recipe import KernelRecipe
+
+#: Compiles whose start a pool's workers record at once (a ring: ticket modulo this); far more
+#: than ever fly at once, so a compile in flight keeps its slot.
+START_SLOTS = 1024
 
 #: A pool that no tuning run has used for this long is shut down (a serving process that tuned at
 #: its start holds no idle workers for the rest of its life); the next tuning run starts new ones.
@@ -95,6 +101,8 @@ class CompilePool:
         self.method = method
         self._owner = os.getpid()
         self.known = frozenset(forked_kernels) if method == "fork" else frozenset()
+        self._tickets = itertools.count()
+        self._ticket_of: weakref.WeakKeyDictionary[cf.Future[Any], int] = weakref.WeakKeyDictionary()
         if method == "fork":
             context = multiprocessing.get_context("fork")
             # Triton's own hash (inherited by every worker forked in start()) is computed while
@@ -104,11 +112,16 @@ class CompilePool:
             )
             self._warming.start()
             self._answers = answers or _compat.DriverAnswers.of_current_device()
-            initializer, initargs = init_forked, (self._answers, os.getpid())
+            self._starts = context.Array("d", 2 * START_SLOTS, lock=False)
+            self._starts[0] = -1.0  # no ticket yet (ticket 0's slot)
+            initializer, initargs = init_forked, (self._answers, os.getpid(), self._starts)
         else:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(FORKSERVER_PRELOAD)
-            initializer, initargs = init_worker, (dict(os.environ), device, os.getpid())  # type: ignore[assignment]
+            self._starts = context.Array("d", 2 * START_SLOTS, lock=False)
+            self._starts[0] = -1.0
+            initargs = (dict(os.environ), device, os.getpid(), self._starts)  # type: ignore[assignment]
+            initializer = init_worker  # type: ignore[assignment]
         self._executor = cf.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
         )
@@ -213,7 +226,21 @@ class CompilePool:
             encoded = encode_config(config)
         except EncodingError as exc:
             raise Unsupported(str(exc)) from exc
-        return self._counted(lambda: self._executor.submit(compile_candidate, call, encoded, self.device))
+        ticket = next(self._tickets)
+        future = self._counted(
+            lambda: self._executor.submit(compile_candidate, call, encoded, self.device, ticket)
+        )
+        self._ticket_of[future] = ticket
+        return future
+
+    def compile_started(self, future: cf.Future[Any]) -> float | None:
+        """When a worker started the compile of :meth:`submit`'s ``future`` (``time.monotonic``, the
+        same clock in every process of the host), or None while none has."""
+        ticket = self._ticket_of.get(future)
+        if ticket is None:
+            return None
+        slot = 2 * (ticket % START_SLOTS)
+        return self._starts[slot + 1] if self._starts[slot] == ticket else None
 
     def submit_job(self, job: Callable[[], Any]) -> cf.Future[None] | None:
         """Run ``job`` (a module-level function, which a fork-server worker imports; it may return

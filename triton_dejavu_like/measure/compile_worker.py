@@ -4,6 +4,7 @@ compiles a candidate for a call (:class:`~.compile_call.CallSpec`) and makes it 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,9 @@ from .launch import one_line_reason, prepare_launcher
 _imported: dict[KernelRef, Any] = {}
 #: In a forked worker: the parent's answers to Triton's driver questions (None in a fork-server worker).
 _answers: _compat.DriverAnswers | None = None
+#: Where this worker records when it starts each compile (a shared array of (ticket, start) pairs,
+#: :meth:`~.compile_pool.CompilePool.compile_started` reads it); None: not recorded.
+_starts: Any = None
 
 
 class CannotCompileHere(Exception):
@@ -35,8 +39,10 @@ def _lower_priority() -> None:
         log.debug("compile worker: could not lower its priority: %s", exc)
 
 
-def init_worker(env: dict[str, str], device: int, owner: int) -> None:
+def init_worker(env: dict[str, str], device: int, owner: int, starts: Any = None) -> None:
+    global _starts
     exit_with_process(owner)  # the tuning process (the worker's parent is the fork server)
+    _starts = starts
     os.environ.clear()  # the fork server keeps the environment it was started with
     os.environ.update(env)
     _lower_priority()
@@ -51,10 +57,10 @@ def init_worker(env: dict[str, str], device: int, owner: int) -> None:
         _compat.stop_compiles_over_shared_memory(answers)
 
 
-def init_forked(answers: _compat.DriverAnswers, owner: int) -> None:
-    global _answers
+def init_forked(answers: _compat.DriverAnswers, owner: int, starts: Any = None) -> None:
+    global _answers, _starts
     exit_with_process(owner)
-    _answers = answers
+    _answers, _starts = answers, starts
     _compat.detach_driver(answers)
     _compat.stop_compiles_over_shared_memory(answers)
     _lower_priority()
@@ -75,10 +81,17 @@ def _kernel_fn(kernel: int | KernelRef) -> Any:
     return fn
 
 
-def compile_candidate(call: CallSpec, encoded: dict[str, Any], device: int) -> PackedFailure | None:
+def compile_candidate(
+    call: CallSpec, encoded: dict[str, Any], device: int, ticket: int | None = None
+) -> PackedFailure | None:
     """Compile (and, with a GPU, load) one candidate; None on success, else why it cannot run (its
     error, packed to be rebuilt in the parent). Raises :class:`CannotCompileHere` when the worker
-    cannot try it."""
+    cannot try it. ``ticket``: the submission's number, under which the worker records when it
+    started (the parent's compile timeout counts from then)."""
+    if _starts is not None and ticket is not None:
+        slot = 2 * (ticket % (len(_starts) // 2))
+        _starts[slot + 1] = time.monotonic()  # the time first: a reader that sees the ticket sees it
+        _starts[slot] = ticket
     fn = _kernel_fn(call.kernel)
     config, _ = decode_config(encoded)
     where = None if _answers is not None else device

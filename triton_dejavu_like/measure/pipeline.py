@@ -254,10 +254,11 @@ class _Retries:
 
 @dataclass
 class _Overdue:
-    """Compiles that overran ``timeout_s`` in a worker (timed from when the pool took each; a
-    future is marked running when it enters the queue the workers take from, at most one more
-    than the workers, so at most ``workers`` of a pool's overdue compiles are blamed, the longest
-    running first), and the pools stopped for them."""
+    """Compiles that overran ``timeout_s`` in a worker, and the pools stopped for them. A compile is
+    timed from when its worker started it (:meth:`CompilePool.compile_started`; for a pool that does not
+    record it, from when its future was first seen running, which a process pool marks when the
+    compile enters the queue its workers take from); at most ``workers`` of a pool's overdue
+    compiles are blamed, the longest running first."""
 
     timeout_s: float
     started: dict[cf.Future[Any], float] = field(default_factory=dict)
@@ -274,9 +275,11 @@ class _Overdue:
         for future in list(self.started):
             if future not in flight:
                 del self.started[future]
-        for future in flight:
-            if future.running():
-                self.started.setdefault(future, now)
+        for future, (_, pool) in flight.items():
+            if future not in self.started:
+                began = _began(pool, future, now)
+                if began is not None:
+                    self.started[future] = began
         late = [f for f, t in self.started.items() if now - t > self.timeout_s]
         late = sorted((f for f in late if not self.stopped(flight[f][1])), key=self.started.get)
         if not late:
@@ -301,3 +304,11 @@ class _Overdue:
             f"its compile took over {self.timeout_s:g} s ({_env.COMPILE_TIMEOUT}); the compile "
             f"worker was stopped after {self.blamed[index]:.0f} s"
         )
+
+
+def _began(pool: CompilePool, future: cf.Future[Any], now: float) -> float | None:
+    """When ``future``'s compile started in ``pool`` (None: not yet)."""
+    started = getattr(pool, "compile_started", None)
+    if started is not None:
+        return started(future)
+    return now if future.running() else None
