@@ -45,6 +45,9 @@ class FakePool:
     def release(self, index: int) -> None:
         self._gates.setdefault(index, threading.Event()).set()
 
+    def compile_started(self, future):  # no worker records starts here: never overdue
+        return None
+
     def restart(self) -> None:
         pass
 
@@ -242,6 +245,9 @@ class CrashingPool:
     def restart(self) -> None:
         pass
 
+    def compile_started(self, future):  # no worker records starts here: never overdue
+        return None
+
     def submit(self, call, config):
         from concurrent.futures.process import BrokenProcessPool
 
@@ -327,7 +333,7 @@ def test_a_pool_broken_once_rules_nothing_out(monkeypatch):
 
 class HangingPool(CrashingPool):
     """A process pool whose compiles of the candidates in ``hangers`` take ``hang_s`` (a compiler in
-    a loop) unless :meth:`kill` stops its workers; each compile is marked running when submitted."""
+    a loop) unless :meth:`kill` stops its workers; each compile starts when submitted."""
 
     def __init__(self, hangers: set[int], pools: list[CrashingPool], workers: int = 4, hang_s: float = 5.0):
         super().__init__(set(), pools)
@@ -335,6 +341,7 @@ class HangingPool(CrashingPool):
         self.hangers = hangers
         self.workers = workers
         self.killed = False
+        self.started: dict[cf.Future, float] = {}
 
     def submit(self, call, config):
         index = config.kwargs["I"]
@@ -346,8 +353,11 @@ class HangingPool(CrashingPool):
                 future = cf.Future()
                 self._futures.append(future)
             threading.Timer(self.hang_s, self._finish, (future, index)).start()
-        future.set_running_or_notify_cancel()
+        self.started[future] = time.monotonic()
         return future
+
+    def compile_started(self, future):
+        return self.started.get(future)
 
     def kill(self) -> None:
         self.killed = True

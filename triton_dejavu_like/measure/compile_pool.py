@@ -61,17 +61,13 @@ from .._compat import Config
 from .._log import DejavuConfigWarning, log, warn_once
 from ..codec import EncodingError, encode_config
 from .compile_call import CallSpec, Unsupported, forked_kernels
-from .compile_worker import compile_candidate, init_forked, init_worker, run_ahead
+from .compile_worker import START_SLOTS, compile_candidate, init_forked, init_worker, run_ahead, start_slot
 from .forking import forking, kill_descendants
 from .isolation.settings import FORKSERVER_PRELOAD
 from .isolation.transfer import PackedFailure
 from .launch import LaunchContext
 from .main_script import main_reimport_is_harmless
 from .recipe import KernelRecipe
-
-#: Compiles whose start a pool's workers record at once (a ring: ticket modulo this); far more
-#: than ever fly at once, so a compile in flight keeps its slot.
-START_SLOTS = 1024
 
 #: A pool that no tuning run has used for this long is shut down (a serving process that tuned at
 #: its start holds no idle workers for the rest of its life); the next tuning run starts new ones.
@@ -101,10 +97,11 @@ class CompilePool:
         self.method = method
         self._owner = os.getpid()
         self.known = frozenset(forked_kernels) if method == "fork" else frozenset()
-        self._tickets = itertools.count()
+        self._tickets = itertools.count(1)
         self._ticket_of: weakref.WeakKeyDictionary[cf.Future[Any], int] = weakref.WeakKeyDictionary()
+        context = multiprocessing.get_context(method)
+        self._starts = context.Array("d", 2 * START_SLOTS, lock=False)  # zeros: no ticket
         if method == "fork":
-            context = multiprocessing.get_context("fork")
             # Triton's own hash (inherited by every worker forked in start()) is computed while
             # this process asks the device, which may first build Triton's driver module in C
             self._warming = threading.Thread(
@@ -112,16 +109,10 @@ class CompilePool:
             )
             self._warming.start()
             self._answers = answers or _compat.DriverAnswers.of_current_device()
-            self._starts = context.Array("d", 2 * START_SLOTS, lock=False)
-            self._starts[0] = -1.0  # no ticket yet (ticket 0's slot)
             initializer, initargs = init_forked, (self._answers, os.getpid(), self._starts)
         else:
-            context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(FORKSERVER_PRELOAD)
-            self._starts = context.Array("d", 2 * START_SLOTS, lock=False)
-            self._starts[0] = -1.0
-            initargs = (dict(os.environ), device, os.getpid(), self._starts)  # type: ignore[assignment]
-            initializer = init_worker  # type: ignore[assignment]
+            initializer, initargs = init_worker, (dict(os.environ), device, os.getpid(), self._starts)  # type: ignore[assignment]
         self._executor = cf.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
         )
@@ -239,7 +230,7 @@ class CompilePool:
         ticket = self._ticket_of.get(future)
         if ticket is None:
             return None
-        slot = 2 * (ticket % START_SLOTS)
+        slot = start_slot(ticket)
         return self._starts[slot + 1] if self._starts[slot] == ticket else None
 
     def submit_job(self, job: Callable[[], Any]) -> cf.Future[None] | None:

@@ -21,6 +21,15 @@ _answers: _compat.DriverAnswers | None = None
 #: Where this worker records when it starts each compile (a shared array of (ticket, start) pairs,
 #: :meth:`~.compile_pool.CompilePool.compile_started` reads it); None: not recorded.
 _starts: Any = None
+#: Compiles whose start the workers record at once (a ring: ticket modulo this); far more than ever
+#: fly at once, so a compile in flight keeps its slot. Tickets start at 1: a slot never written
+#: holds 0, which is no ticket.
+START_SLOTS = 1024
+
+
+def start_slot(ticket: int) -> int:
+    """Where ``ticket``'s (ticket, start) pair lies in the shared array of :data:`START_SLOTS` pairs."""
+    return 2 * (ticket % START_SLOTS)
 
 
 class CannotCompileHere(Exception):
@@ -89,7 +98,7 @@ def compile_candidate(
     cannot try it. ``ticket``: the submission's number, under which the worker records when it
     started (the parent's compile timeout counts from then)."""
     if _starts is not None and ticket is not None:
-        slot = 2 * (ticket % (len(_starts) // 2))
+        slot = start_slot(ticket)
         _starts[slot + 1] = time.monotonic()  # the time first: a reader that sees the ticket sees it
         _starts[slot] = ticket
     fn = _kernel_fn(call.kernel)

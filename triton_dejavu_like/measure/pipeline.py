@@ -254,14 +254,10 @@ class _Retries:
 
 @dataclass
 class _Overdue:
-    """Compiles that overran ``timeout_s`` in a worker, and the pools stopped for them. A compile is
-    timed from when its worker started it (:meth:`CompilePool.compile_started`; for a pool that does not
-    record it, from when its future was first seen running, which a process pool marks when the
-    compile enters the queue its workers take from); at most ``workers`` of a pool's overdue
-    compiles are blamed, the longest running first."""
+    """Compiles that overran ``timeout_s`` in a worker, timed from when the worker started each
+    (:meth:`CompilePool.compile_started`), and the pools stopped for them."""
 
     timeout_s: float
-    started: dict[cf.Future[Any], float] = field(default_factory=dict)
     blamed: dict[int, float] = field(default_factory=dict)  # candidate -> seconds it had compiled
     pools: list[CompilePool] = field(default_factory=list)
 
@@ -272,23 +268,16 @@ class _Overdue:
     def find(self, flight: dict[cf.Future[Any], tuple[int, CompilePool]]) -> CompilePool | None:
         """The pool to stop (its overdue candidates are blamed), or None while no compile is overdue."""
         now = time.monotonic()
-        for future in list(self.started):
-            if future not in flight:
-                del self.started[future]
-        for future, (_, pool) in flight.items():
-            if future not in self.started:
-                began = _began(pool, future, now)
-                if began is not None:
-                    self.started[future] = began
-        late = [f for f, t in self.started.items() if now - t > self.timeout_s]
-        late = sorted((f for f in late if not self.stopped(flight[f][1])), key=self.started.get)
+        late: dict[CompilePool, list[tuple[int, float]]] = {}
+        for future, (index, pool) in flight.items():
+            began = pool.compile_started(future)
+            if began is not None and now - began > self.timeout_s and not self.stopped(pool):
+                late.setdefault(pool, []).append((index, now - began))
         if not late:
             return None
-        pool = flight[late[0]][1]
-        ours = [f for f in late if flight[f][1] is pool][: pool.workers]
-        for future in ours:
-            self.blamed[flight[future][0]] = now - self.started[future]
-        log.debug("%d compiles overran %g s: its workers are stopped", len(ours), self.timeout_s)
+        pool, overran = next(iter(late.items()))
+        self.blamed.update(overran)
+        log.debug("%d compiles overran %g s: their workers are stopped", len(overran), self.timeout_s)
         self.pools.append(pool)
         return pool
 
@@ -304,11 +293,3 @@ class _Overdue:
             f"its compile took over {self.timeout_s:g} s ({_env.COMPILE_TIMEOUT}); the compile "
             f"worker was stopped after {self.blamed[index]:.0f} s"
         )
-
-
-def _began(pool: CompilePool, future: cf.Future[Any], now: float) -> float | None:
-    """When ``future``'s compile started in ``pool`` (None: not yet)."""
-    started = getattr(pool, "compile_started", None)
-    if started is not None:
-        return started(future)
-    return now if future.running() else None
